@@ -1,0 +1,234 @@
+package wheel
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// maxIdle bounds how long the scheduler's goroutine sleeps with nothing due,
+// so the wheel's time never lags the clock by more than this (the wheel has
+// room for twice MaxDelay ahead of its time; see Wheel.Capacity).
+const maxIdle = time.Hour
+
+// Fired is an entry handed to a Scheduler's callback.
+type Fired struct {
+	// ID is the entry's id.
+	ID string
+	// Due is the time the entry was due, on the scheduler's clock.
+	Due time.Time
+}
+
+// SchedulerConfig configures a Scheduler. A zero field means its default.
+type SchedulerConfig struct {
+	// Tick and MaxDelay are as in Config. MaxDelay is measured from the
+	// clock's Now when Add is called.
+	Tick     time.Duration
+	MaxDelay time.Duration
+	// Clock is the time source. Default RealClock().
+	Clock Clock
+}
+
+// Scheduler runs a Wheel on a clock: it owns one goroutine that sleeps until
+// the next entry is due, advances the wheel, and hands the expired entries
+// to a callback. It is safe for concurrent use.
+//
+// Guarantees: an entry is handed to the callback at most once per Add, never
+// before its due time on the scheduler's clock, and in due order. The
+// callback runs on the scheduler's goroutine, never concurrently with
+// itself, and never while the scheduler's lock is held, so it may call Add
+// or Cancel; it should return quickly, since nothing else fires while it
+// runs.
+type Scheduler struct {
+	clock   Clock
+	origin  time.Time
+	sleeper Sleeper
+	onFire  func([]Fired)
+
+	mu         sync.Mutex
+	w          *Wheel        // guarded by mu
+	sleepUntil time.Duration // guarded by mu: wheel time the goroutine sleeps to
+	started    bool          // guarded by mu
+	stopped    bool          // guarded by mu
+	done       chan struct{} // closed when the goroutine has returned
+}
+
+// NewScheduler returns a stopped scheduler that calls onFire with each batch
+// of expired entries. The batch slice is reused after onFire returns.
+func NewScheduler(cfg SchedulerConfig, onFire func(batch []Fired)) (*Scheduler, error) {
+	if onFire == nil {
+		return nil, fmt.Errorf("wheel: nil fire callback")
+	}
+	w, err := New(Config{Tick: cfg.Tick, MaxDelay: cfg.MaxDelay})
+	if err != nil {
+		return nil, err
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = RealClock()
+	}
+	return &Scheduler{
+		clock:   clock,
+		origin:  clock.Now(),
+		sleeper: clock.NewSleeper(),
+		onFire:  onFire,
+		w:       w,
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Clock returns the scheduler's clock.
+func (s *Scheduler) Clock() Clock { return s.clock }
+
+// Start starts the scheduler's goroutine. Entries added before Start fire
+// once it runs. Start after Start or Stop does nothing.
+func (s *Scheduler) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return
+	}
+	s.started = true
+	go s.run()
+}
+
+// Stop stops the goroutine, waits for it (and so for a callback in
+// progress), and drops every pending entry. It is idempotent. It must not be
+// called from the callback.
+func (s *Scheduler) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		<-s.done
+		return
+	}
+	s.stopped = true
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		s.sleeper.Wake()
+		<-s.done
+	} else {
+		close(s.done)
+	}
+	s.mu.Lock()
+	s.w.Reset()
+	s.mu.Unlock()
+	_ = s.sleeper.Close()
+}
+
+// Add schedules id at due, moving it if it is already pending (replaced is
+// true then). A due time in the past fires at once. It fails with
+// ErrEmptyID, ErrTooFar (more than MaxDelay after the clock's Now) or
+// ErrStopped.
+func (s *Scheduler) Add(id string, due time.Time) (replaced bool, err error) {
+	return s.set(id, due, true)
+}
+
+// Reschedule moves a pending entry to a new due time and reports whether it
+// was pending; an entry that is not pending is not added.
+func (s *Scheduler) Reschedule(id string, due time.Time) (bool, error) {
+	return s.set(id, due, false)
+}
+
+func (s *Scheduler) set(id string, due time.Time, add bool) (bool, error) {
+	if id == "" {
+		return false, ErrEmptyID
+	}
+	now := s.clock.Now()
+	if d := due.Sub(now); d > s.w.MaxDelay() {
+		return false, fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d, s.w.MaxDelay())
+	}
+	at := due.Sub(s.origin)
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return false, ErrStopped
+	}
+	var ok bool
+	var err error
+	if add {
+		ok, err = s.w.Add(id, at)
+	} else {
+		ok, err = s.w.Reschedule(id, at)
+	}
+	wake := err == nil && (add || ok) && at < s.sleepUntil
+	if wake {
+		s.sleepUntil = at
+	}
+	s.mu.Unlock()
+	if wake {
+		s.sleeper.Wake()
+	}
+	return ok, err
+}
+
+// Cancel removes a pending entry and reports whether it was pending. After
+// Cancel returns true the entry is never handed to the callback; an entry
+// already handed out (or being handed out) is not pending.
+func (s *Scheduler) Cancel(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Cancel(id)
+}
+
+// Due returns the due time of a pending entry.
+func (s *Scheduler) Due(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.w.Due(id)
+	if !ok {
+		return time.Time{}, false
+	}
+	return s.origin.Add(d), true
+}
+
+// Len returns the number of pending entries.
+func (s *Scheduler) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Len()
+}
+
+func (s *Scheduler) run() {
+	defer close(s.done)
+	// The precise sleeper lowers the timer slack of its thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var expired []Expired
+	var batch []Fired
+	for {
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			return
+		}
+		now := s.clock.Now()
+		expired = s.w.Advance(now.Sub(s.origin), expired[:0])
+		var deadline time.Time
+		if len(expired) > 0 {
+			s.sleepUntil = -1 << 63 // awake: Add need not wake us
+		} else {
+			idle := now.Sub(s.origin) + maxIdle
+			next, ok := s.w.NextDue()
+			if !ok || next > idle {
+				next = idle
+			}
+			s.sleepUntil = next
+			deadline = s.origin.Add(next)
+		}
+		s.mu.Unlock()
+		if len(expired) == 0 {
+			s.sleeper.Sleep(deadline)
+			continue
+		}
+		batch = batch[:0]
+		for _, e := range expired {
+			batch = append(batch, Fired{ID: e.ID, Due: s.origin.Add(e.Due)})
+		}
+		clear(expired) // drop the id strings
+		s.onFire(batch)
+		clear(batch)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package wheel
+
+func newPreciseSleeper() Sleeper { return newRuntimeSleeper() }
