@@ -19,8 +19,8 @@ import (
 // Timer slack is a property of the thread, so the goroutine that calls Sleep
 // should be locked to its OS thread (Scheduler does this).
 type preciseSleeper struct {
-	efd      int
-	slacked  bool
+	efd     int
+	slacked bool
 }
 
 func newPreciseSleeper() Sleeper {

@@ -73,8 +73,14 @@ type entry struct {
 	next int32 // next in bucket, or next free slab slot
 	prev int32
 	slot int32 // bucket index (level*slotsPerLevel + slot); none when free
-	hash uint32
 }
+
+// An index slot holds an entry's 32-bit id hash in its high half and its
+// slab index + 1 in its low half; zero is empty. Keeping the hash in the
+// slot lets a probe skip non-matching entries without touching the slab.
+func slotOf(h uint32, i int32) uint64 { return uint64(h)<<32 | uint64(uint32(i+1)) }
+func slotHash(v uint64) uint32        { return uint32(v >> 32) }
+func slotIndex(v uint64) int32        { return int32(uint32(v)) - 1 }
 
 // Wheel is a hierarchical hashed timing wheel (Varghese & Lauck), with
 // levels of 64 slots each: level l has slots 64^l ticks wide. An entry sits
@@ -107,7 +113,7 @@ type Wheel struct {
 	free  int32 // head of the free list
 	count int
 
-	index []int32 // open addressing: 0 empty, else slab index + 1
+	index []uint64 // open addressing, linear probing; see slotOf
 	seed  maphash.Seed
 }
 
@@ -165,7 +171,7 @@ func (w *Wheel) Reset() {
 	w.nslab = 0
 	w.free = none
 	w.count = 0
-	w.index = make([]int32, 16)
+	w.index = make([]uint64, 16)
 }
 
 // Len returns the number of pending entries.
@@ -208,9 +214,9 @@ func (w *Wheel) Add(id string, due time.Duration) (replaced bool, err error) {
 	}
 	i = w.alloc()
 	e := w.ent(i)
-	*e = entry{id: id, due: int64(due), hash: h, next: none, prev: none}
+	*e = entry{id: id, due: int64(due), next: none, prev: none}
 	w.place(i, e)
-	w.index[pos] = i + 1
+	w.index[pos] = slotOf(h, i)
 	w.count++
 	return false, nil
 }
@@ -376,7 +382,7 @@ func (w *Wheel) expire(dst []Expired, limit int64) []Expired {
 		next := e.next
 		if e.due <= limit {
 			dst = append(dst, Expired{ID: e.id, Due: time.Duration(e.due)})
-			pos, _ := w.lookup(e.id, e.hash)
+			pos, _ := w.lookup(e.id, w.hash(e.id))
 			w.remove(pos, i)
 		}
 		i = next
@@ -468,8 +474,8 @@ func (w *Wheel) lookup(id string, h uint32) (pos int, i int32) {
 		if v == 0 {
 			return p, none
 		}
-		if e := w.ent(v - 1); e.hash == h && e.id == id {
-			return p, v - 1
+		if slotHash(v) == h && w.ent(slotIndex(v)).id == id {
+			return p, slotIndex(v)
 		}
 	}
 }
@@ -480,7 +486,7 @@ func (w *Wheel) deleteAt(pos int) {
 	mask := len(w.index) - 1
 	i := pos
 	for j := (i + 1) & mask; w.index[j] != 0; j = (j + 1) & mask {
-		home := int(w.ent(w.index[j]-1).hash) & mask
+		home := int(slotHash(w.index[j])) & mask
 		// The entry at j may move to i unless its home lies in (i, j].
 		if i <= j {
 			if i < home && home <= j {
@@ -497,13 +503,13 @@ func (w *Wheel) deleteAt(pos int) {
 
 func (w *Wheel) grow() {
 	old := w.index
-	w.index = make([]int32, 2*len(old))
+	w.index = make([]uint64, 2*len(old))
 	mask := len(w.index) - 1
 	for _, v := range old {
 		if v == 0 {
 			continue
 		}
-		p := int(w.ent(v-1).hash) & mask
+		p := int(slotHash(v)) & mask
 		for w.index[p] != 0 {
 			p = (p + 1) & mask
 		}
@@ -528,7 +534,7 @@ func (w *Wheel) verify() error {
 			if l > 0 && s == int(w.cur>>(slotBits*l))&slotMask {
 				return fmt.Errorf("entry %q in level %d slot %d, which time has reached", e.id, l, s)
 			}
-			if pos, j := w.lookup(e.id, e.hash); j != i {
+			if pos, j := w.lookup(e.id, w.hash(e.id)); j != i {
 				return fmt.Errorf("entry %q: index has %d at %d, want %d", e.id, j, pos, i)
 			}
 			prev = i

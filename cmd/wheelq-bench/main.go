@@ -1,0 +1,130 @@
+// Command wheelq-bench measures wheelq and prints one JSON object per line,
+// one per system per workload, so that runs can be compared by a script.
+//
+// Usage:
+//
+//	go run ./cmd/wheelq-bench -workload precision,memory,addcancel
+//
+// Every object has "workload", "system" and "n", the figures of that
+// workload, and the machine ("go", "gomaxprocs", "time"). Workloads that
+// need Redis start their own redis-server on a free loopback port unless
+// -redis names one (which must be a server you may write to: the workloads
+// use their own namespace but flush nothing).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type result map[string]any
+
+type workload struct {
+	name string
+	doc  string
+	run  func(ctx context.Context, cfg *config, emit func(result)) error
+}
+
+type config struct {
+	n         int
+	redisAddr string
+	quick     bool
+}
+
+var workloads = []workload{
+	{"precision", "lateness of 20,000 timers due over [1s, 3s]: wheel vs time.AfterFunc", runPrecision},
+	{"memory", "Go heap bytes per pending entry at 1M entries: wheel vs time.AfterFunc", runMemory},
+	{"addcancel", "ns per add+cancel with 1M pending: wheel, scheduler, time.AfterFunc", runAddCancel},
+}
+
+func main() {
+	var cfg config
+	var names string
+	flag.StringVar(&names, "workload", "precision,memory,addcancel", "comma-separated workloads, or \"all\"")
+	flag.IntVar(&cfg.n, "n", 0, "override the workload's size")
+	flag.StringVar(&cfg.redisAddr, "redis", "", "use this Redis (host:port) instead of starting one")
+	flag.BoolVar(&cfg.quick, "quick", false, "smaller sizes, for a smoke test")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: wheelq-bench [flags]\n\nworkloads:\n")
+		for _, w := range workloads {
+			fmt.Fprintf(os.Stderr, "  %-11s %s\n", w.name, w.doc)
+		}
+		fmt.Fprintln(os.Stderr, "\nflags:")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	want := strings.Split(names, ",")
+	enc := json.NewEncoder(os.Stdout)
+	emit := func(r result) {
+		r["go"] = runtime.Version()
+		r["gomaxprocs"] = runtime.GOMAXPROCS(0)
+		r["time"] = time.Now().UTC().Format(time.RFC3339)
+		_ = enc.Encode(r)
+	}
+	ran := 0
+	for _, w := range workloads {
+		if names != "all" && !slices.Contains(want, w.name) {
+			continue
+		}
+		ran++
+		if err := w.run(ctx, &cfg, emit); err != nil {
+			fmt.Fprintf(os.Stderr, "wheelq-bench: %s: %v\n", w.name, err)
+			os.Exit(1)
+		}
+	}
+	if ran == 0 {
+		fmt.Fprintf(os.Stderr, "wheelq-bench: no workload named %q\n", names)
+		flag.Usage()
+		os.Exit(2)
+	}
+}
+
+// size returns cfg.n when set, else def (or quick when -quick).
+func (c *config) size(def, quick int) int {
+	switch {
+	case c.n > 0:
+		return c.n
+	case c.quick:
+		return quick
+	}
+	return def
+}
+
+// summary holds lateness percentiles in microseconds.
+type summary struct {
+	p50, p99, p999, max float64
+}
+
+func summarize(lat []time.Duration) summary {
+	if len(lat) == 0 {
+		return summary{}
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	q := func(p float64) float64 {
+		i := int(p * float64(len(s)-1))
+		return float64(s[i]) / 1e3
+	}
+	return summary{p50: q(0.50), p99: q(0.99), p999: q(0.999), max: float64(s[len(s)-1]) / 1e3}
+}
+
+func (s summary) into(r result) result {
+	r["p50_us"] = round(s.p50)
+	r["p99_us"] = round(s.p99)
+	r["p999_us"] = round(s.p999)
+	r["max_us"] = round(s.max)
+	return r
+}
+
+func round(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
