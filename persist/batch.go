@@ -1,0 +1,323 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrClosed is returned by a Batcher or Retrier that has been closed.
+var ErrClosed = errors.New("persist: closed")
+
+// BatchConfig configures group commit. A zero field means its default.
+type BatchConfig struct {
+	// MaxBatch is the most requests sent in one round trip. Default 256.
+	MaxBatch int
+	// Linger is how long a batch waits for more requests once the first
+	// has come and fewer than MaxBatch are waiting. Default 0: a batch
+	// takes what is queued, and batches grow on their own while the
+	// previous round trips are in flight.
+	Linger time.Duration
+	// InFlight is the most round trips in flight at once. Default 4.
+	InFlight int
+	// Timeout bounds one round trip. Default 5s.
+	Timeout time.Duration
+}
+
+func (c *BatchConfig) fill() {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 256
+	}
+	if c.InFlight <= 0 {
+		c.InFlight = 4
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Second
+	}
+}
+
+type call[T, R any] struct {
+	req  T
+	res  R
+	err  error
+	done chan struct{}
+}
+
+// Batcher gathers concurrent requests into batches and runs each batch with
+// one call of exec (one Redis round trip), handing every caller its own
+// result. It owns one collecting goroutine and up to InFlight flushing
+// goroutines; Close stops them all.
+type Batcher[T, R any] struct {
+	cfg  BatchConfig
+	exec func(ctx context.Context, reqs []T) ([]R, error)
+	in   chan *call[T, R]
+	sem  chan struct{}
+	pool sync.Pool
+
+	mu     sync.RWMutex // guards closed against sends on in
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// NewBatcher starts a batcher. exec must return one result per request, or
+// an error that every request of the batch then gets.
+func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs []T) ([]R, error)) *Batcher[T, R] {
+	cfg.fill()
+	b := &Batcher[T, R]{
+		cfg:  cfg,
+		exec: exec,
+		in:   make(chan *call[T, R], cfg.MaxBatch*cfg.InFlight),
+		sem:  make(chan struct{}, cfg.InFlight),
+		done: make(chan struct{}),
+	}
+	b.pool.New = func() any { return &call[T, R]{done: make(chan struct{}, 1)} }
+	go b.loop()
+	return b
+}
+
+// Do submits req and waits for its result. If ctx ends first, Do returns
+// ctx.Err(), but the request may still be carried out.
+func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
+	var zero R
+	c := b.pool.Get().(*call[T, R])
+	c.req = req
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		b.pool.Put(c)
+		return zero, ErrClosed
+	}
+	select {
+	case b.in <- c:
+		b.mu.RUnlock()
+	case <-ctx.Done():
+		b.mu.RUnlock()
+		b.pool.Put(c)
+		return zero, ctx.Err()
+	}
+	select {
+	case <-c.done:
+		res, err := c.res, c.err
+		*c = call[T, R]{done: c.done}
+		b.pool.Put(c)
+		return res, err
+	case <-ctx.Done():
+		return zero, ctx.Err() // c is abandoned to the flusher and the GC
+	}
+}
+
+func (b *Batcher[T, R]) loop() {
+	defer close(b.done)
+	batch := make([]*call[T, R], 0, b.cfg.MaxBatch)
+	for {
+		b.sem <- struct{}{} // wait for a free round trip
+		first, ok := <-b.in
+		if !ok {
+			<-b.sem
+			b.wg.Wait()
+			return
+		}
+		batch = append(batch[:0], first)
+		batch = b.fill(batch)
+		own := make([]*call[T, R], len(batch))
+		copy(own, batch)
+		b.wg.Go(func() {
+			defer func() { <-b.sem }()
+			b.flush(own)
+		})
+	}
+}
+
+// fill adds queued requests to batch, waiting up to Linger for more.
+func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
+	var timer <-chan time.Time
+	for len(batch) < b.cfg.MaxBatch {
+		select {
+		case c, ok := <-b.in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, c)
+			continue
+		default:
+		}
+		if b.cfg.Linger <= 0 {
+			return batch
+		}
+		if timer == nil {
+			timer = time.After(b.cfg.Linger)
+		}
+		select {
+		case c, ok := <-b.in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, c)
+		case <-timer:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (b *Batcher[T, R]) flush(batch []*call[T, R]) {
+	reqs := make([]T, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	res, err := b.exec(ctx, reqs)
+	cancel()
+	if err == nil && len(res) != len(batch) {
+		err = errors.New("persist: batch returned a wrong number of results")
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+		} else {
+			c.res = res[i]
+		}
+		c.done <- struct{}{}
+	}
+}
+
+// Close stops taking requests, finishes the queued ones and waits for the
+// batcher's goroutines. It is idempotent.
+func (b *Batcher[T, R]) Close() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.in)
+	}
+	b.mu.Unlock()
+	<-b.done
+}
+
+// Retrier is asynchronous group commit for work that must not be lost:
+// items are queued without waiting, sent in batches, and a batch that fails
+// is retried with backoff until it succeeds or the retrier is closed. It
+// owns one goroutine.
+type Retrier[T any] struct {
+	cfg     BatchConfig
+	exec    func(ctx context.Context, items []T) error
+	onError func(err error, pending int)
+
+	mu       sync.Mutex
+	queue    []T
+	closing  bool
+	kick     chan struct{}
+	stop     chan struct{} // closed to abandon retries
+	stopOnce sync.Once
+	done     chan struct{}
+	sending  int // items in the batch being sent
+}
+
+// NewRetrier starts a retrier. onError (optional) is told of each failed
+// attempt and how many items wait.
+func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
+	cfg.fill()
+	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.loop()
+	return r
+}
+
+// Add queues items. It never blocks on I/O. After Close it returns
+// ErrClosed.
+func (r *Retrier[T]) Add(items ...T) error {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	r.queue = append(r.queue, items...)
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Pending returns the number of items not yet sent successfully.
+func (r *Retrier[T]) Pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queue) + r.sending
+}
+
+func (r *Retrier[T]) loop() {
+	defer close(r.done)
+	backoff := 10 * time.Millisecond
+	for {
+		r.mu.Lock()
+		for len(r.queue) == 0 {
+			if r.closing {
+				r.mu.Unlock()
+				return
+			}
+			r.mu.Unlock()
+			select {
+			case <-r.kick:
+			case <-r.stop:
+				return
+			}
+			r.mu.Lock()
+		}
+		n := min(len(r.queue), r.cfg.MaxBatch)
+		batch := make([]T, n)
+		copy(batch, r.queue)
+		r.queue = append(r.queue[:0], r.queue[n:]...)
+		r.sending = n
+		r.mu.Unlock()
+
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+			err := r.exec(ctx, batch)
+			cancel()
+			if err == nil {
+				backoff = 10 * time.Millisecond
+				break
+			}
+			if r.onError != nil {
+				r.onError(err, r.Pending())
+			}
+			select {
+			case <-time.After(backoff):
+			case <-r.stop:
+				r.mu.Lock()
+				r.queue = append(batch, r.queue...)
+				r.sending = 0
+				r.mu.Unlock()
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+		r.mu.Lock()
+		r.sending = 0
+		r.mu.Unlock()
+	}
+}
+
+// Close stops taking items and waits until the queued ones are sent or ctx
+// ends; then it abandons what is left (returning ctx.Err()) and waits for
+// its goroutine.
+func (r *Retrier[T]) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		r.stopOnce.Do(func() { close(r.stop) })
+		<-r.done
+		return ctx.Err()
+	}
+}

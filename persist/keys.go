@@ -1,0 +1,64 @@
+package persist
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// Errors of the store.
+var (
+	// ErrCorrupt marks a record or key in Redis that cannot be decoded.
+	ErrCorrupt = errors.New("persist: corrupt record")
+	// ErrNotFound is returned when a job is not in the store.
+	ErrNotFound = errors.New("persist: job not found")
+	// ErrFenced is returned when a partition's lease is held by another
+	// owner, so the caller may no longer settle its jobs.
+	ErrFenced = errors.New("persist: partition lease held by another owner")
+	// ErrLayout is returned when the namespace was created with another
+	// number of partitions.
+	ErrLayout = errors.New("persist: namespace layout mismatch")
+)
+
+// KeySep separates the topic from the id in a job key. Topics may not
+// contain it; ids may.
+const KeySep = "/"
+
+// JobKey returns the key that addresses a job: topic + "/" + id. It is the
+// member of the pending and dead sets and the field of the jobs hash.
+func JobKey(topic, id string) string { return topic + KeySep + id }
+
+// SplitJobKey splits a job key into topic and id.
+func SplitJobKey(key string) (topic, id string, err error) {
+	topic, id, ok := strings.Cut(key, KeySep)
+	if !ok || topic == "" || id == "" {
+		return "", "", fmt.Errorf("%w: job key %q", ErrCorrupt, key)
+	}
+	return topic, id, nil
+}
+
+// Keys are the Redis keys of one partition. They share the hash tag
+// {ns:p}, so a script touching them runs on one Redis Cluster slot.
+type Keys struct {
+	Pending string // ZSET job key -> due (unix ms)
+	Jobs    string // HASH job key -> record
+	Dead    string // ZSET job key -> time of death (unix ms)
+	Lease   string // STRING owner token (fencing)
+}
+
+func partitionKeys(ns string, p int) Keys {
+	tag := "wq:{" + ns + ":" + strconv.Itoa(p) + "}:"
+	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease"}
+}
+
+func metaKey(ns string) string { return "wq:{" + ns + "}:meta" }
+
+// partitionOf maps a job key to a partition with FNV-1a, which is stable
+// across processes and versions.
+func partitionOf(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}

@@ -1,0 +1,520 @@
+package persist
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/schedule.lua
+	scheduleLua string
+	//go:embed lua/settle.lua
+	settleLua string
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/cancel.lua
+	cancelLua string
+	//go:embed lua/reschedule.lua
+	rescheduleLua string
+	//go:embed lua/requeue.lua
+	requeueLua string
+	//go:embed lua/lease.lua
+	leaseLua string
+)
+
+// Options configures a Store.
+type Options struct {
+	// Namespace separates independent queues on one Redis. Default
+	// "default". It may not contain '{', '}' or ':'.
+	Namespace string
+	// Partitions is the number of partitions; every process of a
+	// namespace must use the same. Default 16.
+	Partitions int
+}
+
+// Store is the Redis side of wheelq. It holds no state of its own but the
+// key names and scripts, and is safe for concurrent use. It never closes the
+// client it was given.
+type Store struct {
+	rdb   redis.UniversalClient
+	ns    string
+	parts []Keys
+
+	schedule, settle, claim, cancel, reschedule, requeue, lease *redis.Script
+}
+
+// New returns a store on rdb. It does no I/O.
+func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("persist: nil redis client")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if strings.ContainsAny(opts.Namespace, "{}:") {
+		return nil, fmt.Errorf("persist: namespace %q may not contain '{', '}' or ':'", opts.Namespace)
+	}
+	if opts.Partitions == 0 {
+		opts.Partitions = 16
+	}
+	if opts.Partitions < 1 || opts.Partitions > 4096 {
+		return nil, fmt.Errorf("persist: %d partitions, want 1 to 4096", opts.Partitions)
+	}
+	s := &Store{
+		rdb:        rdb,
+		ns:         opts.Namespace,
+		schedule:   redis.NewScript(scheduleLua),
+		settle:     redis.NewScript(settleLua),
+		claim:      redis.NewScript(claimLua),
+		cancel:     redis.NewScript(cancelLua),
+		reschedule: redis.NewScript(rescheduleLua),
+		requeue:    redis.NewScript(requeueLua),
+		lease:      redis.NewScript(leaseLua),
+	}
+	for p := range opts.Partitions {
+		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
+	}
+	return s, nil
+}
+
+// Namespace returns the store's namespace.
+func (s *Store) Namespace() string { return s.ns }
+
+// Partitions returns the number of partitions.
+func (s *Store) Partitions() int { return len(s.parts) }
+
+// Keys returns the keys of partition p.
+func (s *Store) Keys(p int) Keys { return s.parts[p] }
+
+// PartitionOf returns the partition of a job key.
+func (s *Store) PartitionOf(key string) int { return partitionOf(key, len(s.parts)) }
+
+// Init checks (or, on first use, records) the namespace's partition count,
+// and loads the scripts so that pipelines can use EVALSHA.
+func (s *Store) Init(ctx context.Context) error {
+	mk := metaKey(s.ns)
+	n := strconv.Itoa(len(s.parts))
+	if err := s.rdb.HSetNX(ctx, mk, "partitions", n).Err(); err != nil {
+		return fmt.Errorf("persist: init: %w", err)
+	}
+	got, err := s.rdb.HGet(ctx, mk, "partitions").Result()
+	if err != nil {
+		return fmt.Errorf("persist: init: %w", err)
+	}
+	if got != n {
+		return fmt.Errorf("%w: namespace %q has %s partitions, this store %s", ErrLayout, s.ns, got, n)
+	}
+	return s.loadScripts(ctx)
+}
+
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("persist: load scripts: %w", err)
+		}
+	}
+	return nil
+}
+
+// runPartitioned sends one script call per non-empty partition in a
+// pipeline. args(p) returns the ARGV of partition p's call (nil to skip);
+// keys(p) its KEYS. It returns each partition's reply (nil where skipped).
+// A server that lost its script cache (a restart) is reloaded once.
+func (s *Store) runPartitioned(ctx context.Context, sc *redis.Script, keys func(Keys) []string, args [][]any) ([]any, error) {
+	for try := 0; ; try++ {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(args))
+		for p, a := range args {
+			if a != nil {
+				cmds[p] = sc.EvalSha(ctx, pipe, keys(s.parts[p]), a...)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		if err != nil && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if lerr := s.loadScripts(ctx); lerr != nil {
+				return nil, lerr
+			}
+			continue
+		}
+		out := make([]any, len(args))
+		for p, c := range cmds {
+			if c == nil {
+				continue
+			}
+			v, cerr := c.Result()
+			if cerr != nil {
+				return nil, wrap(cerr)
+			}
+			out[p] = v
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, wrap(err)
+		}
+		return out, nil
+	}
+}
+
+func wrap(err error) error {
+	if redis.HasErrorPrefix(err, "WHEELQ_FENCED") {
+		return fmt.Errorf("%w (%v)", ErrFenced, err)
+	}
+	return fmt.Errorf("persist: %w", err)
+}
+
+func keys3(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead} }
+func keys2(k Keys) []string { return []string{k.Pending, k.Jobs} }
+func keys4(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Lease} }
+
+// WriteResult is the outcome of one Write.
+type WriteResult int8
+
+// Outcomes of a Write.
+const (
+	Stored    WriteResult = 0  // a new job
+	Replaced  WriteResult = 1  // an existing job was replaced
+	Duplicate WriteResult = -1 // the key exists and Replace was false
+)
+
+// Write is one job to store.
+type Write struct {
+	Key     string
+	Due     int64 // unix ms
+	Record  []byte
+	Replace bool
+}
+
+// Write stores jobs (the write-ahead step of Schedule) in one round trip:
+// one script call per partition, pipelined. It returns one result per job.
+func (s *Store) Write(ctx context.Context, ws []Write) ([]WriteResult, error) {
+	args := make([][]any, len(s.parts))
+	where := make([]int, len(ws)) // index within its partition's reply
+	for i, w := range ws {
+		p := s.PartitionOf(w.Key)
+		mode := "r"
+		if w.Replace {
+			mode = "p"
+		}
+		where[i] = len(args[p]) / 4
+		args[p] = append(args[p], mode, w.Key, w.Due, w.Record)
+	}
+	replies, err := s.runPartitioned(ctx, s.schedule, keys3, args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]WriteResult, len(ws))
+	for i, w := range ws {
+		v, err := intAt(replies[s.PartitionOf(w.Key)], where[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = WriteResult(v)
+	}
+	return out, nil
+}
+
+// Op is the outcome of a run.
+type Op byte
+
+// Outcomes of a run.
+const (
+	Ack   Op = 'a' // succeeded: remove the job
+	Retry Op = 'r' // failed: store Record, due again at Due
+	Dead  Op = 'd' // gave up: store Record, move to the dead set
+)
+
+// Outcome settles one run of a job.
+type Outcome struct {
+	Op     Op
+	Key    string
+	Rev    uint32 // the revision the run started from
+	Due    int64  // unix ms, for Retry
+	Record []byte // for Retry and Dead
+}
+
+// Settle records outcomes of runs in one round trip. tokens[p] is the
+// caller's lease token of partition p ("" or a nil slice: unfenced). It
+// reports per outcome whether it applied (false: the job was cancelled,
+// replaced or rescheduled since it fired). Fails with ErrFenced when a
+// partition's lease is held by another owner.
+func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
+	args := make([][]any, len(s.parts))
+	where := make([]int, len(os))
+	for i, o := range os {
+		p := s.PartitionOf(o.Key)
+		if args[p] == nil {
+			tok := ""
+			if tokens != nil {
+				tok = tokens[p]
+			}
+			args[p] = []any{tok, now}
+		}
+		where[i] = (len(args[p]) - 2) / 5
+		args[p] = append(args[p], string(o.Op), o.Key, RevBytes(o.Rev), o.Due, o.Record)
+	}
+	replies, err := s.runPartitioned(ctx, s.settle, keys4, args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(os))
+	for i, o := range os {
+		v, err := intAt(replies[s.PartitionOf(o.Key)], where[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v == 1
+	}
+	return out, nil
+}
+
+// ClaimRequest asks whether a fired job is still pending.
+type ClaimRequest struct {
+	Key string
+	// Rev is the revision of the record the caller holds; HaveRev false
+	// asks for the record.
+	Rev     uint32
+	HaveRev bool
+}
+
+// ClaimResult answers a ClaimRequest.
+type ClaimResult struct {
+	// Gone is true when the job is no longer pending.
+	Gone bool
+	// Due is the job's current due time (unix ms).
+	Due int64
+	// Record is the current record, or nil when the caller's is current.
+	Record []byte
+}
+
+// Claim checks in one round trip that fired jobs are still pending, and
+// returns the records the caller lacks.
+func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	args := make([][]any, len(s.parts))
+	where := make([]int, len(reqs))
+	for i, r := range reqs {
+		p := s.PartitionOf(r.Key)
+		rev := ""
+		if r.HaveRev {
+			rev = RevBytes(r.Rev)
+		}
+		where[i] = len(args[p]) / 2
+		args[p] = append(args[p], r.Key, rev)
+	}
+	replies, err := s.runPartitioned(ctx, s.claim, keys2, args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClaimResult, len(reqs))
+	for i, r := range reqs {
+		arr, _ := replies[s.PartitionOf(r.Key)].([]any)
+		if where[i] >= len(arr) {
+			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
+		}
+		pair, ok := arr[where[i]].([]any)
+		if !ok || len(pair) != 2 {
+			out[i].Gone = true
+			continue
+		}
+		due, err := scoreOf(pair[0])
+		if err != nil {
+			return nil, err
+		}
+		out[i].Due = due
+		if rec, ok := pair[1].(string); ok {
+			out[i].Record = []byte(rec)
+		}
+	}
+	return out, nil
+}
+
+// Cancel deletes a job, pending or dead, and reports whether it existed.
+func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
+	n, err := s.cancel.Run(ctx, s.rdb, keys3(s.parts[s.PartitionOf(key)]), key).Int()
+	if err != nil {
+		return false, wrap(err)
+	}
+	return n == 1, nil
+}
+
+// Reschedule moves a pending job to due (unix ms) and gives it revision
+// rev. It reports whether the job was pending.
+func (s *Store) Reschedule(ctx context.Context, key string, due int64, rev uint32) (bool, error) {
+	n, err := s.reschedule.Run(ctx, s.rdb, keys2(s.parts[s.PartitionOf(key)]), key, due, RevBytes(rev)).Int()
+	if err != nil {
+		return false, wrap(err)
+	}
+	return n == 1, nil
+}
+
+// State is where a job stands in the store.
+type State int8
+
+// States of a job.
+const (
+	Missing State = iota
+	Pending
+	DeadLettered
+)
+
+// Get reads a job's record and state. The record's Due is its due time
+// (pending) or time of death (dead). A missing job gives ErrNotFound; a
+// record that cannot be decoded gives an error wrapping ErrCorrupt.
+func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
+	k := s.parts[s.PartitionOf(key)]
+	pipe := s.rdb.Pipeline()
+	rec := pipe.HGet(ctx, k.Jobs, key)
+	pend := pipe.ZScore(ctx, k.Pending, key)
+	dead := pipe.ZScore(ctx, k.Dead, key)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Record{}, Missing, wrap(err)
+	}
+	b, err := rec.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, Missing, ErrNotFound
+	}
+	r, err := DecodeRecord(b)
+	if err != nil {
+		return Record{}, Missing, fmt.Errorf("job %q: %w", key, err)
+	}
+	r.Topic, r.ID, err = SplitJobKey(key)
+	if err != nil {
+		return Record{}, Missing, err
+	}
+	state := Missing
+	if v, err := pend.Result(); err == nil {
+		state, r.Due = Pending, msTime(int64(v))
+	} else if v, err := dead.Result(); err == nil {
+		state, r.Due = DeadLettered, msTime(int64(v))
+	}
+	return r, state, nil
+}
+
+// Requeue moves a dead job back to pending at due (unix ms) with the given
+// record; rev is the revision of the dead record the caller read. It
+// reports whether the job was requeued.
+func (s *Store) Requeue(ctx context.Context, key string, rev uint32, due int64, rec []byte) (bool, error) {
+	n, err := s.requeue.Run(ctx, s.rdb, keys3(s.parts[s.PartitionOf(key)]), key, RevBytes(rev), due, rec).Int()
+	if err != nil {
+		return false, wrap(err)
+	}
+	return n == 1, nil
+}
+
+// Entry is a job key with its score.
+type Entry struct {
+	Key string
+	Due int64 // unix ms (for the dead set: time of death)
+}
+
+// Cursor pages through a sorted set by score without missing or repeating
+// members that share a score.
+type Cursor struct {
+	Score int64 // the last score returned
+	Skip  int64 // how many members with that score were returned
+	Done  bool
+}
+
+// RangePending returns up to limit pending jobs of partition p with
+// after < due <= until, in due order, continuing from cur (zero to start).
+func (s *Store) RangePending(ctx context.Context, p int, after, until int64, cur Cursor, limit int) ([]Entry, Cursor, error) {
+	return s.rangeSet(ctx, s.parts[p].Pending, after, until, cur, limit)
+}
+
+// RangeDead pages through partition p's dead set in order of death.
+func (s *Store) RangeDead(ctx context.Context, p int, cur Cursor, limit int) ([]Entry, Cursor, error) {
+	return s.rangeSet(ctx, s.parts[p].Dead, -1<<62, 1<<62, cur, limit)
+}
+
+func (s *Store) rangeSet(ctx context.Context, key string, after, until int64, cur Cursor, limit int) ([]Entry, Cursor, error) {
+	min, offset := "("+strconv.FormatInt(after, 10), int64(0)
+	if cur.Skip > 0 {
+		min, offset = strconv.FormatInt(cur.Score, 10), cur.Skip
+	}
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
+		Min: min, Max: strconv.FormatInt(until, 10), Offset: offset, Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, cur, wrap(err)
+	}
+	out := make([]Entry, 0, len(zs))
+	for _, z := range zs {
+		k, _ := z.Member.(string)
+		sc := int64(z.Score)
+		if sc == cur.Score && cur.Skip > 0 {
+			cur.Skip++
+		} else {
+			cur.Score, cur.Skip = sc, 1
+		}
+		out = append(out, Entry{Key: k, Due: sc})
+	}
+	cur.Done = len(zs) < limit
+	return out, cur, nil
+}
+
+// Records reads the records of keys (all of partition p) in one round trip;
+// a missing record is nil.
+func (s *Store) Records(ctx context.Context, p int, keys []string) ([][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.parts[p].Jobs, keys...).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := make([][]byte, len(vals))
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			out[i] = []byte(str)
+		}
+	}
+	return out, nil
+}
+
+// Counts returns the number of pending and dead jobs over all partitions.
+func (s *Store) Counts(ctx context.Context) (pending, dead int64, err error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, 2*len(s.parts))
+	for _, k := range s.parts {
+		cmds = append(cmds, pipe.ZCard(ctx, k.Pending), pipe.ZCard(ctx, k.Dead))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, 0, wrap(err)
+	}
+	for i, c := range cmds {
+		if i%2 == 0 {
+			pending += c.Val()
+		} else {
+			dead += c.Val()
+		}
+	}
+	return pending, dead, nil
+}
+
+func intAt(reply any, i int) (int64, error) {
+	arr, ok := reply.([]any)
+	if !ok || i >= len(arr) {
+		return 0, fmt.Errorf("%w: unexpected script reply %T", ErrCorrupt, reply)
+	}
+	v, ok := arr[i].(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: unexpected script reply element %T", ErrCorrupt, arr[i])
+	}
+	return v, nil
+}
+
+func scoreOf(v any) (int64, error) {
+	str, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("%w: score %T", ErrCorrupt, v)
+	}
+	f, err := strconv.ParseFloat(str, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: score %q", ErrCorrupt, str)
+	}
+	return int64(f), nil
+}

@@ -1,0 +1,342 @@
+package persist
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+type bundle struct {
+	srv   *redistest.Server
+	rdb   redis.UniversalClient
+	store *Store
+	ctx   context.Context
+}
+
+func setup(t *testing.T, parts int) *bundle {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	s, err := New(rdb, Options{Namespace: "t", Partitions: parts})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, s.Init(ctx))
+	return &bundle{srv: srv, rdb: rdb, store: s, ctx: ctx}
+}
+
+func rec(payload string) []byte {
+	return (&Record{Rev: 1, MaxAttempts: 3, Created: time.Now(), Payload: []byte(payload)}).Encode()
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	_, err := New(nil, Options{})
+	require.Error(t, err)
+	_, err = New(rdb, Options{Namespace: "a{b"})
+	require.Error(t, err)
+	_, err = New(rdb, Options{Partitions: -1})
+	require.Error(t, err)
+	s, err := New(rdb, Options{})
+	require.NoError(t, err)
+	require.Equal(t, 16, s.Partitions())
+	require.Equal(t, "default", s.Namespace())
+}
+
+func TestLayoutMismatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4)
+	other, err := New(b.rdb, Options{Namespace: "t", Partitions: 8})
+	require.NoError(t, err)
+	require.ErrorIs(t, other.Init(b.ctx), ErrLayout)
+}
+
+func TestWriteDuplicateReplace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4)
+	res, err := b.store.Write(b.ctx, []Write{
+		{Key: "a/1", Due: 1000, Record: rec("x")},
+		{Key: "a/2", Due: 2000, Record: rec("y")},
+		{Key: "a/1", Due: 3000, Record: rec("z")},
+		{Key: "a/2", Due: 4000, Record: rec("w"), Replace: true},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []WriteResult{Stored, Stored, Duplicate, Replaced}, res)
+	r, st, err := b.store.Get(b.ctx, "a/1")
+	require.NoError(t, err)
+	require.Equal(t, Pending, st)
+	require.Equal(t, "x", string(r.Payload), "a rejected duplicate changes nothing")
+	require.Equal(t, int64(1000), r.Due.UnixMilli())
+	r, _, err = b.store.Get(b.ctx, "a/2")
+	require.NoError(t, err)
+	require.Equal(t, "w", string(r.Payload))
+	require.Equal(t, int64(4000), r.Due.UnixMilli())
+	_, _, err = b.store.Get(b.ctx, "a/3")
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestSettleChecksRevision(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	var ws []Write
+	for i := range 4 {
+		ws = append(ws, Write{Key: fmt.Sprintf("t/%d", i), Due: 1000, Record: rec("p")})
+	}
+	_, err := b.store.Write(b.ctx, ws)
+	require.NoError(t, err)
+	retried := (&Record{Rev: 2, Attempt: 1, MaxAttempts: 3, LastError: "boom"}).Encode()
+	applied, err := b.store.Settle(b.ctx, nil, 5000, []Outcome{
+		{Op: Ack, Key: "t/0", Rev: 1},
+		{Op: Retry, Key: "t/1", Rev: 1, Due: 9000, Record: retried},
+		{Op: Dead, Key: "t/2", Rev: 1, Record: retried},
+		{Op: Ack, Key: "t/3", Rev: 99}, // stale revision
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true, false}, applied)
+
+	_, _, err = b.store.Get(b.ctx, "t/0")
+	require.ErrorIs(t, err, ErrNotFound)
+	r, st, err := b.store.Get(b.ctx, "t/1")
+	require.NoError(t, err)
+	require.Equal(t, Pending, st)
+	require.Equal(t, int64(9000), r.Due.UnixMilli())
+	require.Equal(t, "boom", r.LastError)
+	_, st, err = b.store.Get(b.ctx, "t/2")
+	require.NoError(t, err)
+	require.Equal(t, DeadLettered, st)
+	_, st, err = b.store.Get(b.ctx, "t/3")
+	require.NoError(t, err)
+	require.Equal(t, Pending, st, "a stale outcome is not applied")
+
+	pending, dead, err := b.store.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), pending)
+	require.Equal(t, int64(1), dead)
+
+	// Requeue the dead job with a fresh record.
+	r, _, err = b.store.Get(b.ctx, "t/2")
+	require.NoError(t, err)
+	ok, err := b.store.Requeue(b.ctx, "t/2", r.Rev, 7000, rec("again"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = b.store.Requeue(b.ctx, "t/2", r.Rev, 7000, rec("again"))
+	require.NoError(t, err)
+	require.False(t, ok, "not dead any more")
+	_, st, err = b.store.Get(b.ctx, "t/2")
+	require.NoError(t, err)
+	require.Equal(t, Pending, st)
+}
+
+func TestClaimCancelReschedule(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3)
+	_, err := b.store.Write(b.ctx, []Write{
+		{Key: "c/1", Due: 1000, Record: rec("one")},
+		{Key: "c/2", Due: 1000, Record: rec("two")},
+		{Key: "c/3", Due: 1000, Record: rec("three")},
+	})
+	require.NoError(t, err)
+	ok, err := b.store.Cancel(b.ctx, "c/2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = b.store.Cancel(b.ctx, "c/2")
+	require.NoError(t, err)
+	require.False(t, ok)
+	ok, err = b.store.Reschedule(b.ctx, "c/3", 5000, 42)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = b.store.Reschedule(b.ctx, "c/2", 5000, 42)
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	res, err := b.store.Claim(b.ctx, []ClaimRequest{
+		{Key: "c/1", Rev: 1, HaveRev: true},
+		{Key: "c/2"},
+		{Key: "c/3", Rev: 1, HaveRev: true},
+		{Key: "c/1"},
+	})
+	require.NoError(t, err)
+	require.False(t, res[0].Gone)
+	require.Nil(t, res[0].Record, "the caller's revision is current")
+	require.True(t, res[1].Gone, "cancelled")
+	require.Equal(t, int64(5000), res[2].Due, "rescheduled")
+	r, err := DecodeRecord(res[2].Record)
+	require.NoError(t, err)
+	require.Equal(t, uint32(42), r.Rev)
+	require.Equal(t, "three", string(r.Payload))
+	require.Equal(t, "one", string(res[3].Record[len(res[3].Record)-3:]))
+}
+
+func TestRangePagesThroughTies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	var ws []Write
+	for i := range 25 {
+		ws = append(ws, Write{Key: fmt.Sprintf("r/%02d", i), Due: int64(1000 + i/10*1000), Record: rec("")})
+	}
+	_, err := b.store.Write(b.ctx, ws)
+	require.NoError(t, err)
+	var got []string
+	cur := Cursor{}
+	for !cur.Done {
+		var es []Entry
+		es, cur, err = b.store.RangePending(b.ctx, 0, 0, 2000, cur, 4)
+		require.NoError(t, err)
+		for _, e := range es {
+			got = append(got, e.Key)
+		}
+	}
+	require.Len(t, got, 20, "due <= 2000: the first two groups of ten")
+	seen := map[string]bool{}
+	for _, k := range got {
+		require.False(t, seen[k], "repeated %s", k)
+		seen[k] = true
+	}
+	es, _, err := b.store.RangePending(b.ctx, 0, 2000, 5000, Cursor{}, 100)
+	require.NoError(t, err)
+	require.Len(t, es, 5, "after is exclusive")
+	recs, err := b.store.Records(b.ctx, 0, []string{"r/00", "nope"})
+	require.NoError(t, err)
+	require.NotNil(t, recs[0])
+	require.Nil(t, recs[1])
+}
+
+func TestLeaseFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "A", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	held, wait, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "B", time.Minute)
+	require.NoError(t, err)
+	require.False(t, held)
+	require.Greater(t, wait, 50*time.Second)
+
+	key := "f/0"
+	for i := 1; b.store.PartitionOf(key) != 0; i++ {
+		key = fmt.Sprintf("f/%d", i)
+	}
+	_, err = b.store.Write(b.ctx, []Write{{Key: key, Due: 1, Record: rec("")}})
+	require.NoError(t, err)
+	_, err = b.store.Settle(b.ctx, []string{"B", ""}, 1, []Outcome{{Op: Ack, Key: key, Rev: 1}})
+	require.ErrorIs(t, err, ErrFenced, "B does not hold partition 0")
+	held, _, err = b.store.Lease(b.ctx, 0, LeaseRelease, "A", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	all, err := b.store.LeaseAll(b.ctx, []int{0, 1}, LeaseAcquire, "B", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, all)
+	applied, err := b.store.Settle(b.ctx, []string{"B", "B"}, 1, []Outcome{{Op: Ack, Key: key, Rev: 1}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, applied)
+}
+
+// TestScriptsSurviveRestart: a restarted Redis has lost its script cache;
+// pipelined EVALSHA must reload and go on.
+func TestScriptsSurviveRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	b.srv.RequireReal(t)
+	b.srv.Kill()
+	require.NoError(t, b.srv.Restart())
+	res, err := b.store.Write(b.ctx, []Write{{Key: "s/1", Due: 1, Record: rec("")}})
+	require.NoError(t, err)
+	require.Equal(t, []WriteResult{Stored}, res)
+}
+
+func TestBatcherGroupsCalls(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var sizes []int
+	release := make(chan struct{})
+	b := NewBatcher(BatchConfig{MaxBatch: 64, InFlight: 1}, func(_ context.Context, reqs []int) ([]int, error) {
+		<-release
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		mu.Unlock()
+		out := make([]int, len(reqs))
+		for i, r := range reqs {
+			out[i] = r * 2
+		}
+		return out, nil
+	})
+	var wg sync.WaitGroup
+	results := make([]int, 100)
+	for i := range 100 {
+		wg.Go(func() {
+			v, err := b.Do(context.Background(), i)
+			require.NoError(t, err)
+			results[i] = v
+		})
+	}
+	close(release)
+	wg.Wait()
+	b.Close()
+	for i, v := range results {
+		require.Equal(t, 2*i, v, "every caller gets its own result")
+	}
+	total := 0
+	for _, n := range sizes {
+		require.LessOrEqual(t, n, 64)
+		total += n
+	}
+	require.Equal(t, 100, total)
+	require.Less(t, len(sizes), 100, "calls were grouped")
+	_, err := b.Do(context.Background(), 1)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+func TestBatcherError(t *testing.T) {
+	t.Parallel()
+	boom := fmt.Errorf("boom")
+	b := NewBatcher(BatchConfig{}, func(context.Context, []int) ([]int, error) { return nil, boom })
+	defer b.Close()
+	_, err := b.Do(context.Background(), 1)
+	require.ErrorIs(t, err, boom)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = b.Do(ctx, 1)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestRetrierRetriesUntilSuccess(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	fails := 3
+	var got []int
+	var errs int
+	r := NewRetrier(BatchConfig{MaxBatch: 2}, func(_ context.Context, items []int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails > 0 {
+			fails--
+			return fmt.Errorf("down")
+		}
+		got = append(got, items...)
+		return nil
+	}, func(error, int) { errs++ })
+	require.NoError(t, r.Add(1, 2, 3))
+	require.NoError(t, r.Add(4))
+	require.NoError(t, r.Close(context.Background()))
+	require.Equal(t, []int{1, 2, 3, 4}, got, "nothing dropped, order kept")
+	require.Equal(t, 3, errs)
+	require.ErrorIs(t, r.Add(5), ErrClosed)
+}
+
+func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {
+	t.Parallel()
+	r := NewRetrier(BatchConfig{}, func(context.Context, []int) error { return fmt.Errorf("down") }, nil)
+	require.NoError(t, r.Add(1, 2))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
+	require.Equal(t, 2, r.Pending(), "what could not be sent is still counted")
+}
