@@ -42,15 +42,19 @@ func SplitJobKey(key string) (topic, id string, err error) {
 // Keys are the Redis keys of one partition. They share the hash tag
 // {ns:p}, so a script touching them runs on one Redis Cluster slot.
 type Keys struct {
-	Pending string // ZSET job key -> due (unix ms)
+	Pending string // ZSET job key -> due (unix µs)
 	Jobs    string // HASH job key -> record
-	Dead    string // ZSET job key -> time of death (unix ms)
+	Dead    string // ZSET job key -> time of death (unix µs)
 	Lease   string // STRING owner token (fencing)
+	Loaded  string // STRING the owner's loaded-until time (unix µs)
+	Inbox   string // LIST job keys scheduled by others for the owner to arm
+	Running string // HASH job key -> token of the owner that claimed a run
 }
 
 func partitionKeys(ns string, p int) Keys {
 	tag := "wq:{" + ns + ":" + strconv.Itoa(p) + "}:"
-	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease"}
+	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease",
+		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running"}
 }
 
 func metaKey(ns string) string { return "wq:{" + ns + "}:meta" }

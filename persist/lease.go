@@ -48,5 +48,3 @@ func (s *Store) LeaseAll(ctx context.Context, parts []int, op LeaseOp, token str
 	}
 	return out, nil
 }
-
-func msTime(ms int64) time.Time { return time.UnixMilli(ms) }

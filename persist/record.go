@@ -26,7 +26,7 @@ type Record struct {
 	MaxAttempts int
 	// Created is when the job was first scheduled (second precision).
 	Created time.Time
-	// Due is the job's due time (millisecond precision).
+	// Due is the job's due time (microsecond precision).
 	Due time.Time
 	// LastError is the error of the last failed run, if any.
 	LastError string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +27,8 @@ var (
 	requeueLua string
 	//go:embed lua/lease.lua
 	leaseLua string
+	//go:embed lua/poll.lua
+	pollLua string
 )
 
 // Options configures a Store.
@@ -46,7 +49,7 @@ type Store struct {
 	ns    string
 	parts []Keys
 
-	schedule, settle, claim, cancel, reschedule, requeue, lease *redis.Script
+	schedule, settle, claim, cancel, reschedule, requeue, lease, poll *redis.Script
 }
 
 // New returns a store on rdb. It does no I/O.
@@ -76,6 +79,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		reschedule: redis.NewScript(rescheduleLua),
 		requeue:    redis.NewScript(requeueLua),
 		lease:      redis.NewScript(leaseLua),
+		poll:       redis.NewScript(pollLua),
 	}
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
@@ -114,7 +118,7 @@ func (s *Store) Init(ctx context.Context) error {
 }
 
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease} {
+	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("persist: load scripts: %w", err)
 		}
@@ -168,8 +172,19 @@ func wrap(err error) error {
 }
 
 func keys3(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead} }
-func keys2(k Keys) []string { return []string{k.Pending, k.Jobs} }
-func keys4(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Lease} }
+func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running} }
+func keysWrite(k Keys) []string {
+	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
+}
+func keysClaim(k Keys) []string { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
+
+// token returns tokens[p], or "" for a nil slice.
+func token(tokens []string, p int) string {
+	if tokens == nil {
+		return ""
+	}
+	return tokens[p]
+}
 
 // WriteResult is the outcome of one Write.
 type WriteResult int8
@@ -184,26 +199,32 @@ const (
 // Write is one job to store.
 type Write struct {
 	Key     string
-	Due     int64 // unix ms
+	Due     int64 // unix µs
 	Record  []byte
 	Replace bool
 }
 
 // Write stores jobs (the write-ahead step of Schedule) in one round trip:
 // one script call per partition, pipelined. It returns one result per job.
-func (s *Store) Write(ctx context.Context, ws []Write) ([]WriteResult, error) {
+// tokens[p] is the caller's lease token of partition p, if it owns it (a
+// nil slice: none); a job due within the owner's loaded window, written by
+// someone else, is put in the owner's inbox.
+func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]WriteResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
 	for i, w := range ws {
 		p := s.PartitionOf(w.Key)
+		if args[p] == nil {
+			args[p] = []any{token(tokens, p)}
+		}
 		mode := "r"
 		if w.Replace {
 			mode = "p"
 		}
-		where[i] = len(args[p]) / 4
+		where[i] = (len(args[p]) - 1) / 4
 		args[p] = append(args[p], mode, w.Key, w.Due, w.Record)
 	}
-	replies, err := s.runPartitioned(ctx, s.schedule, keys3, args)
+	replies, err := s.runPartitioned(ctx, s.schedule, keysWrite, args)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +247,9 @@ const (
 	Ack   Op = 'a' // succeeded: remove the job
 	Retry Op = 'r' // failed: store Record, due again at Due
 	Dead  Op = 'd' // gave up: store Record, move to the dead set
+	// Unclaim clears the claim of a job that was not run after all (at
+	// shutdown); the job stays pending as it was.
+	Unclaim Op = 'u'
 )
 
 // Outcome settles one run of a job.
@@ -233,7 +257,7 @@ type Outcome struct {
 	Op     Op
 	Key    string
 	Rev    uint32 // the revision the run started from
-	Due    int64  // unix ms, for Retry
+	Due    int64  // unix µs, for Retry
 	Record []byte // for Retry and Dead
 }
 
@@ -248,16 +272,12 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 	for i, o := range os {
 		p := s.PartitionOf(o.Key)
 		if args[p] == nil {
-			tok := ""
-			if tokens != nil {
-				tok = tokens[p]
-			}
-			args[p] = []any{tok, now}
+			args[p] = []any{token(tokens, p), now}
 		}
 		where[i] = (len(args[p]) - 2) / 5
 		args[p] = append(args[p], string(o.Op), o.Key, RevBytes(o.Rev), o.Due, o.Record)
 	}
-	replies, err := s.runPartitioned(ctx, s.settle, keys4, args)
+	replies, err := s.runPartitioned(ctx, s.settle, keysSettle, args)
 	if err != nil {
 		return nil, err
 	}
@@ -285,27 +305,31 @@ type ClaimRequest struct {
 type ClaimResult struct {
 	// Gone is true when the job is no longer pending.
 	Gone bool
-	// Due is the job's current due time (unix ms).
+	// Due is the job's current due time (unix µs).
 	Due int64
 	// Record is the current record, or nil when the caller's is current.
 	Record []byte
 }
 
 // Claim checks in one round trip that fired jobs are still pending, and
-// returns the records the caller lacks.
-func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+// returns the records the caller lacks. tokens are as for Settle: a
+// partition whose lease the caller lost fails the claim with ErrFenced.
+func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(reqs))
 	for i, r := range reqs {
 		p := s.PartitionOf(r.Key)
+		if args[p] == nil {
+			args[p] = []any{token(tokens, p)}
+		}
 		rev := ""
 		if r.HaveRev {
 			rev = RevBytes(r.Rev)
 		}
-		where[i] = len(args[p]) / 2
+		where[i] = (len(args[p]) - 1) / 2
 		args[p] = append(args[p], r.Key, rev)
 	}
-	replies, err := s.runPartitioned(ctx, s.claim, keys2, args)
+	replies, err := s.runPartitioned(ctx, s.claim, keysClaim, args)
 	if err != nil {
 		return nil, err
 	}
@@ -332,23 +356,40 @@ func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, 
 	return out, nil
 }
 
-// Cancel deletes a job, pending or dead, and reports whether it existed.
-func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
-	n, err := s.cancel.Run(ctx, s.rdb, keys3(s.parts[s.PartitionOf(key)]), key).Int()
+// Change is what Cancel or Reschedule did.
+type Change int8
+
+// Results of Cancel and Reschedule.
+const (
+	// NotFound: the job is not there (for Reschedule: not pending).
+	NotFound Change = 0
+	// Changed: done.
+	Changed Change = 1
+	// ChangedWhileRunning: done, but a run of the job had been claimed;
+	// that run goes on and its outcome will not apply.
+	ChangedWhileRunning Change = 2
+)
+
+// Cancel deletes a job, pending or dead.
+func (s *Store) Cancel(ctx context.Context, key string) (Change, error) {
+	k := s.parts[s.PartitionOf(key)]
+	n, err := s.cancel.Run(ctx, s.rdb, []string{k.Pending, k.Jobs, k.Dead, k.Running}, key).Int()
 	if err != nil {
-		return false, wrap(err)
+		return NotFound, wrap(err)
 	}
-	return n == 1, nil
+	return Change(n), nil
 }
 
-// Reschedule moves a pending job to due (unix ms) and gives it revision
-// rev. It reports whether the job was pending.
-func (s *Store) Reschedule(ctx context.Context, key string, due int64, rev uint32) (bool, error) {
-	n, err := s.reschedule.Run(ctx, s.rdb, keys2(s.parts[s.PartitionOf(key)]), key, due, RevBytes(rev)).Int()
+// Reschedule moves a pending job to due (unix µs) and gives it revision
+// rev. tok is the caller's lease token of the job's partition, or "".
+func (s *Store) Reschedule(ctx context.Context, tok, key string, due int64, rev uint32) (Change, error) {
+	k := s.parts[s.PartitionOf(key)]
+	n, err := s.reschedule.Run(ctx, s.rdb, []string{k.Pending, k.Jobs, k.Lease, k.Loaded, k.Inbox, k.Running},
+		tok, key, due, RevBytes(rev)).Int()
 	if err != nil {
-		return false, wrap(err)
+		return NotFound, wrap(err)
 	}
-	return n == 1, nil
+	return Change(n), nil
 }
 
 // State is where a job stands in the store.
@@ -387,18 +428,18 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 	}
 	state := Missing
 	if v, err := pend.Result(); err == nil {
-		state, r.Due = Pending, msTime(int64(v))
+		state, r.Due = Pending, time.UnixMicro(int64(v))
 	} else if v, err := dead.Result(); err == nil {
-		state, r.Due = DeadLettered, msTime(int64(v))
+		state, r.Due = DeadLettered, time.UnixMicro(int64(v))
 	}
 	return r, state, nil
 }
 
-// Requeue moves a dead job back to pending at due (unix ms) with the given
+// Requeue moves a dead job back to pending at due (unix µs) with the given
 // record; rev is the revision of the dead record the caller read. It
-// reports whether the job was requeued.
-func (s *Store) Requeue(ctx context.Context, key string, rev uint32, due int64, rec []byte) (bool, error) {
-	n, err := s.requeue.Run(ctx, s.rdb, keys3(s.parts[s.PartitionOf(key)]), key, RevBytes(rev), due, rec).Int()
+// reports whether the job was requeued. tok is as for Reschedule.
+func (s *Store) Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error) {
+	n, err := s.requeue.Run(ctx, s.rdb, keysWrite(s.parts[s.PartitionOf(key)]), tok, key, RevBytes(rev), due, rec).Int()
 	if err != nil {
 		return false, wrap(err)
 	}
@@ -408,7 +449,7 @@ func (s *Store) Requeue(ctx context.Context, key string, rev uint32, due int64, 
 // Entry is a job key with its score.
 type Entry struct {
 	Key string
-	Due int64 // unix ms (for the dead set: time of death)
+	Due int64 // unix µs (for the dead set: time of death)
 }
 
 // Cursor pages through a sorted set by score without missing or repeating
@@ -517,4 +558,52 @@ func scoreOf(v any) (int64, error) {
 		return 0, fmt.Errorf("%w: score %q", ErrCorrupt, str)
 	}
 	return int64(f), nil
+}
+
+// PollResult is what Poll hands back.
+type PollResult struct {
+	// Prev is the loaded-until time announced before this poll (unix µs);
+	// HavePrev is false on a reset or when none was announced (or it
+	// lapsed), and the caller must then scan from the beginning.
+	Prev     int64
+	HavePrev bool
+	// Inbox holds jobs scheduled by others into the loaded window.
+	Inbox []Entry
+}
+
+// Poll announces partition p's new loaded-until time (unix µs) for the
+// lease holder tok, and takes up to maxInbox entries from its inbox. With
+// reset (on taking the partition over) the inbox is dropped instead: the
+// caller scans everything up to loaded. The announcement lapses after ttl
+// unless renewed. It fails with ErrFenced when tok does not hold the lease.
+func (s *Store) Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (PollResult, error) {
+	k := s.parts[p]
+	mode := ""
+	if reset {
+		mode = "reset"
+	}
+	v, err := s.poll.Run(ctx, s.rdb, []string{k.Lease, k.Loaded, k.Inbox, k.Pending, k.Running},
+		tok, loaded, ttl.Milliseconds(), mode, maxInbox).Slice()
+	if err != nil {
+		return PollResult{}, wrap(err)
+	}
+	var res PollResult
+	if len(v) == 0 {
+		return res, fmt.Errorf("%w: empty poll reply", ErrCorrupt)
+	}
+	if prev, ok := v[0].(string); ok && prev != "" {
+		if res.Prev, err = strconv.ParseInt(prev, 10, 64); err != nil {
+			return res, fmt.Errorf("%w: loaded-until %q", ErrCorrupt, prev)
+		}
+		res.HavePrev = true
+	}
+	for i := 1; i+1 < len(v); i += 2 {
+		key, _ := v[i].(string)
+		due, err := scoreOf(v[i+1])
+		if err != nil {
+			return res, err
+		}
+		res.Inbox = append(res.Inbox, Entry{Key: key, Due: due})
+	}
+	return res, nil
 }

@@ -62,7 +62,7 @@ func TestLayoutMismatch(t *testing.T) {
 func TestWriteDuplicateReplace(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 4)
-	res, err := b.store.Write(b.ctx, []Write{
+	res, err := b.store.Write(b.ctx, nil, []Write{
 		{Key: "a/1", Due: 1000, Record: rec("x")},
 		{Key: "a/2", Due: 2000, Record: rec("y")},
 		{Key: "a/1", Due: 3000, Record: rec("z")},
@@ -74,11 +74,11 @@ func TestWriteDuplicateReplace(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Pending, st)
 	require.Equal(t, "x", string(r.Payload), "a rejected duplicate changes nothing")
-	require.Equal(t, int64(1000), r.Due.UnixMilli())
+	require.Equal(t, int64(1000), r.Due.UnixMicro())
 	r, _, err = b.store.Get(b.ctx, "a/2")
 	require.NoError(t, err)
 	require.Equal(t, "w", string(r.Payload))
-	require.Equal(t, int64(4000), r.Due.UnixMilli())
+	require.Equal(t, int64(4000), r.Due.UnixMicro())
 	_, _, err = b.store.Get(b.ctx, "a/3")
 	require.ErrorIs(t, err, ErrNotFound)
 }
@@ -90,7 +90,7 @@ func TestSettleChecksRevision(t *testing.T) {
 	for i := range 4 {
 		ws = append(ws, Write{Key: fmt.Sprintf("t/%d", i), Due: 1000, Record: rec("p")})
 	}
-	_, err := b.store.Write(b.ctx, ws)
+	_, err := b.store.Write(b.ctx, nil, ws)
 	require.NoError(t, err)
 	retried := (&Record{Rev: 2, Attempt: 1, MaxAttempts: 3, LastError: "boom"}).Encode()
 	applied, err := b.store.Settle(b.ctx, nil, 5000, []Outcome{
@@ -107,7 +107,7 @@ func TestSettleChecksRevision(t *testing.T) {
 	r, st, err := b.store.Get(b.ctx, "t/1")
 	require.NoError(t, err)
 	require.Equal(t, Pending, st)
-	require.Equal(t, int64(9000), r.Due.UnixMilli())
+	require.Equal(t, int64(9000), r.Due.UnixMicro())
 	require.Equal(t, "boom", r.LastError)
 	_, st, err = b.store.Get(b.ctx, "t/2")
 	require.NoError(t, err)
@@ -124,10 +124,10 @@ func TestSettleChecksRevision(t *testing.T) {
 	// Requeue the dead job with a fresh record.
 	r, _, err = b.store.Get(b.ctx, "t/2")
 	require.NoError(t, err)
-	ok, err := b.store.Requeue(b.ctx, "t/2", r.Rev, 7000, rec("again"))
+	ok, err := b.store.Requeue(b.ctx, "", "t/2", r.Rev, 7000, rec("again"))
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = b.store.Requeue(b.ctx, "t/2", r.Rev, 7000, rec("again"))
+	ok, err = b.store.Requeue(b.ctx, "", "t/2", r.Rev, 7000, rec("again"))
 	require.NoError(t, err)
 	require.False(t, ok, "not dead any more")
 	_, st, err = b.store.Get(b.ctx, "t/2")
@@ -138,26 +138,26 @@ func TestSettleChecksRevision(t *testing.T) {
 func TestClaimCancelReschedule(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 3)
-	_, err := b.store.Write(b.ctx, []Write{
+	_, err := b.store.Write(b.ctx, nil, []Write{
 		{Key: "c/1", Due: 1000, Record: rec("one")},
 		{Key: "c/2", Due: 1000, Record: rec("two")},
 		{Key: "c/3", Due: 1000, Record: rec("three")},
 	})
 	require.NoError(t, err)
-	ok, err := b.store.Cancel(b.ctx, "c/2")
+	ch, err := b.store.Cancel(b.ctx, "c/2")
 	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = b.store.Cancel(b.ctx, "c/2")
+	require.Equal(t, Changed, ch)
+	ch, err = b.store.Cancel(b.ctx, "c/2")
 	require.NoError(t, err)
-	require.False(t, ok)
-	ok, err = b.store.Reschedule(b.ctx, "c/3", 5000, 42)
+	require.Equal(t, NotFound, ch)
+	ch, err = b.store.Reschedule(b.ctx, "", "c/3", 5000, 42)
 	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = b.store.Reschedule(b.ctx, "c/2", 5000, 42)
+	require.Equal(t, Changed, ch)
+	ch, err = b.store.Reschedule(b.ctx, "", "c/2", 5000, 42)
 	require.NoError(t, err)
-	require.False(t, ok)
+	require.Equal(t, NotFound, ch)
 
-	res, err := b.store.Claim(b.ctx, []ClaimRequest{
+	res, err := b.store.Claim(b.ctx, nil, []ClaimRequest{
 		{Key: "c/1", Rev: 1, HaveRev: true},
 		{Key: "c/2"},
 		{Key: "c/3", Rev: 1, HaveRev: true},
@@ -173,6 +173,23 @@ func TestClaimCancelReschedule(t *testing.T) {
 	require.Equal(t, uint32(42), r.Rev)
 	require.Equal(t, "three", string(r.Payload))
 	require.Equal(t, "one", string(res[3].Record[len(res[3].Record)-3:]))
+
+	// c/1 is claimed now: cancelling or rescheduling says so, and settle
+	// clears the mark.
+	ch, err = b.store.Reschedule(b.ctx, "", "c/1", 6000, 43)
+	require.NoError(t, err)
+	require.Equal(t, ChangedWhileRunning, ch)
+	applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Ack, Key: "c/1", Rev: 1}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, applied, "the run's revision is stale after the reschedule")
+	ch, err = b.store.Cancel(b.ctx, "c/1")
+	require.NoError(t, err)
+	require.Equal(t, Changed, ch, "the claim mark was cleared by settle")
+	_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "c/3"}})
+	require.NoError(t, err)
+	ch, err = b.store.Cancel(b.ctx, "c/3")
+	require.NoError(t, err)
+	require.Equal(t, ChangedWhileRunning, ch)
 }
 
 func TestRangePagesThroughTies(t *testing.T) {
@@ -182,7 +199,7 @@ func TestRangePagesThroughTies(t *testing.T) {
 	for i := range 25 {
 		ws = append(ws, Write{Key: fmt.Sprintf("r/%02d", i), Due: int64(1000 + i/10*1000), Record: rec("")})
 	}
-	_, err := b.store.Write(b.ctx, ws)
+	_, err := b.store.Write(b.ctx, nil, ws)
 	require.NoError(t, err)
 	var got []string
 	cur := Cursor{}
@@ -224,7 +241,7 @@ func TestLeaseFencing(t *testing.T) {
 	for i := 1; b.store.PartitionOf(key) != 0; i++ {
 		key = fmt.Sprintf("f/%d", i)
 	}
-	_, err = b.store.Write(b.ctx, []Write{{Key: key, Due: 1, Record: rec("")}})
+	_, err = b.store.Write(b.ctx, nil, []Write{{Key: key, Due: 1, Record: rec("")}})
 	require.NoError(t, err)
 	_, err = b.store.Settle(b.ctx, []string{"B", ""}, 1, []Outcome{{Op: Ack, Key: key, Rev: 1}})
 	require.ErrorIs(t, err, ErrFenced, "B does not hold partition 0")
@@ -247,7 +264,7 @@ func TestScriptsSurviveRestart(t *testing.T) {
 	b.srv.RequireReal(t)
 	b.srv.Kill()
 	require.NoError(t, b.srv.Restart())
-	res, err := b.store.Write(b.ctx, []Write{{Key: "s/1", Due: 1, Record: rec("")}})
+	res, err := b.store.Write(b.ctx, nil, []Write{{Key: "s/1", Due: 1, Record: rec("")}})
 	require.NoError(t, err)
 	require.Equal(t, []WriteResult{Stored}, res)
 }
@@ -339,4 +356,55 @@ func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {
 	defer cancel()
 	require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
 	require.Equal(t, 2, r.Pending(), "what could not be sent is still counted")
+}
+
+// TestPollAnnounceThenInbox: a job written by a non-owner at or before the
+// owner's announced loaded-until time lands in the inbox; one due later, or
+// written by the owner, does not.
+func TestPollAnnounceThenInbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+
+	res, err := b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
+	require.NoError(t, err)
+	require.False(t, res.HavePrev, "a reset scans from the beginning")
+
+	_, err = b.store.Write(b.ctx, nil, []Write{
+		{Key: "i/early", Due: 9_000, Record: rec("")},
+		{Key: "i/late", Due: 11_000, Record: rec("")},
+	})
+	require.NoError(t, err)
+	_, err = b.store.Write(b.ctx, []string{"O"}, []Write{{Key: "i/own", Due: 5_000, Record: rec("")}})
+	require.NoError(t, err)
+	ch, err := b.store.Reschedule(b.ctx, "", "i/late", 8_000, 5)
+	require.NoError(t, err)
+	require.Equal(t, Changed, ch)
+	_, err = b.store.Cancel(b.ctx, "i/early")
+	require.NoError(t, err)
+	_, err = b.store.Write(b.ctx, nil, []Write{{Key: "i/early", Due: 7_000, Record: rec("")}})
+	require.NoError(t, err)
+
+	res, err = b.store.Poll(b.ctx, 0, "O", 20_000, time.Minute, false, 100)
+	require.NoError(t, err)
+	require.True(t, res.HavePrev)
+	require.Equal(t, int64(10_000), res.Prev)
+	// i/early twice (its cancelled first incarnation's key is pending again),
+	// i/late once (rescheduled into the window); never i/own.
+	require.Equal(t, []Entry{{"i/early", 7_000}, {"i/late", 8_000}, {"i/early", 7_000}}, res.Inbox)
+
+	res, err = b.store.Poll(b.ctx, 0, "O", 15_000, time.Minute, false, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(20_000), res.Prev)
+	require.Empty(t, res.Inbox)
+	loaded, err := b.rdb.Get(b.ctx, b.store.Keys(0).Loaded).Int64()
+	require.NoError(t, err)
+	require.Equal(t, int64(20_000), loaded, "loaded-until never moves back")
+
+	_, err = b.store.Poll(b.ctx, 0, "X", 30_000, time.Minute, false, 100)
+	require.ErrorIs(t, err, ErrFenced)
+	_, err = b.store.Claim(b.ctx, []string{"X"}, []ClaimRequest{{Key: "i/late"}})
+	require.ErrorIs(t, err, ErrFenced)
 }

@@ -3,25 +3,38 @@
 --
 -- KEYS[1]  pending ZSET
 -- KEYS[2]  jobs HASH
--- ARGV     groups of 2: job key, revision the caller holds ("" if none)
+-- KEYS[3]  lease STRING
+-- KEYS[4]  running HASH: claim markers (job key -> lease token)
+-- ARGV[1]  the caller's lease token ("" skips the fencing check)
+-- ARGV[2..] groups of 2: job key, revision the caller holds ("" if none)
 --
 -- Returns an array with one entry per job, in order:
 --   false            the job is gone (done, cancelled or dead)
 --   {score, 1}       still pending at score; the caller's revision is current
 --   {score, record}  still pending at score; here is the current record
 -- The caller runs a job only when score is the due time it fired for;
--- otherwise the job was rescheduled and is armed again at score.
+-- otherwise the job was rescheduled and is armed again at score. A job
+-- returned as pending is marked running until settle.lua (op "a", "r", "d"
+-- or "u") clears the mark; Cancel reports a marked job as running.
+-- Fails with "WHEELQ_FENCED" when the caller does not hold the lease, so a
+-- process that lost its partition never starts one of its jobs.
+if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
+end
 local out = {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local key, rev = ARGV[i], ARGV[i + 1]
   local score = redis.call('ZSCORE', KEYS[1], key)
   local rec = score and redis.call('HGET', KEYS[2], key)
   if not rec then
     out[#out + 1] = false
-  elseif rev ~= '' and string.sub(rec, 2, 5) == rev then
-    out[#out + 1] = {score, 1}
   else
-    out[#out + 1] = {score, rec}
+    redis.call('HSET', KEYS[4], key, ARGV[1])
+    if rev ~= '' and string.sub(rec, 2, 5) == rev then
+      out[#out + 1] = {score, 1}
+    else
+      out[#out + 1] = {score, rec}
+    end
   end
 end
 return out

@@ -3,20 +3,30 @@
 -- KEYS[1]  pending ZSET
 -- KEYS[2]  jobs HASH
 -- KEYS[3]  dead ZSET
--- ARGV[1]  job key
--- ARGV[2]  revision (4 bytes) of the dead record the caller read
--- ARGV[3]  due score (unix ms)
--- ARGV[4]  new record (attempts reset)
+-- KEYS[4]  lease STRING
+-- KEYS[5]  loaded STRING
+-- KEYS[6]  inbox LIST
+-- ARGV[1]  the caller's lease token, "" if it does not own the partition
+-- ARGV[2]  job key
+-- ARGV[3]  revision (4 bytes) of the dead record the caller read
+-- ARGV[4]  due score (unix µs)
+-- ARGV[5]  new record (attempts reset)
 --
 -- Returns 1 when requeued, 0 when the job is not dead or has changed.
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+local key = ARGV[2]
+if not redis.call('ZSCORE', KEYS[3], key) then
   return 0
 end
-local rec = redis.call('HGET', KEYS[2], ARGV[1])
-if not rec or string.sub(rec, 2, 5) ~= ARGV[2] then
+local rec = redis.call('HGET', KEYS[2], key)
+if not rec or string.sub(rec, 2, 5) ~= ARGV[3] then
   return 0
 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('HSET', KEYS[2], key, ARGV[5])
+redis.call('ZREM', KEYS[3], key)
+redis.call('ZADD', KEYS[1], ARGV[4], key)
+local loaded = tonumber(redis.call('GET', KEYS[5]) or '')
+local owner = ARGV[1] ~= '' and redis.call('GET', KEYS[4]) == ARGV[1]
+if loaded and not owner and tonumber(ARGV[4]) <= loaded then
+  redis.call('RPUSH', KEYS[6], key)
+end
 return 1

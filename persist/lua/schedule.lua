@@ -1,28 +1,41 @@
 -- schedule.lua: the write-ahead step of Schedule, for jobs of one partition.
 --
--- KEYS[1]  pending ZSET (member job key, score due in unix ms)
+-- KEYS[1]  pending ZSET (member job key, score due in unix µs)
 -- KEYS[2]  jobs HASH (field job key, value encoded record)
 -- KEYS[3]  dead ZSET
--- ARGV     groups of 4: mode ("r" reject or "p" replace), job key,
+-- KEYS[4]  lease STRING (the partition owner's token)
+-- KEYS[5]  loaded STRING: the owner's loaded-until time (unix µs)
+-- KEYS[6]  inbox LIST: job keys the owner must arm
+-- ARGV[1]  the writer's lease token, "" if it does not own the partition
+-- ARGV[2..] groups of 4: mode ("r" reject or "p" replace), job key,
 --          due score, record
+--
+-- A job due at or before the owner's loaded-until time is one the owner's
+-- poller has already scanned past; unless the writer is the owner (and
+-- arms it itself) its key is pushed to the inbox for the owner to arm.
 --
 -- Returns an array with one integer per job, in order:
 --   0  stored (the key was new)
 --   1  replaced an existing job (mode "p"; a dead job is revived)
 --  -1  rejected: the key exists (mode "r"); nothing was changed
+local loaded = tonumber(redis.call('GET', KEYS[5]) or '')
+local owner = ARGV[1] ~= '' and redis.call('GET', KEYS[4]) == ARGV[1]
 local out = {}
-for i = 1, #ARGV, 4 do
+for i = 2, #ARGV, 4 do
   local mode, key, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local res = -1
   if redis.call('HSETNX', KEYS[2], key, rec) == 1 then
     redis.call('ZADD', KEYS[1], score, key)
-    out[#out + 1] = 0
+    res = 0
   elseif mode == 'p' then
     redis.call('HSET', KEYS[2], key, rec)
     redis.call('ZADD', KEYS[1], score, key)
     redis.call('ZREM', KEYS[3], key)
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = -1
+    res = 1
   end
+  if res >= 0 and loaded and not owner and tonumber(score) <= loaded then
+    redis.call('RPUSH', KEYS[6], key)
+  end
+  out[#out + 1] = res
 end
 return out
