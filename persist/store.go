@@ -305,6 +305,9 @@ type ClaimRequest struct {
 type ClaimResult struct {
 	// Gone is true when the job is no longer pending.
 	Gone bool
+	// Busy is true when a run of the job is claimed already (the job was
+	// armed twice, or rescheduled while running): do not run it now.
+	Busy bool
 	// Due is the job's current due time (unix µs).
 	Due int64
 	// Record is the current record, or nil when the caller's is current.
@@ -349,8 +352,11 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 			return nil, err
 		}
 		out[i].Due = due
-		if rec, ok := pair[1].(string); ok {
-			out[i].Record = []byte(rec)
+		switch v := pair[1].(type) {
+		case string:
+			out[i].Record = []byte(v)
+		case int64:
+			out[i].Busy = v == 0
 		}
 	}
 	return out, nil

@@ -172,7 +172,7 @@ func TestClaimCancelReschedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(42), r.Rev)
 	require.Equal(t, "three", string(r.Payload))
-	require.Equal(t, "one", string(res[3].Record[len(res[3].Record)-3:]))
+	require.True(t, res[3].Busy, "claimed by the first request of the batch")
 
 	// c/1 is claimed now: cancelling or rescheduling says so, and settle
 	// clears the mark.
@@ -407,4 +407,24 @@ func TestPollAnnounceThenInbox(t *testing.T) {
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = b.store.Claim(b.ctx, []string{"X"}, []ClaimRequest{{Key: "i/late"}})
 	require.ErrorIs(t, err, ErrFenced)
+}
+
+func TestClaimOfClaimedJobIsBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "b/1", Due: 10, Record: rec("x")}})
+	require.NoError(t, err)
+	res, err := b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "b/1"}})
+	require.NoError(t, err)
+	require.False(t, res[0].Busy)
+	require.NotNil(t, res[0].Record)
+	res, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "b/1"}})
+	require.NoError(t, err)
+	require.True(t, res[0].Busy, "a second claim must not run it again")
+	_, err = b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Unclaim, Key: "b/1"}})
+	require.NoError(t, err)
+	res, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "b/1", Rev: 1, HaveRev: true}})
+	require.NoError(t, err)
+	require.False(t, res[0].Busy)
+	require.Nil(t, res[0].Record, "cached revision current")
 }

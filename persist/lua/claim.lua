@@ -10,6 +10,8 @@
 --
 -- Returns an array with one entry per job, in order:
 --   false            the job is gone (done, cancelled or dead)
+--   {score, 0}       still pending at score, but a run of it is claimed
+--                    already (busy): the caller must not run it now
 --   {score, 1}       still pending at score; the caller's revision is current
 --   {score, record}  still pending at score; here is the current record
 -- The caller runs a job only when score is the due time it fired for;
@@ -28,6 +30,8 @@ for i = 2, #ARGV, 2 do
   local rec = score and redis.call('HGET', KEYS[2], key)
   if not rec then
     out[#out + 1] = false
+  elseif redis.call('HEXISTS', KEYS[4], key) == 1 then
+    out[#out + 1] = {score, 0}
   else
     redis.call('HSET', KEYS[4], key, ARGV[1])
     if rev ~= '' and string.sub(rec, 2, 5) == rev then

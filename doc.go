@@ -1,0 +1,76 @@
+// Package wheelq runs delayed jobs: "cancel this unpaid order in 30
+// minutes", "remind the patient two hours before", "delete this in 24 hours
+// unless the user undoes it". It is precise, durable and fast at once:
+// jobs fire from an in-process hierarchical timing wheel within a fraction
+// of a millisecond of their due time, every job is in Redis before
+// Schedule returns, and writes are group-committed.
+//
+// # Basics
+//
+//	q, err := wheelq.New(rdb, wheelq.Config{})        // rdb: any redis.UniversalClient
+//	q.Handle("orders.cancel", wheelq.HandlerFunc(func(ctx context.Context, j *wheelq.Job) error {
+//		return cancelOrder(ctx, string(j.Payload))   // nil: done; error: retried
+//	}))
+//	q.Start(ctx)
+//	id, err := q.Schedule(ctx, "orders.cancel", []byte(orderID), wheelq.After(30*time.Minute), wheelq.ID(orderID))
+//	...
+//	q.Cancel(ctx, "orders.cancel", orderID)            // the order was paid
+//	q.Shutdown(ctx)
+//
+// # Guarantees
+//
+// Delivery is at-least-once. Schedule returns nil only after Redis
+// acknowledged the job; from then on it leaves Redis only when its handler
+// returned nil, when it was dead-lettered, or when it was cancelled. A
+// process killed at any instant loses nothing: a process that starts (or
+// takes over the dead one's partitions, after Config.LeaseTTL) runs every
+// job still pending. A run that was in progress at the crash runs again,
+// with the same Job.Attempt: handlers must be idempotent.
+//
+// A handler never starts before its job's due time (due times are stored
+// in microseconds, rounded up). A due time in the past runs at once.
+//
+// Cancel wins: after Cancel returned nil the job never starts. If a run
+// had already been claimed, Cancel returns ErrRunning: the job is deleted,
+// so it is not retried, but that run goes on.
+//
+// What survives a crash of Redis itself depends on its persistence
+// settings: with appendonly yes and appendfsync always, every acknowledged
+// job; with everysec, all but about the last second of writes. See
+// docs/operations.md.
+//
+// # Timing
+//
+// Jobs due within Config.Horizon (default 1 minute) are held in the
+// wheel, whose goroutine sleeps on Linux in ppoll(2) with a lowered timer
+// slack and fires them with a lateness of tens of microseconds; a run
+// then costs one Redis round trip (the claim) before its handler starts.
+// Jobs due later wait in Redis and are brought in by a poller every
+// Config.PollInterval (default 100ms) as they enter the horizon. A job
+// scheduled by a process that does not own its partition is armed by the
+// owner within one poll interval.
+//
+// Due times are absolute wall-clock times, stored as unix microseconds:
+// the process that runs a job compares them with its own clock, so clocks
+// of the processes of a namespace should agree within the lateness you can
+// accept (NTP keeps them within milliseconds). Within one process the
+// wheel runs on the monotonic clock.
+//
+// # Failures
+//
+// A handler's error (or panic) runs the job again after Config.Backoff
+// (exponential with jitter by default) until Job.MaxAttempts runs failed;
+// then the job moves to the dead-letter set, where DeadJobs lists it and
+// Requeue or Cancel handles it. RetryAfter and Permanent let a handler
+// choose. While Redis is unreachable, Schedule fails fast with the cause,
+// jobs already in memory still fire (unverified, from the payload cache),
+// and their outcomes are retried until Redis is back, never dropped.
+//
+// # Partitions
+//
+// Jobs are spread over Config.Partitions partitions by a hash of topic
+// and id; each partition is run by one process at a time, which holds its
+// lease in Redis. Every script that runs or settles a job checks the lease
+// (fencing), so a paused or partitioned process cannot act on a partition
+// it lost.
+package wheelq

@@ -1,0 +1,105 @@
+package wheelq
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wheelq/wheelq/persist"
+)
+
+// Errors of Schedule.
+var (
+	// ErrDuplicate is returned by Schedule when a job with the same topic
+	// and id exists (pending or dead) and Replace was not given.
+	ErrDuplicate = errors.New("wheelq: job already exists")
+	// ErrInvalidTopic is returned for an empty topic, one longer than 256
+	// bytes, or one containing '/'.
+	ErrInvalidTopic = errors.New("wheelq: invalid topic")
+	// ErrInvalidID is returned for an id longer than 512 bytes.
+	ErrInvalidID = errors.New("wheelq: invalid job id")
+	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayload.
+	ErrPayloadTooLarge = errors.New("wheelq: payload too large")
+	// ErrTooFar is returned for a due time more than Config.MaxDelay away.
+	ErrTooFar = errors.New("wheelq: due time beyond the maximum delay")
+)
+
+// Errors of Cancel, Reschedule and Requeue.
+var (
+	// ErrNotFound is returned when no such job exists (for Reschedule: no
+	// such pending job; for Requeue: no such dead job).
+	ErrNotFound = errors.New("wheelq: job not found")
+	// ErrRunning is returned by Cancel and Reschedule when the change was
+	// made but a run of the job had already been claimed (here or in
+	// another process): that run goes on, and its outcome is ignored, so a
+	// cancelled job is not retried and a rescheduled one runs again at its
+	// new time. Treat it as success plus a warning.
+	ErrRunning = errors.New("wheelq: job is running")
+)
+
+// Errors of the queue's life cycle.
+var (
+	// ErrClosed is returned by calls on a queue that is shutting down or
+	// has shut down.
+	ErrClosed = errors.New("wheelq: queue closed")
+	// ErrNoHandler is the failure recorded for a job whose topic has no
+	// handler in the process that fired it. The job is retried like any
+	// failure, so a rolling deploy does not lose it.
+	ErrNoHandler = errors.New("wheelq: no handler for topic")
+	// ErrCorrupt marks a record in Redis that cannot be decoded; such a job
+	// is dead-lettered with this reason, never run and never dropped.
+	ErrCorrupt = persist.ErrCorrupt
+	// ErrFenced is returned when this process has lost a partition's lease
+	// to another owner; it no longer runs or settles that partition's jobs.
+	ErrFenced = persist.ErrFenced
+)
+
+// RetryError is returned by a handler (through RetryAfter) to ask for the
+// next attempt after a given delay instead of the configured backoff.
+type RetryError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("wheelq: retry after %v: %v", e.Delay, e.Err)
+}
+
+// Unwrap returns the handler's error.
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter returns an error that makes the job run again after d (if it
+// has attempts left; otherwise it is dead-lettered).
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	return &RetryError{Delay: d, Err: err}
+}
+
+// PermanentError is returned by a handler (through Permanent) to give up
+// at once: the job goes to the dead-letter set whatever attempts are left.
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return "wheelq: permanent failure: " + e.Err.Error() }
+
+// Unwrap returns the handler's error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that the job is dead-lettered without retrying.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("gave up")
+	}
+	return &PermanentError{Err: err}
+}
+
+// PanicError is the failure recorded when a handler panics.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("wheelq: handler panic: %v", e.Value) }

@@ -1,0 +1,149 @@
+package wheelq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/wheelq/wheelq/persist"
+)
+
+// JobState is where a job stands.
+type JobState int
+
+// Job states.
+const (
+	// StatePending: waiting for its due time (or for a retry).
+	StatePending JobState = iota + 1
+	// StateDead: dead-lettered; see Requeue and Cancel.
+	StateDead
+)
+
+func (s JobState) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateDead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// JobInfo describes a stored job.
+type JobInfo struct {
+	Topic, ID string
+	State     JobState
+	// Due is the due time (pending) or the time it was dead-lettered.
+	Due time.Time
+	// Attempts counts the runs started so far.
+	Attempts    int
+	MaxAttempts int
+	// LastError is the error of the last failed run: for a dead job, why
+	// it died.
+	LastError string
+	Created   time.Time
+	Payload   []byte
+}
+
+func infoOf(r persist.Record, st persist.State) JobInfo {
+	state := StatePending
+	if st == persist.DeadLettered {
+		state = StateDead
+	}
+	return JobInfo{Topic: r.Topic, ID: r.ID, State: state, Due: r.Due, Attempts: r.Attempt,
+		MaxAttempts: r.MaxAttempts, LastError: r.LastError, Created: r.Created, Payload: r.Payload}
+}
+
+// Lookup returns a stored job. A done or cancelled job is ErrNotFound; a
+// record that cannot be decoded gives an error wrapping ErrCorrupt.
+func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
+	if err := validTopic(topic); err != nil {
+		return JobInfo{}, err
+	}
+	r, st, err := q.store.Get(ctx, persist.JobKey(topic, id))
+	if errors.Is(err, persist.ErrNotFound) {
+		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, persist.JobKey(topic, id))
+	}
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)
+	}
+	return infoOf(r, st), nil
+}
+
+// DeadJobs returns up to limit dead-lettered jobs, oldest death first. A
+// dead job whose record cannot be decoded is listed with its error as
+// LastError.
+func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
+	var out []JobInfo
+	for p := range q.store.Partitions() {
+		var cur persist.Cursor
+		for n := 0; !cur.Done && n < limit; {
+			es, next, err := q.store.RangeDead(ctx, p, cur, min(limit, 500))
+			if err != nil {
+				return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
+			}
+			cur = next
+			keys := make([]string, len(es))
+			for i, e := range es {
+				keys[i] = e.Key
+			}
+			recs, err := q.store.Records(ctx, p, keys)
+			if err != nil {
+				return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
+			}
+			for i, e := range es {
+				topic, id, _ := persist.SplitJobKey(e.Key)
+				info := JobInfo{Topic: topic, ID: id, State: StateDead, Due: time.UnixMicro(e.Due)}
+				if recs[i] != nil {
+					if r, err := persist.DecodeRecord(recs[i]); err == nil {
+						r.Topic, r.ID, r.Due = topic, id, info.Due
+						info = infoOf(r, persist.DeadLettered)
+					} else {
+						info.LastError = err.Error()
+					}
+				}
+				out = append(out, info)
+				n++
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b JobInfo) int { return a.Due.Compare(b.Due) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Requeue moves a dead-lettered job back to pending, due at at, with its
+// attempts reset. A job that is not dead gives ErrNotFound.
+func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	key := persist.JobKey(topic, id)
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	r, st, err := q.store.Get(ctx, key)
+	if errors.Is(err, persist.ErrNotFound) || (err == nil && st != persist.DeadLettered) {
+		return fmt.Errorf("%w: no dead job %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return fmt.Errorf("wheelq: requeue %s: %w", key, err)
+	}
+	oldRev := r.Rev
+	r.Rev, r.Attempt, r.LastError = rand.Uint32(), 0, ""
+	dueUs := ceilMicro(at)
+	p := q.store.PartitionOf(key)
+	ok, err := q.store.Requeue(ctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
+	if err != nil {
+		return fmt.Errorf("wheelq: requeue %s: %w", key, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: dead job %s changed meanwhile", ErrNotFound, key)
+	}
+	q.arm(key, dueUs, &r)
+	return nil
+}

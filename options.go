@@ -1,0 +1,215 @@
+package wheelq
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// Config configures a Queue. A zero field means the default written in its
+// comment; New rejects values that make no sense.
+type Config struct {
+	// Namespace separates independent queues on one Redis. Default
+	// "default". It may not contain '{', '}' or ':'.
+	Namespace string
+	// Partitions is the number of partitions of the namespace; every
+	// process of a namespace must use the same (Start checks). Default 16.
+	Partitions int
+	// Concurrency is the number of handlers that run at once. Default 64.
+	Concurrency int
+	// MaxAttempts is the default number of runs of a job before it is
+	// dead-lettered. Default 10.
+	MaxAttempts int
+	// Backoff returns the delay before the run after a failed run number
+	// attempt (from 1). Default: 1s doubling per attempt up to 1h, each
+	// delay scaled by a random factor in [0.75, 1.25).
+	Backoff func(attempt int, err error) time.Duration
+	// HandlerTimeout bounds one run of a handler through its context.
+	// Default 1 minute.
+	HandlerTimeout time.Duration
+	// MaxPayload is the largest payload Schedule accepts. Default 1 MiB.
+	MaxPayload int
+	// MaxDelay is the furthest ahead a job may be scheduled. Default 365
+	// days.
+	MaxDelay time.Duration
+	// Horizon is how far ahead jobs are held in memory; later ones wait in
+	// Redis until the poller brings them in. Default 1 minute.
+	Horizon time.Duration
+	// PollInterval is how often the poller advances the horizon and picks
+	// up jobs that other processes scheduled for this one. Default 100ms.
+	PollInterval time.Duration
+	// LeaseTTL is how long a partition stays with a process that stopped
+	// renewing its lease (a crash); then another process takes it over.
+	// Default 10s.
+	LeaseTTL time.Duration
+	// WriteTimeout bounds the Redis round trip of Schedule, Cancel,
+	// Reschedule and of a batch of acks. Default 5s.
+	WriteTimeout time.Duration
+	// MaxBatch is the most jobs written (or settled) in one round trip.
+	// Default 256.
+	MaxBatch int
+	// CacheSize is how many job records are kept in memory, so that a
+	// loaded job fires without reading Redis for its payload, and fires even
+	// while Redis is down. Default 100,000.
+	CacheSize int
+	// Logger receives warnings and errors. Default: none.
+	Logger *slog.Logger
+	// Clock is the source of time. Default wheel.RealClock(); tests inject
+	// a wheel.FakeClock.
+	Clock wheel.Clock
+}
+
+func (c *Config) fill() error {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	def(&c.Partitions, 16)
+	def(&c.Concurrency, 64)
+	def(&c.MaxAttempts, 10)
+	def(&c.MaxPayload, 1<<20)
+	def(&c.MaxBatch, 256)
+	def(&c.CacheSize, 100_000)
+	defd(&c.HandlerTimeout, time.Minute)
+	defd(&c.MaxDelay, 365*24*time.Hour)
+	defd(&c.Horizon, time.Minute)
+	defd(&c.PollInterval, 100*time.Millisecond)
+	defd(&c.LeaseTTL, 10*time.Second)
+	defd(&c.WriteTimeout, 5*time.Second)
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.Clock == nil {
+		c.Clock = wheel.RealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("wheelq: concurrency %d < 1", c.Concurrency)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("wheelq: max attempts %d < 1", c.MaxAttempts)
+	case c.MaxPayload < 1:
+		return fmt.Errorf("wheelq: max payload %d < 1", c.MaxPayload)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("wheelq: max batch %d < 1", c.MaxBatch)
+	case c.CacheSize < 1:
+		return fmt.Errorf("wheelq: cache size %d < 1", c.CacheSize)
+	case c.HandlerTimeout < 0 || c.WriteTimeout < 0:
+		return fmt.Errorf("wheelq: negative timeout")
+	case c.MaxDelay < time.Second || c.MaxDelay > 10*365*24*time.Hour:
+		return fmt.Errorf("wheelq: max delay %v outside [1s, 10 years]", c.MaxDelay)
+	case c.Horizon < time.Second || c.Horizon > c.MaxDelay:
+		return fmt.Errorf("wheelq: horizon %v outside [1s, max delay]", c.Horizon)
+	case c.PollInterval < time.Millisecond || 2*c.PollInterval > c.Horizon:
+		return fmt.Errorf("wheelq: poll interval %v outside [1ms, horizon/2]", c.PollInterval)
+	case c.LeaseTTL < time.Second:
+		return fmt.Errorf("wheelq: lease TTL %v < 1s", c.LeaseTTL)
+	}
+	return nil
+}
+
+// DefaultBackoff is the default Config.Backoff: 1s doubling per attempt up
+// to 1h, scaled by a random factor in [0.75, 1.25) so that jobs that failed
+// together do not retry together.
+func DefaultBackoff(attempt int, _ error) time.Duration {
+	d := time.Hour
+	if attempt < 13 {
+		d = min(time.Second<<max(attempt-1, 0), time.Hour)
+	}
+	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+}
+
+// DuplicatePolicy says what Schedule does when the job's id exists.
+type DuplicatePolicy int
+
+// Duplicate policies.
+const (
+	// Reject fails with ErrDuplicate and changes nothing (the default).
+	Reject DuplicatePolicy = iota
+	// Replace overwrites the job (payload, due time, attempts), and
+	// revives it if it was dead-lettered.
+	Replace
+)
+
+// Option configures one Schedule call. The set is sealed: only this
+// package's functions make options.
+type Option interface {
+	apply(*scheduleOpts)
+	String() string
+}
+
+type scheduleOpts struct {
+	at          time.Time
+	after       time.Duration
+	hasAt       bool
+	id          string
+	maxAttempts int
+	dup         DuplicatePolicy
+}
+
+type optionFunc struct {
+	f    func(*scheduleOpts)
+	desc string
+}
+
+func (o optionFunc) apply(s *scheduleOpts) { o.f(s) }
+func (o optionFunc) String() string        { return o.desc }
+
+// At schedules the job at t. A time in the past runs the job at once.
+func At(t time.Time) Option {
+	return optionFunc{func(s *scheduleOpts) { s.at, s.hasAt = t, true }, fmt.Sprintf("At(%v)", t)}
+}
+
+// After schedules the job d from now (the default is now).
+func After(d time.Duration) Option {
+	return optionFunc{func(s *scheduleOpts) { s.after, s.hasAt = d, false }, fmt.Sprintf("After(%v)", d)}
+}
+
+// ID gives the job an id of the caller's choosing, so that scheduling is
+// idempotent and the job can be cancelled or rescheduled by that id. By
+// default a random id is made.
+func ID(id string) Option {
+	return optionFunc{func(s *scheduleOpts) { s.id = id }, fmt.Sprintf("ID(%q)", id)}
+}
+
+// MaxAttempts overrides Config.MaxAttempts for this job.
+func MaxAttempts(n int) Option {
+	return optionFunc{func(s *scheduleOpts) { s.maxAttempts = n }, fmt.Sprintf("MaxAttempts(%d)", n)}
+}
+
+// OnDuplicate sets what happens when the job's id exists.
+func OnDuplicate(p DuplicatePolicy) Option {
+	desc := "OnDuplicate(Reject)"
+	if p == Replace {
+		desc = "OnDuplicate(Replace)"
+	}
+	return optionFunc{func(s *scheduleOpts) { s.dup = p }, desc}
+}
+
+// validTopic checks a topic.
+func validTopic(topic string) error {
+	if topic == "" || len(topic) > 256 {
+		return fmt.Errorf("%w: %q must have 1 to 256 bytes", ErrInvalidTopic, topic)
+	}
+	for i := 0; i < len(topic); i++ {
+		if topic[i] == persist.KeySep[0] {
+			return fmt.Errorf("%w: %q contains %q", ErrInvalidTopic, topic, persist.KeySep)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,754 @@
+package wheelq
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/recovery"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+const (
+	stateNew = iota
+	stateStarted
+	stateClosing
+	stateClosed
+)
+
+// maxClaim is the most fired jobs claimed in one round trip.
+const maxClaim = 1024
+
+// busyRecheck is how soon a job found already claimed is looked at again.
+const busyRecheck = 250 * time.Millisecond
+
+// Queue is a durable delayed-job queue. It is safe for concurrent use.
+// Make one with New, register handlers with Handle, Start it to run jobs,
+// and Shutdown it when done. A queue that is never started can still
+// Schedule, Cancel and Reschedule (a producer), but runs nothing.
+type Queue struct {
+	cfg     Config
+	store   *persist.Store
+	clock   wheel.Clock
+	log     *slog.Logger
+	sched   *wheel.Scheduler
+	recov   *recovery.Recoverer
+	cache   *lru.Cache[string, *persist.Record]
+	writes  *persist.Batcher[persist.Write, persist.WriteResult]
+	settles *persist.Retrier[persist.Outcome]
+	fence   []string // our token for every partition: claims and settles are always fenced
+
+	mu       sync.Mutex
+	state    int                // guarded by mu
+	handlers map[string]Handler // guarded by mu
+	closed   chan struct{}      // closed when Shutdown finished
+
+	firedMu sync.Mutex
+	firedQ  []firedJob // guarded by firedMu
+
+	firedSig     chan struct{}
+	work         chan *task
+	stopDispatch chan struct{}
+	dispatchDone chan struct{}
+	workers      sync.WaitGroup
+	hardCtx      context.Context
+	hardCancel   context.CancelFunc
+
+	running atomic.Int64
+	stats   counters
+	late    latency
+}
+
+type firedJob struct {
+	key string
+	due time.Time
+}
+
+type task struct {
+	key      string
+	part     int
+	rec      *persist.Record
+	due      time.Time
+	verified bool // claimed in Redis (false: run from the cache while Redis was down)
+}
+
+// New returns a queue on the Redis client rdb, which may be a standalone,
+// Sentinel (failover) or Cluster client. The queue never closes rdb. New
+// does no I/O; Start checks the namespace.
+func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
+	if rdb == nil {
+		return nil, errors.New("wheelq: nil redis client")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	store, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions})
+	if err != nil {
+		return nil, err
+	}
+	cache, err := lru.New[string, *persist.Record](cfg.CacheSize)
+	if err != nil {
+		return nil, err
+	}
+	var tok [12]byte
+	binary.LittleEndian.PutUint64(tok[:], rand.Uint64())
+	binary.LittleEndian.PutUint32(tok[8:], rand.Uint32())
+	q := &Queue{
+		cfg:          cfg,
+		store:        store,
+		clock:        cfg.Clock,
+		log:          cfg.Logger,
+		cache:        cache,
+		handlers:     map[string]Handler{},
+		closed:       make(chan struct{}),
+		firedSig:     make(chan struct{}, 1),
+		work:         make(chan *task),
+		stopDispatch: make(chan struct{}),
+		dispatchDone: make(chan struct{}),
+	}
+	token := base64.RawURLEncoding.EncodeToString(tok[:])
+	q.fence = make([]string, cfg.Partitions)
+	for i := range q.fence {
+		q.fence[i] = token
+	}
+	q.hardCtx, q.hardCancel = context.WithCancel(context.Background())
+	q.sched, err = wheel.NewScheduler(wheel.SchedulerConfig{
+		Clock:    cfg.Clock,
+		MaxDelay: max(2*cfg.Horizon, time.Hour),
+	}, q.onFire)
+	if err != nil {
+		return nil, err
+	}
+	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
+		Token:        token,
+		Horizon:      cfg.Horizon,
+		PollInterval: cfg.PollInterval,
+		LeaseTTL:     cfg.LeaseTTL,
+		Clock:        cfg.Clock,
+		Logger:       cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	bc := persist.BatchConfig{MaxBatch: cfg.MaxBatch, Timeout: cfg.WriteTimeout}
+	q.writes = persist.NewBatcher(bc, func(ctx context.Context, ws []persist.Write) ([]persist.WriteResult, error) {
+		return store.Write(ctx, q.recov.Tokens(), ws)
+	})
+	q.settles = persist.NewRetrier(bc, q.execSettle, func(err error, pending int) {
+		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
+	})
+	return q, nil
+}
+
+// Handle registers the handler of a topic, replacing any earlier one. It
+// may be called before or after Start.
+func (q *Queue) Handle(topic string, h Handler) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if h == nil {
+		return errors.New("wheelq: nil handler")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.handlers[topic] = h
+	return nil
+}
+
+// Start checks the namespace in Redis, takes the leases of the partitions
+// no other live process holds, reloads their pending jobs and starts
+// running them; jobs that came due while no process ran fire at once,
+// oldest first, through the same bounded pool of handlers. The reload goes
+// on in the background; see Ready. Start after Start does nothing; Start
+// after Shutdown returns ErrClosed.
+func (q *Queue) Start(ctx context.Context) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.state {
+	case stateStarted:
+		return nil
+	case stateClosing, stateClosed:
+		return ErrClosed
+	}
+	if err := q.store.Init(ctx); err != nil {
+		return fmt.Errorf("wheelq: start: %w", err)
+	}
+	q.sched.Start()
+	for range q.cfg.Concurrency {
+		q.workers.Go(q.worker)
+	}
+	go q.dispatch()
+	q.recov.Start(ctx)
+	q.state = stateStarted
+	return nil
+}
+
+// Ready is closed once the jobs of the partitions taken at Start are
+// loaded (or the queue stopped).
+func (q *Queue) Ready() <-chan struct{} { return q.recov.Ready() }
+
+// Schedule stores a job and returns its id once Redis has acknowledged the
+// write; only then is the job armed in memory. It runs at its due time
+// (given by At or After; default now) on the process that owns its
+// partition. With ID it is idempotent: an existing id is an ErrDuplicate,
+// or replaced with OnDuplicate(Replace).
+//
+// A nil error means the job is durable (as durable as the Redis
+// persistence settings make an acknowledged write; see docs/operations.md).
+// An error means it may or may not be stored (for instance when ctx ended
+// while the write was in flight); scheduling again with the same ID is
+// safe.
+func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts ...Option) (string, error) {
+	if err := validTopic(topic); err != nil {
+		return "", err
+	}
+	var o scheduleOpts
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	now := q.clock.Now()
+	due := now.Add(o.after)
+	if o.hasAt {
+		due = o.at
+	}
+	if d := due.Sub(now); d > q.cfg.MaxDelay {
+		return "", fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+	}
+	if len(payload) > q.cfg.MaxPayload {
+		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrPayloadTooLarge, len(payload), q.cfg.MaxPayload)
+	}
+	id := o.id
+	if id == "" {
+		id = newID()
+	} else if len(id) > 512 {
+		return "", fmt.Errorf("%w: %d bytes, at most 512", ErrInvalidID, len(id))
+	}
+	maxAttempts := o.maxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = q.cfg.MaxAttempts
+	}
+	if q.closing() {
+		return "", ErrClosed
+	}
+	rec := &persist.Record{
+		Topic: topic, ID: id, Rev: rand.Uint32(), MaxAttempts: maxAttempts,
+		Created: now, Payload: append([]byte(nil), payload...),
+	}
+	key := persist.JobKey(topic, id)
+	dueUs := ceilMicro(due)
+	wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	res, err := q.writes.Do(wctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace})
+	cancel()
+	if errors.Is(err, persist.ErrClosed) {
+		return "", ErrClosed
+	}
+	if err != nil {
+		return "", fmt.Errorf("wheelq: schedule %s: %w", key, err)
+	}
+	if res == persist.Duplicate {
+		return "", fmt.Errorf("%w: %s", ErrDuplicate, key)
+	}
+	q.stats.scheduled.Add(1)
+	// Announce, then scan: read LoadedUntil only now, after the write.
+	q.arm(key, dueUs, rec)
+	return id, nil
+}
+
+// arm puts a job in the wheel if this process owns its partition and the
+// job is due within what the poller has announced; otherwise the poller
+// (or the owner) will.
+func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
+	p := q.store.PartitionOf(key)
+	if dueUs > q.recov.LoadedUntil(p) {
+		return
+	}
+	if rec != nil {
+		q.cache.Add(key, rec)
+	}
+	if _, err := q.sched.Add(key, time.UnixMicro(dueUs)); err != nil && !errors.Is(err, wheel.ErrStopped) {
+		q.log.Error("wheelq: arm", "key", key, "err", err)
+	}
+}
+
+// sink is the Queue as recovery sees it.
+type sink Queue
+
+func (s *sink) Arm(p int, es []persist.Entry) {
+	q := (*Queue)(s)
+	for _, e := range es {
+		if _, err := q.sched.Add(e.Key, time.UnixMicro(e.Due)); err != nil && !errors.Is(err, wheel.ErrStopped) {
+			q.log.Error("wheelq: arm", "key", e.Key, "err", err)
+		}
+	}
+}
+
+// Release: jobs of a lost partition stay in the wheel until they fire and
+// are dropped then (the dispatcher checks ownership), which costs memory
+// for up to a horizon but no Redis traffic.
+func (s *sink) Release(int) {}
+
+// Cancel deletes a job, pending or dead-lettered. After Cancel returns nil
+// the job never starts. If a run of it had already been claimed (it is
+// starting or running, here or in another process), Cancel still deletes
+// it, so it will not be retried, and returns ErrRunning: that run goes on.
+// A job that does not exist gives ErrNotFound.
+func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	key := persist.JobKey(topic, id)
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	ch, err := q.store.Cancel(ctx, key)
+	if err != nil {
+		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
+	}
+	q.sched.Cancel(key)
+	q.cache.Remove(key)
+	switch ch {
+	case persist.NotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, key)
+	case persist.ChangedWhileRunning:
+		q.stats.cancelled.Add(1)
+		return fmt.Errorf("%w: %s", ErrRunning, key)
+	}
+	q.stats.cancelled.Add(1)
+	return nil
+}
+
+// Reschedule moves a pending job to a new due time, durably first. A job
+// that is not pending (unknown, done or dead-lettered) gives ErrNotFound;
+// one with a run in progress is moved, and ErrRunning says that run goes
+// on (it will run again at the new time).
+func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if d := due.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
+		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+	}
+	key := persist.JobKey(topic, id)
+	p := q.store.PartitionOf(key)
+	rev := rand.Uint32()
+	dueUs := ceilMicro(due)
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	ch, err := q.store.Reschedule(ctx, q.recov.Tokens()[p], key, dueUs, rev)
+	if err != nil {
+		return fmt.Errorf("wheelq: reschedule %s: %w", key, err)
+	}
+	if ch == persist.NotFound {
+		q.sched.Cancel(key)
+		return fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if old, ok := q.cache.Peek(key); ok {
+		r := *old
+		r.Rev = rev
+		q.cache.Add(key, &r)
+	}
+	if dueUs <= q.recov.LoadedUntil(p) {
+		q.arm(key, dueUs, nil)
+	} else {
+		q.sched.Cancel(key)
+	}
+	if ch == persist.ChangedWhileRunning {
+		return fmt.Errorf("%w: %s", ErrRunning, key)
+	}
+	return nil
+}
+
+func (q *Queue) closing() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state >= stateClosing
+}
+
+// onFire is the wheel's callback: it only queues, never blocks.
+func (q *Queue) onFire(batch []wheel.Fired) {
+	q.firedMu.Lock()
+	for _, f := range batch {
+		q.firedQ = append(q.firedQ, firedJob{key: f.ID, due: f.Due})
+	}
+	q.firedMu.Unlock()
+	select {
+	case q.firedSig <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch claims fired jobs in Redis and hands them to the workers.
+func (q *Queue) dispatch() {
+	defer close(q.dispatchDone)
+	defer close(q.work)
+	var retry []firedJob
+	backoff := 10 * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-q.firedSig:
+		case <-timer.C:
+		case <-q.stopDispatch:
+			return
+		}
+		for {
+			q.firedMu.Lock()
+			n := min(len(q.firedQ), maxClaim-len(retry))
+			batch := append(retry, q.firedQ[:n]...)
+			q.firedQ = q.firedQ[n:]
+			if len(q.firedQ) == 0 {
+				q.firedQ = nil // let a large backlog's array go
+			}
+			more := len(q.firedQ) > 0
+			q.firedMu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			var stopped bool
+			retry, stopped = q.claimAndRun(batch)
+			if stopped {
+				return
+			}
+			if len(retry) > 0 {
+				timer.Reset(backoff)
+				backoff = min(2*backoff, time.Second)
+				break
+			}
+			backoff = 10 * time.Millisecond
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// claimAndRun claims a batch of fired jobs and hands the claimed ones to
+// the workers. It returns the jobs to claim again later (Redis errors), and
+// whether the queue is stopping.
+func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
+	owned := batch[:0:0]
+	for _, f := range batch {
+		if q.recov.LoadedUntil(q.store.PartitionOf(f.key)) != recovery.NotOwned {
+			owned = append(owned, f)
+		}
+	}
+	if len(owned) == 0 {
+		return nil, false
+	}
+	reqs := make([]persist.ClaimRequest, len(owned))
+	cached := make([]*persist.Record, len(owned))
+	for i, f := range owned {
+		reqs[i].Key = f.key
+		if rec, ok := q.cache.Peek(f.key); ok {
+			cached[i] = rec
+			reqs[i].Rev, reqs[i].HaveRev = rec.Rev, true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
+	res, err := q.store.Claim(ctx, q.fence, reqs)
+	cancel()
+	if errors.Is(err, persist.ErrFenced) {
+		// A partition was lost; the recoverer will release it, and its jobs
+		// are dropped above on the next try.
+		return owned, false
+	}
+	if err != nil {
+		q.stats.redisErrors.Add(1)
+		q.log.Warn("wheelq: claim failed; running cached jobs unverified", "err", err, "jobs", len(owned))
+		for i, f := range owned {
+			if cached[i] == nil {
+				retry = append(retry, f)
+				continue
+			}
+			t := &task{key: f.key, part: q.store.PartitionOf(f.key), rec: cached[i], due: f.due}
+			if !q.handOff(t, nil) {
+				return nil, true
+			}
+		}
+		return retry, false
+	}
+	nowUs := q.clock.Now().UnixMicro()
+	var unclaim []persist.Outcome
+	var tasks []*task
+	for i, f := range owned {
+		r := res[i]
+		if r.Gone {
+			q.stats.skipped.Add(1)
+			q.cache.Remove(f.key)
+			continue
+		}
+		if r.Busy {
+			// Claimed already: armed twice (by Schedule and by a scan), or
+			// rescheduled while running. Look again shortly: by then the
+			// run has settled, and the job is gone or due anew.
+			q.stats.skipped.Add(1)
+			q.arm(f.key, max(r.Due, nowUs+busyRecheck.Microseconds()), nil)
+			continue
+		}
+		if r.Due != ceilMicro(f.due) && r.Due > nowUs {
+			// Rescheduled elsewhere since it was armed: arm it again.
+			unclaim = append(unclaim, persist.Outcome{Op: persist.Unclaim, Key: f.key})
+			q.arm(f.key, r.Due, nil)
+			continue
+		}
+		rec := cached[i]
+		if r.Record != nil {
+			dec, err := persist.DecodeRecord(r.Record)
+			if err != nil {
+				q.deadLetterCorrupt(f.key, r.Record, err)
+				continue
+			}
+			dec.Topic, dec.ID, _ = persist.SplitJobKey(f.key)
+			rec = &dec
+			q.cache.Add(f.key, rec)
+		}
+		tasks = append(tasks, &task{key: f.key, part: q.store.PartitionOf(f.key), rec: rec, due: time.UnixMicro(r.Due), verified: true})
+	}
+	if len(unclaim) > 0 {
+		_ = q.settles.Add(unclaim...)
+	}
+	for i, t := range tasks {
+		if !q.handOff(t, tasks[i+1:]) {
+			return nil, true
+		}
+	}
+	return nil, false
+}
+
+// handOff gives t to a worker, or, when the queue stops first, unclaims it
+// and the rest.
+func (q *Queue) handOff(t *task, rest []*task) bool {
+	select {
+	case q.work <- t:
+		return true
+	case <-q.stopDispatch:
+		var us []persist.Outcome
+		for _, t := range append([]*task{t}, rest...) {
+			if t.verified {
+				us = append(us, persist.Outcome{Op: persist.Unclaim, Key: t.key})
+			}
+		}
+		if len(us) > 0 {
+			_ = q.settles.Add(us...)
+		}
+		return false
+	}
+}
+
+// deadLetterCorrupt moves a job whose record cannot be decoded to the
+// dead-letter set, keeping the raw bytes as its payload.
+func (q *Queue) deadLetterCorrupt(key string, raw []byte, cause error) {
+	q.log.Error("wheelq: corrupt job record, dead-lettering it", "key", key, "err", cause)
+	if len(raw) < 5 {
+		q.log.Error("wheelq: record too short to fence; leaving it pending", "key", key)
+		return
+	}
+	rec := persist.Record{Rev: rand.Uint32(), LastError: fmt.Sprintf("%v: %v", ErrCorrupt, cause), Payload: raw}
+	_ = q.settles.Add(persist.Outcome{Op: persist.Dead, Key: key, Rev: binary.BigEndian.Uint32(raw[1:5]), Record: rec.Encode()})
+	q.stats.dead.Add(1)
+}
+
+func (q *Queue) worker() {
+	for t := range q.work {
+		q.run(t)
+	}
+}
+
+func (q *Queue) run(t *task) {
+	q.running.Add(1)
+	defer q.running.Add(-1)
+	start := q.clock.Now()
+	q.late.record(start.Sub(t.due))
+	q.stats.fired.Add(1)
+	attempt := t.rec.Attempt + 1
+	job := &Job{
+		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt,
+		MaxAttempts: t.rec.MaxAttempts, Due: t.due, Created: t.rec.Created, LastError: t.rec.LastError,
+	}
+	q.mu.Lock()
+	h := q.handlers[job.Topic]
+	q.mu.Unlock()
+	var err error
+	if h == nil {
+		err = fmt.Errorf("%w %q", ErrNoHandler, job.Topic)
+	} else {
+		ctx, cancel := context.WithTimeout(q.hardCtx, q.cfg.HandlerTimeout)
+		err = call(ctx, h, job)
+		cancel()
+	}
+	q.settle(t, attempt, err)
+}
+
+func call(ctx context.Context, h Handler, job *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleJob(ctx, job)
+}
+
+// settle queues the outcome of a run; the Retrier stores it, retrying
+// while Redis is down.
+func (q *Queue) settle(t *task, attempt int, err error) {
+	o := persist.Outcome{Key: t.key, Rev: t.rec.Rev}
+	var perm *PermanentError
+	var retryErr *RetryError
+	switch {
+	case err == nil:
+		o.Op = persist.Ack
+		q.cache.Remove(t.key)
+		q.stats.succeeded.Add(1)
+	case errors.As(err, &perm) || attempt >= t.rec.MaxAttempts:
+		o.Op = persist.Dead
+		rec := *t.rec
+		rec.Rev, rec.Attempt, rec.LastError = rand.Uint32(), attempt, truncate(err.Error(), 2048)
+		o.Record = rec.Encode()
+		q.cache.Remove(t.key)
+		q.stats.dead.Add(1)
+		q.log.Warn("wheelq: job dead-lettered", "key", t.key, "attempt", attempt, "err", err)
+	default:
+		delay := q.cfg.Backoff(attempt, err)
+		if errors.As(err, &retryErr) {
+			delay = retryErr.Delay
+		}
+		o.Op = persist.Retry
+		rec := *t.rec
+		rec.Rev, rec.Attempt, rec.LastError = rand.Uint32(), attempt, truncate(err.Error(), 2048)
+		o.Record = rec.Encode()
+		o.Due = ceilMicro(q.clock.Now().Add(delay))
+		q.cache.Add(t.key, &rec)
+		q.stats.retried.Add(1)
+	}
+	if aerr := q.settles.Add(o); aerr != nil {
+		// Only after a hard shutdown: the job stays pending and runs again.
+		q.log.Warn("wheelq: outcome dropped after shutdown; the job will run again", "key", t.key)
+	}
+}
+
+// execSettle stores a batch of outcomes; retries are armed once stored.
+func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
+	// Outcomes of partitions lost to another owner are dropped: that owner
+	// runs those jobs again (at-least-once).
+	kept := os[:0:0]
+	for _, o := range os {
+		if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) != recovery.NotOwned || !q.recovStarted() {
+			kept = append(kept, o)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	applied, err := q.store.Settle(ctx, q.fence, q.clock.Now().UnixMicro(), kept)
+	if err != nil {
+		q.stats.redisErrors.Add(1)
+		return err
+	}
+	for i, o := range kept {
+		if applied[i] && o.Op == persist.Retry {
+			q.arm(o.Key, o.Due, nil)
+		}
+	}
+	return nil
+}
+
+func (q *Queue) recovStarted() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state != stateNew
+}
+
+// Shutdown stops the queue gracefully: Schedule fails with ErrClosed, the
+// poller and the wheel stop, no new run starts, running handlers are
+// waited for until ctx ends (then their contexts are cancelled), their
+// outcomes are flushed to Redis, and the partition leases are released so
+// that another process takes over at once. Jobs not run stay pending in
+// Redis. It returns ctx.Err() if ctx ended first. The queue cannot be
+// started again; Shutdown after Shutdown waits for the first and returns
+// nil. The Redis client is not closed.
+func (q *Queue) Shutdown(ctx context.Context) error {
+	q.mu.Lock()
+	prev := q.state
+	if prev >= stateClosing {
+		q.mu.Unlock()
+		select {
+		case <-q.closed:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	q.state = stateClosing
+	q.mu.Unlock()
+	defer close(q.closed)
+
+	var errs []error
+	q.writes.Close()
+	q.sched.Stop()
+	if prev == stateStarted {
+		close(q.stopDispatch)
+		<-q.dispatchDone
+		done := make(chan struct{})
+		go func() { q.workers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// Hard stop: handlers are told to return; one that ignores its
+			// context finishes on its own, and its outcome is dropped (the
+			// job stays pending and runs again).
+			q.hardCancel()
+			errs = append(errs, ctx.Err())
+		}
+	}
+	if err := q.settles.Close(ctx); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	if err := q.recov.Stop(rctx); err != nil {
+		q.log.Warn("wheelq: releasing leases", "err", err)
+	}
+	cancel()
+	q.hardCancel()
+	q.mu.Lock()
+	q.state = stateClosed
+	q.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// newID returns a random 12-character URL-safe id (72 random bits).
+func newID() string {
+	var b [9]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	b[8] = byte(rand.Uint32())
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// ceilMicro returns t in unix microseconds, rounded up, so that a stored
+// due time is never before the requested one.
+func ceilMicro(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Nanosecond()%1000 != 0 {
+		us++
+	}
+	return us
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

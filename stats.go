@@ -1,0 +1,135 @@
+package wheelq
+
+import (
+	"context"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of a queue's state and counters. Counters count since
+// New, in this process.
+type Stats struct {
+	// Scheduled counts jobs stored by Schedule.
+	Scheduled uint64
+	// Fired counts runs started.
+	Fired uint64
+	// Succeeded, Retried and DeadLettered count run outcomes.
+	Succeeded, Retried, DeadLettered uint64
+	// Cancelled counts successful Cancel calls.
+	Cancelled uint64
+	// Skipped counts fired jobs that were gone when claimed (cancelled or
+	// done elsewhere).
+	Skipped uint64
+	// RedisErrors counts failed round trips of the fire and ack paths.
+	RedisErrors uint64
+
+	// InMemory is the number of jobs armed in the wheel.
+	InMemory int
+	// Running is the number of handlers running.
+	Running int
+	// UnstoredOutcomes is the number of acks, retries and dead-letterings
+	// waiting for Redis (non-zero while Redis is unreachable).
+	UnstoredOutcomes int
+	// OwnedPartitions is the number of partitions this process runs.
+	OwnedPartitions int
+
+	// Pending and Dead are the numbers of pending and dead-lettered jobs
+	// in Redis, over all partitions of the namespace.
+	Pending, Dead int64
+
+	// Lateness summarizes how late runs started after their due time.
+	Lateness Lateness
+}
+
+// Lateness summarizes run lateness (start of the handler minus due time).
+// Percentiles are accurate to about 3%.
+type Lateness struct {
+	Count         uint64
+	P50, P99, Max time.Duration
+}
+
+// Stats returns a snapshot. It reads the pending and dead counts from
+// Redis; on a Redis error it returns the in-process figures and the error.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{
+		Scheduled:        q.stats.scheduled.Load(),
+		Fired:            q.stats.fired.Load(),
+		Succeeded:        q.stats.succeeded.Load(),
+		Retried:          q.stats.retried.Load(),
+		DeadLettered:     q.stats.dead.Load(),
+		Cancelled:        q.stats.cancelled.Load(),
+		Skipped:          q.stats.skipped.Load(),
+		RedisErrors:      q.stats.redisErrors.Load(),
+		InMemory:         q.sched.Len(),
+		Running:          int(q.running.Load()),
+		UnstoredOutcomes: q.settles.Pending(),
+		OwnedPartitions:  q.recov.Owned(),
+		Lateness:         q.late.summary(),
+	}
+	var err error
+	s.Pending, s.Dead, err = q.store.Counts(ctx)
+	return s, err
+}
+
+type counters struct {
+	scheduled, fired, succeeded, retried, dead, cancelled, skipped, redisErrors atomic.Uint64
+}
+
+// latency is a log-linear histogram of durations: 32 sub-buckets per power
+// of two of microseconds.
+type latency struct {
+	mu      sync.Mutex
+	buckets [64 * 32]uint64
+	count   uint64
+	max     time.Duration
+}
+
+const subBits = 5
+
+func bucketOf(us uint64) int {
+	if us < 1<<subBits {
+		return int(us)
+	}
+	e := bits.Len64(us) - subBits - 1
+	return (e+1)<<subBits | int(us>>e)&(1<<subBits-1)
+}
+
+func bucketLow(b int) uint64 {
+	e := b >> subBits
+	if e == 0 {
+		return uint64(b)
+	}
+	return (1<<subBits | uint64(b&(1<<subBits-1))) << (e - 1)
+}
+
+func (l *latency) record(d time.Duration) {
+	us := uint64(max(d, 0) / time.Microsecond)
+	l.mu.Lock()
+	l.buckets[bucketOf(us)]++
+	l.count++
+	l.max = max(l.max, d)
+	l.mu.Unlock()
+}
+
+func (l *latency) summary() Lateness {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := Lateness{Count: l.count, Max: l.max}
+	q := func(p float64) time.Duration {
+		target := uint64(p * float64(l.count))
+		var seen uint64
+		for b, n := range l.buckets {
+			seen += n
+			if n > 0 && seen > target {
+				return time.Duration(bucketLow(b)) * time.Microsecond
+			}
+		}
+		return l.max
+	}
+	if l.count > 0 {
+		out.P50, out.P99 = q(0.50), q(0.99)
+	}
+	return out
+}
