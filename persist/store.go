@@ -171,7 +171,7 @@ func wrap(err error) error {
 	return fmt.Errorf("persist: %w", err)
 }
 
-func keys3(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead} }
+func keys3(k Keys) []string      { return []string{k.Pending, k.Jobs, k.Dead} }
 func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running} }
 func keysWrite(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
