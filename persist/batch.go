@@ -46,14 +46,15 @@ type call[T, R any] struct {
 
 // Batcher gathers concurrent requests into batches and runs each batch with
 // one call of exec (one Redis round trip), handing every caller its own
-// result. It owns one collecting goroutine and up to InFlight flushing
-// goroutines; Close stops them all.
+// result. It owns one collecting goroutine and InFlight flushing
+// goroutines; Close stops them all. While every flusher is busy, requests
+// queue up, so batches grow with the load on their own.
 type Batcher[T, R any] struct {
-	cfg  BatchConfig
-	exec func(ctx context.Context, reqs []T) ([]R, error)
-	in   chan *call[T, R]
-	sem  chan struct{}
-	pool sync.Pool
+	cfg     BatchConfig
+	exec    func(ctx context.Context, reqs []T) ([]R, error)
+	in      chan *call[T, R]
+	batches chan []*call[T, R]
+	pool    sync.Pool
 
 	mu     sync.RWMutex // guards closed against sends on in
 	closed bool
@@ -66,13 +67,20 @@ type Batcher[T, R any] struct {
 func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs []T) ([]R, error)) *Batcher[T, R] {
 	cfg.fill()
 	b := &Batcher[T, R]{
-		cfg:  cfg,
-		exec: exec,
-		in:   make(chan *call[T, R], cfg.MaxBatch*cfg.InFlight),
-		sem:  make(chan struct{}, cfg.InFlight),
-		done: make(chan struct{}),
+		cfg:     cfg,
+		exec:    exec,
+		in:      make(chan *call[T, R], cfg.MaxBatch*cfg.InFlight),
+		batches: make(chan []*call[T, R]),
+		done:    make(chan struct{}),
 	}
 	b.pool.New = func() any { return &call[T, R]{done: make(chan struct{}, 1)} }
+	for range cfg.InFlight {
+		b.wg.Go(func() {
+			for batch := range b.batches {
+				b.flush(batch)
+			}
+		})
+	}
 	go b.loop()
 	return b
 }
@@ -110,23 +118,17 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 
 func (b *Batcher[T, R]) loop() {
 	defer close(b.done)
-	batch := make([]*call[T, R], 0, b.cfg.MaxBatch)
+	defer b.wg.Wait()
+	defer close(b.batches)
 	for {
-		b.sem <- struct{}{} // wait for a free round trip
 		first, ok := <-b.in
 		if !ok {
-			<-b.sem
-			b.wg.Wait()
 			return
 		}
-		batch = append(batch[:0], first)
-		batch = b.fill(batch)
-		own := make([]*call[T, R], len(batch))
-		copy(own, batch)
-		b.wg.Go(func() {
-			defer func() { <-b.sem }()
-			b.flush(own)
-		})
+		batch := b.fill(append(make([]*call[T, R], 0, 16), first))
+		// Wait for a free flusher; meanwhile requests queue up in b.in
+		// and the next batch grows.
+		b.batches <- batch
 	}
 }
 

@@ -127,10 +127,11 @@ func (s *Store) loadScripts(ctx context.Context) error {
 }
 
 // runPartitioned sends one script call per non-empty partition in a
-// pipeline. args(p) returns the ARGV of partition p's call (nil to skip);
-// keys(p) its KEYS. It returns each partition's reply (nil where skipped).
-// A server that lost its script cache (a restart) is reloaded once.
-func (s *Store) runPartitioned(ctx context.Context, sc *redis.Script, keys func(Keys) []string, args [][]any) ([]any, error) {
+// pipeline. args[p] is the ARGV of partition p's call (nil to skip);
+// keys(p) its KEYS. extra, if set, adds more commands to the same pipeline.
+// It returns each partition's reply (nil where skipped). A server that
+// lost its script cache (a restart) is reloaded once.
+func (s *Store) runPartitioned(ctx context.Context, sc *redis.Script, keys func(Keys) []string, args [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	for try := 0; ; try++ {
 		pipe := s.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(args))
@@ -138,6 +139,9 @@ func (s *Store) runPartitioned(ctx context.Context, sc *redis.Script, keys func(
 			if a != nil {
 				cmds[p] = sc.EvalSha(ctx, pipe, keys(s.parts[p]), a...)
 			}
+		}
+		for _, f := range extra {
+			f(pipe)
 		}
 		_, err := pipe.Exec(ctx)
 		if err != nil && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -198,43 +202,117 @@ const (
 
 // Write is one job to store.
 type Write struct {
-	Key     string
-	Due     int64 // unix µs
-	Record  []byte
+	Key    string
+	Due    int64 // unix µs
+	Record []byte
+	// Replace overwrites an existing job (and revives a dead one). Without
+	// it an existing key is a Duplicate and nothing changes. A caller that
+	// knows its key is new (a random id) should set Replace: that path
+	// needs no script.
 	Replace bool
+	// Fresh says the key is new for certain (a random id): a replacing
+	// write then skips removing it from the dead set.
+	Fresh bool
 }
 
-// Write stores jobs (the write-ahead step of Schedule) in one round trip:
-// one script call per partition, pipelined. It returns one result per job.
+// Write stores jobs (the write-ahead step of Schedule) in one round trip.
+// Rejecting writes run schedule.lua, one call per partition; replacing
+// writes are plain HSET + ZADD + ZREM, with the partition's announced
+// loaded-until time and lease read in the same pipeline, after the writes.
 // tokens[p] is the caller's lease token of partition p, if it owns it (a
 // nil slice: none); a job due within the owner's loaded window, written by
-// someone else, is put in the owner's inbox.
+// someone else, is put in the owner's inbox (for plain writes, in a second
+// round trip that is needed only then).
 func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]WriteResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
+	type plain struct {
+		hset *redis.IntCmd
+	}
+	plains := make([]plain, len(ws))
+	type partState struct {
+		loaded, lease *redis.StringCmd
+	}
+	var states map[int]*partState
+	var plainWrites []int
 	for i, w := range ws {
 		p := s.PartitionOf(w.Key)
+		if w.Replace {
+			plainWrites = append(plainWrites, i)
+			continue
+		}
 		if args[p] == nil {
 			args[p] = []any{token(tokens, p)}
 		}
-		mode := "r"
-		if w.Replace {
-			mode = "p"
-		}
 		where[i] = (len(args[p]) - 1) / 4
-		args[p] = append(args[p], mode, w.Key, w.Due, w.Record)
+		args[p] = append(args[p], "r", w.Key, w.Due, w.Record)
 	}
-	replies, err := s.runPartitioned(ctx, s.schedule, keysWrite, args)
+	addPlain := func(pipe redis.Pipeliner) {
+		states = map[int]*partState{}
+		for _, i := range plainWrites {
+			w := ws[i]
+			p := s.PartitionOf(w.Key)
+			k := s.parts[p]
+			plains[i].hset = pipe.HSet(ctx, k.Jobs, w.Key, w.Record)
+			pipe.ZAdd(ctx, k.Pending, redis.Z{Score: float64(w.Due), Member: w.Key})
+			if !w.Fresh {
+				pipe.ZRem(ctx, k.Dead, w.Key)
+			}
+			if states[p] == nil {
+				states[p] = &partState{} // read after the writes: announce, then scan
+			}
+		}
+		for p, st := range states {
+			st.loaded = pipe.Get(ctx, s.parts[p].Loaded)
+			st.lease = pipe.Get(ctx, s.parts[p].Lease)
+		}
+	}
+	replies, err := s.runPartitioned(ctx, s.schedule, keysWrite, args, addPlain)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]WriteResult, len(ws))
 	for i, w := range ws {
+		if w.Replace {
+			continue
+		}
 		v, err := intAt(replies[s.PartitionOf(w.Key)], where[i])
 		if err != nil {
 			return nil, err
 		}
 		out[i] = WriteResult(v)
+	}
+	var inbox redis.Pipeliner
+	for _, i := range plainWrites {
+		w := ws[i]
+		n, err := plains[i].hset.Result()
+		if err != nil {
+			return nil, wrap(err)
+		}
+		out[i] = Replaced
+		if n == 1 {
+			out[i] = Stored
+		}
+		p := s.PartitionOf(w.Key)
+		st := states[p]
+		loaded, err := st.loaded.Int64()
+		if err != nil {
+			continue // nothing announced: the owner's next scan sees the job
+		}
+		if tok := token(tokens, p); tok != "" && st.lease.Val() == tok {
+			continue // the caller owns the partition and arms the job itself
+		}
+		if w.Due <= loaded {
+			if inbox == nil {
+				inbox = s.rdb.Pipeline()
+			}
+			inbox.RPush(ctx, s.parts[p].Inbox, w.Key)
+		}
+	}
+	if inbox != nil {
+		if _, err := inbox.Exec(ctx); err != nil {
+			return nil, wrap(err)
+		}
 	}
 	return out, nil
 }

@@ -428,3 +428,31 @@ func TestClaimOfClaimedJobIsBusy(t *testing.T) {
 	require.False(t, res[0].Busy)
 	require.Nil(t, res[0].Record, "cached revision current")
 }
+
+// TestPlainWriteUsesInbox: a replacing (plain, script-free) write by a
+// non-owner into the announced window lands in the inbox, as the scripted
+// one does; the owner's own does not.
+func TestPlainWriteUsesInbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
+	require.NoError(t, err)
+	res, err := b.store.Write(b.ctx, nil, []Write{
+		{Key: "p/in", Due: 9_000, Record: rec(""), Replace: true},
+		{Key: "p/out", Due: 11_000, Record: rec(""), Replace: true},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []WriteResult{Stored, Stored}, res)
+	res, err = b.store.Write(b.ctx, []string{"O"}, []Write{
+		{Key: "p/own", Due: 9_000, Record: rec(""), Replace: true},
+		{Key: "p/in", Due: 9_500, Record: rec("again"), Replace: true},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []WriteResult{Stored, Replaced}, res)
+	pr, err := b.store.Poll(b.ctx, 0, "O", 20_000, time.Minute, false, 100)
+	require.NoError(t, err)
+	require.Equal(t, []Entry{{"p/in", 9_500}}, pr.Inbox)
+}

@@ -20,7 +20,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,9 +36,10 @@ type workload struct {
 }
 
 type config struct {
-	n         int
-	redisAddr string
-	quick     bool
+	n          int
+	goroutines []int
+	redisAddr  string
+	quick      bool
 }
 
 var workloads = []workload{
@@ -52,6 +55,8 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 0, "override the workload's size")
 	flag.StringVar(&cfg.redisAddr, "redis", "", "use this Redis (host:port) instead of starting one")
 	flag.BoolVar(&cfg.quick, "quick", false, "smaller sizes, for a smoke test")
+	gs := flag.String("goroutines", "1,32", "throughput: the numbers of scheduling goroutines")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: wheelq-bench [flags]\n\nworkloads:\n")
 		for _, w := range workloads {
@@ -61,7 +66,27 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	for _, f := range strings.Split(*gs, ",") {
+		g, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || g < 1 {
+			fmt.Fprintf(os.Stderr, "wheelq-bench: bad -goroutines %q\n", *gs)
+			os.Exit(2)
+		}
+		cfg.goroutines = append(cfg.goroutines, g)
+	}
 
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	want := strings.Split(names, ",")
@@ -80,6 +105,8 @@ func main() {
 		ran++
 		if err := w.run(ctx, &cfg, emit); err != nil {
 			fmt.Fprintf(os.Stderr, "wheelq-bench: %s: %v\n", w.name, err)
+			stop()
+			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 	}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+func init() {
+	workloads = append(workloads,
+		workload{"throughput", "Schedule jobs/s from 1 and 32 goroutines vs raw pipelined HSET+ZADD; Redis bytes per job", runThroughput},
+		workload{"qprecision", "lateness of 20,000 jobs due over [1s, 3s] through Schedule, Redis and a real handler", runQueuePrecision},
+		workload{"burst", "100,000 jobs due at one instant: time to the last handler call and the last ack", runBurst},
+	)
+}
+
+// redisFor returns a client of a fresh redis-server (or of -redis), and a
+// cleanup. A server it started itself is flushed between runs; a given one
+// never is (each run uses its own namespace).
+type benchRedis struct {
+	rdb   *redis.Client
+	srv   *redistest.Server
+	owned bool
+}
+
+func newBenchRedis(cfg *config) (*benchRedis, error) {
+	if cfg.redisAddr != "" {
+		return &benchRedis{rdb: redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 64})}, nil
+	}
+	srv, err := redistest.StartServer(redistest.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("start redis-server (or pass -redis): %w", err)
+	}
+	return &benchRedis{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64}), srv: srv, owned: true}, nil
+}
+
+func (b *benchRedis) close() {
+	b.rdb.Close()
+	if b.srv != nil {
+		b.srv.Close()
+	}
+}
+
+func (b *benchRedis) reset(ctx context.Context) error {
+	if b.owned {
+		return b.rdb.FlushAll(ctx).Err()
+	}
+	return nil
+}
+
+func (b *benchRedis) usedMemory(ctx context.Context) (int64, error) {
+	info, err := b.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no used_memory in INFO")
+}
+
+// usedCPU returns the server's user+system CPU seconds.
+func (b *benchRedis) usedCPU(ctx context.Context) (float64, error) {
+	info, err := b.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return total, nil
+}
+
+func namespace(name string) string { return fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano()) }
+
+func runThroughput(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(100_000, 10_000)
+	br, err := newBenchRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	payload := make([]byte, 64)
+
+	// The raw limit: pipelined HSET+ZADD, batches of 256, one goroutine.
+	if err := br.reset(ctx); err != nil {
+		return err
+	}
+	ns := namespace("raw")
+	start := time.Now()
+	for i := 0; i < n; i += 256 {
+		pipe := br.rdb.Pipeline()
+		for j := i; j < min(i+256, n); j++ {
+			key := "t/" + strconv.Itoa(j)
+			pipe.HSet(ctx, "wq:{"+ns+"}:jobs", key, payload)
+			pipe.ZAdd(ctx, "wq:{"+ns+"}:pending", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMicro()), Member: key})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	rawRate := float64(n) / time.Since(start).Seconds()
+	emit(result{"workload": "throughput", "system": "raw pipelined HSET+ZADD", "n": n, "goroutines": 1, "batch": 256, "jobs_per_s": round(rawRate)})
+
+	for _, g := range cfg.goroutines {
+		if err := br.reset(ctx); err != nil {
+			return err
+		}
+		before, err := br.usedMemory(ctx)
+		if err != nil {
+			return err
+		}
+		q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("tp")})
+		if err != nil {
+			return err
+		}
+		if err := q.Start(ctx); err != nil {
+			return err
+		}
+		<-q.Ready()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var firstErr atomic.Pointer[error]
+		cpu0, _ := br.usedCPU(ctx)
+		start := time.Now()
+		for range g {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(n) || ctx.Err() != nil {
+						return
+					}
+					if _, err := q.Schedule(ctx, "t", payload, wheelq.After(time.Hour)); err != nil {
+						firstErr.CompareAndSwap(nil, &err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		if e := firstErr.Load(); e != nil {
+			return *e
+		}
+		after, err := br.usedMemory(ctx)
+		if err != nil {
+			return err
+		}
+		cpu1, _ := br.usedCPU(ctx)
+		_ = q.Shutdown(ctx)
+		rate := float64(n) / elapsed.Seconds()
+		emit(result{"workload": "throughput", "system": "wheelq", "n": n, "goroutines": g, "payload_bytes": len(payload),
+			"jobs_per_s": round(rate), "ratio_vs_raw": round(rate/rawRate*100) / 100,
+			"redis_bytes_per_job": round(float64(after-before) / float64(n)),
+			"redis_cpu_share":     round((cpu1-cpu0)/elapsed.Seconds()*100) / 100})
+	}
+	return nil
+}
+
+func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(20_000, 2_000)
+	br, err := newBenchRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	if err := br.reset(ctx); err != nil {
+		return err
+	}
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("prec")})
+	if err != nil {
+		return err
+	}
+	lat := newLateness(n)
+	wanted := make([]time.Time, n)
+	q.Handle("p", wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+		now := time.Now()
+		i, _ := strconv.Atoi(j.ID)
+		lat.record(i, wanted[i], now)
+		return nil
+	}))
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	<-q.Ready()
+	t0 := time.Now()
+	ds := dues(t0, n, time.Second, 3*time.Second)
+	copy(wanted, ds)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			for i := g; i < n; i += 16 {
+				if _, err := q.Schedule(ctx, "p", nil, wheelq.ID(strconv.Itoa(i)), wheelq.At(ds[i])); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	scheduled := time.Since(t0)
+	waitAll(ctx, lat, t0.Add(8*time.Second))
+	_ = q.Shutdown(ctx)
+	r := lat.result("qprecision", "wheelq (Schedule + Redis + handler)", n)
+	r["schedule_errors"] = failed.Load()
+	r["all_scheduled_after_ms"] = scheduled.Milliseconds()
+	emit(r)
+	return nil
+}
+
+func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(100_000, 10_000)
+	br, err := newBenchRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	if err := br.reset(ctx); err != nil {
+		return err
+	}
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("burst")})
+	if err != nil {
+		return err
+	}
+	var handled atomic.Int64
+	var lastCall atomic.Int64
+	q.Handle("b", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		lastCall.Store(time.Now().UnixNano())
+		handled.Add(1)
+		return nil
+	}))
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	<-q.Ready()
+	due := time.Now().Add(10 * time.Second)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				_, _ = q.Schedule(ctx, "b", nil, wheelq.At(due))
+			}
+		})
+	}
+	wg.Wait()
+	if time.Now().After(due) {
+		return fmt.Errorf("scheduling %d jobs took past the due instant", n)
+	}
+	deadline := due.Add(30 * time.Second)
+	var ackedAt time.Time
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if handled.Load() >= int64(n) {
+			st, err := q.Stats(ctx)
+			if err == nil && st.Pending == 0 && st.UnstoredOutcomes == 0 {
+				ackedAt = time.Now()
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	st, _ := q.Stats(ctx)
+	_ = q.Shutdown(ctx)
+	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(),
+		"last_handler_after_due_ms": round(float64(time.Unix(0, lastCall.Load()).Sub(due)) / 1e6),
+		"lateness_p50_us":           st.Lateness.P50.Microseconds(), "lateness_p99_us": st.Lateness.P99.Microseconds()}
+	if !ackedAt.IsZero() {
+		r["all_acked_after_due_ms"] = round(float64(ackedAt.Sub(due)) / 1e6)
+	} else {
+		r["all_acked_after_due_ms"] = nil
+	}
+	emit(r)
+	return nil
+}
