@@ -128,7 +128,7 @@ func ExampleQueue_Reschedule() {
 	q, _ := wheelq.New(rdb, wheelq.Config{})
 	defer q.Shutdown(ctx)
 	// A producer need not Start the queue: it only writes jobs.
-	appointment := time.Now().UTC().Truncate(24*time.Hour).Add(10 * 24 * time.Hour)
+	appointment := time.Now().UTC().Truncate(24 * time.Hour).Add(10 * 24 * time.Hour)
 	q.Schedule(ctx, "remind", []byte("patient 42"), wheelq.ID("appt-42"), wheelq.At(appointment.Add(-2*time.Hour)))
 
 	moved := appointment.Add(24 * time.Hour)

@@ -58,6 +58,12 @@ type Queue struct {
 	firedMu sync.Mutex
 	firedQ  []firedJob // guarded by firedMu
 
+	// inflight holds the keys this process has claimed (or is claiming) and
+	// whose outcome is not yet stored: such a job must not run again here,
+	// whatever Redis says of it.
+	inflightMu sync.Mutex
+	inflight   map[string]struct{} // guarded by inflightMu
+
 	firedSig     chan struct{}
 	work         chan *task
 	stopDispatch chan struct{}
@@ -112,6 +118,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		log:          cfg.Logger,
 		cache:        cache,
 		handlers:     map[string]Handler{},
+		inflight:     map[string]struct{}{},
 		closed:       make(chan struct{}),
 		firedSig:     make(chan struct{}, 1),
 		work:         make(chan *task),
@@ -441,13 +448,30 @@ func (q *Queue) dispatch() {
 // whether the queue is stopping.
 func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 	owned := batch[:0:0]
+	nowUs := q.clock.Now().UnixMicro()
+	q.inflightMu.Lock()
 	for _, f := range batch {
-		if q.recov.LoadedUntil(q.store.PartitionOf(f.key)) != recovery.NotOwned {
-			owned = append(owned, f)
+		if q.recov.LoadedUntil(q.store.PartitionOf(f.key)) == recovery.NotOwned {
+			continue
 		}
+		if _, busy := q.inflight[f.key]; busy {
+			// Armed again while a run of it is in progress here: look
+			// again once that run has settled.
+			q.stats.skipped.Add(1)
+			defer q.arm(f.key, max(ceilMicro(f.due), nowUs+busyRecheck.Microseconds()), nil)
+			continue
+		}
+		q.inflight[f.key] = struct{}{}
+		owned = append(owned, f)
 	}
+	q.inflightMu.Unlock()
 	if len(owned) == 0 {
 		return nil, false
+	}
+	notRun := func(key string) {
+		q.inflightMu.Lock()
+		delete(q.inflight, key)
+		q.inflightMu.Unlock()
 	}
 	reqs := make([]persist.ClaimRequest, len(owned))
 	cached := make([]*persist.Record, len(owned))
@@ -464,6 +488,9 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 	if errors.Is(err, persist.ErrFenced) {
 		// A partition was lost; the recoverer will release it, and its jobs
 		// are dropped above on the next try.
+		for _, f := range owned {
+			notRun(f.key)
+		}
 		return owned, false
 	}
 	if err != nil {
@@ -471,6 +498,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 		q.log.Warn("wheelq: claim failed; running cached jobs unverified", "err", err, "jobs", len(owned))
 		for i, f := range owned {
 			if cached[i] == nil {
+				notRun(f.key)
 				retry = append(retry, f)
 				continue
 			}
@@ -481,11 +509,14 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 		}
 		return retry, false
 	}
-	nowUs := q.clock.Now().UnixMicro()
+	nowUs = q.clock.Now().UnixMicro()
 	var unclaim []persist.Outcome
 	var tasks []*task
 	for i, f := range owned {
 		r := res[i]
+		if r.Gone || r.Busy {
+			notRun(f.key)
+		}
 		if r.Gone {
 			q.stats.skipped.Add(1)
 			q.cache.Remove(f.key)
@@ -509,7 +540,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 		if r.Record != nil {
 			dec, err := persist.DecodeRecord(r.Record)
 			if err != nil {
-				q.deadLetterCorrupt(f.key, r.Record, err)
+				q.deadLetterCorrupt(f.key, r.Record, err) // leaves inflight once stored
 				continue
 			}
 			dec.Topic, dec.ID, _ = persist.SplitJobKey(f.key)
@@ -650,14 +681,20 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 			kept = append(kept, o)
 		}
 	}
-	if len(kept) == 0 {
-		return nil
+	var applied []bool
+	if len(kept) > 0 {
+		var err error
+		applied, err = q.store.Settle(ctx, q.fence, q.clock.Now().UnixMicro(), kept)
+		if err != nil {
+			q.stats.redisErrors.Add(1)
+			return err
+		}
 	}
-	applied, err := q.store.Settle(ctx, q.fence, q.clock.Now().UnixMicro(), kept)
-	if err != nil {
-		q.stats.redisErrors.Add(1)
-		return err
+	q.inflightMu.Lock()
+	for _, o := range os {
+		delete(q.inflight, o.Key)
 	}
+	q.inflightMu.Unlock()
 	for i, o := range kept {
 		if applied[i] && o.Op == persist.Retry {
 			q.arm(o.Key, o.Due, nil)

@@ -11,7 +11,10 @@
 -- Returns an array with one entry per job, in order:
 --   false            the job is gone (done, cancelled or dead)
 --   {score, 0}       still pending at score, but a run of it is claimed
---                    already (busy): the caller must not run it now
+--                    already by another owner (busy): do not run it now.
+--                    The caller's own mark is no obstacle: a claim whose
+--                    reply was lost (Redis died) is claimed again; the
+--                    caller keeps track of its own runs in progress.
 --   {score, 1}       still pending at score; the caller's revision is current
 --   {score, record}  still pending at score; here is the current record
 -- The caller runs a job only when score is the due time it fired for;
@@ -30,7 +33,7 @@ for i = 2, #ARGV, 2 do
   local rec = score and redis.call('HGET', KEYS[2], key)
   if not rec then
     out[#out + 1] = false
-  elseif redis.call('HEXISTS', KEYS[4], key) == 1 then
+  elseif (redis.call('HGET', KEYS[4], key) or ARGV[1]) ~= ARGV[1] then
     out[#out + 1] = {score, 0}
   else
     redis.call('HSET', KEYS[4], key, ARGV[1])

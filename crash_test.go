@@ -1,0 +1,270 @@
+package wheelq
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+var crashKills = flag.Int("crash.kills", 20, "SIGKILLs of the child in TestCrashKill9 (more for a soak)")
+
+const (
+	envChildRedis = "WHEELQ_CRASH_CHILD_REDIS"
+	envChildLog   = "WHEELQ_CRASH_CHILD_LOG"
+)
+
+// crashConfig is the queue configuration of the crash tests: short leases
+// so that a restarted child takes over quickly.
+func crashConfig() Config {
+	return Config{
+		Namespace: "crash", Partitions: 4, LeaseTTL: time.Second,
+		Horizon: 2 * time.Second, PollInterval: 20 * time.Millisecond,
+		Backoff: func(int, error) time.Duration { return 10 * time.Millisecond },
+	}
+}
+
+// TestCrashChild is the child process of TestCrashKill9; it does nothing
+// unless the parent set its environment. It runs the queue and appends one
+// line per handler start to the log: "id due_us start_us attempt".
+func TestCrashChild(t *testing.T) {
+	addr := os.Getenv(envChildRedis)
+	if addr == "" {
+		t.Skip("child process of TestCrashKill9")
+	}
+	f, err := os.OpenFile(os.Getenv(envChildLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	q, err := New(rdb, crashConfig())
+	require.NoError(t, err)
+	var mu sync.Mutex
+	require.NoError(t, q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error {
+		line := fmt.Sprintf("%s %d %d %d\n", j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), j.Attempt)
+		mu.Lock()
+		_, err := f.WriteString(line) // one write(2): survives SIGKILL
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // be in flight sometimes
+		return nil
+	})))
+	require.NoError(t, q.Start(context.Background()))
+	select {} // until killed
+}
+
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startChild(t *testing.T, addr, logPath string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), envChildRedis+"="+addr, envChildLog+"="+logPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(c.done) }()
+	return c
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+type fire struct {
+	dueUs, startUs int64
+	attempt        int
+}
+
+func readFires(t *testing.T, path string) map[string][]fire {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	out := map[string][]fire{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 4 {
+			continue // a line cut by a kill
+		}
+		due, _ := strconv.ParseInt(fs[1], 10, 64)
+		start, _ := strconv.ParseInt(fs[2], 10, 64)
+		att, _ := strconv.Atoi(fs[3])
+		out[fs[0]] = append(out[fs[0]], fire{due, start, att})
+	}
+	return out
+}
+
+// history is what the parent knows for sure: jobs whose Schedule returned
+// nil (with the due time asked for), and jobs whose Cancel returned nil.
+type history struct {
+	mu        sync.Mutex
+	acked     map[string]time.Time
+	cancelled map[string]bool
+}
+
+// produce schedules jobs (delays up to 1.5s) and cancels some, until stop.
+func (h *history) produce(t *testing.T, q *Queue, stop <-chan struct{}) {
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		id := fmt.Sprintf("j%06d", i)
+		due := time.Now().Add(time.Duration(rand.IntN(1500)) * time.Millisecond)
+		if _, err := q.Schedule(ctx, "c", nil, ID(id), At(due)); err == nil {
+			h.mu.Lock()
+			h.acked[id] = due
+			h.mu.Unlock()
+		}
+		if i%7 == 3 {
+			victim := fmt.Sprintf("j%06d", i-rand.IntN(3))
+			if err := q.Cancel(ctx, "c", victim); err == nil {
+				h.mu.Lock()
+				h.cancelled[victim] = true
+				h.mu.Unlock()
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// check verifies the whole history against the fire log.
+func (h *history) check(t *testing.T, fires map[string][]fire) (duplicates int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, due := range h.acked {
+		fs := fires[id]
+		if h.cancelled[id] {
+			require.Empty(t, fs, "job %s ran although its Cancel returned nil", id)
+			continue
+		}
+		require.NotEmpty(t, fs, "acknowledged job %s never ran", id)
+		for _, f := range fs {
+			require.GreaterOrEqual(t, f.startUs, due.UnixMicro(), "job %s ran early", id)
+		}
+		duplicates += len(fs) - 1
+	}
+	return duplicates
+}
+
+func waitDrained(t *testing.T, rdb redis.UniversalClient, q *Queue) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		pending, _, err := q.store.Counts(context.Background())
+		return err == nil && pending == 0
+	}, 60*time.Second, 20*time.Millisecond, "all pending jobs run")
+}
+
+// TestCrashKill9 kills the process running the queue with SIGKILL at random
+// moments and restarts it, while another process schedules and cancels
+// jobs. Every acknowledged job must run at least once, none early, and no
+// job whose Cancel returned nil may run.
+func TestCrashKill9(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	logPath := filepath.Join(t.TempDir(), "fires.log")
+	producer, err := New(rdb, crashConfig())
+	require.NoError(t, err)
+	defer producer.Shutdown(context.Background())
+
+	h := &history{acked: map[string]time.Time{}, cancelled: map[string]bool{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { h.produce(t, producer, stop) })
+
+	c := startChild(t, srv.Addr, logPath)
+	for range *crashKills {
+		time.Sleep(time.Duration(100+rand.IntN(500)) * time.Millisecond)
+		c.kill()
+		c = startChild(t, srv.Addr, logPath)
+	}
+	close(stop)
+	wg.Wait()
+	waitDrained(t, rdb, producer)
+	c.kill()
+
+	dups := h.check(t, readFires(t, logPath))
+	h.mu.Lock()
+	t.Logf("%d kills, %d jobs acknowledged, %d cancels acknowledged, %d duplicate runs (runs in flight at a kill)",
+		*crashKills, len(h.acked), len(h.cancelled), dups)
+	h.mu.Unlock()
+}
+
+// TestRedisKill9WithAOF kills Redis itself (appendonly yes, appendfsync
+// always) while jobs are scheduled and run, and restarts it from its AOF:
+// no acknowledged job is lost.
+func TestRedisKill9WithAOF(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true, Fsync: "always"})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	cfg := crashConfig()
+	cfg.WriteTimeout = 500 * time.Millisecond
+	q, err := New(rdb, cfg)
+	require.NoError(t, err)
+	defer q.Shutdown(context.Background())
+	var mu sync.Mutex
+	ran := map[string][]time.Time{}
+	require.NoError(t, q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		ran[j.ID] = append(ran[j.ID], time.Now())
+		mu.Unlock()
+		return nil
+	})))
+	require.NoError(t, q.Start(context.Background()))
+	<-q.Ready()
+
+	h := &history{acked: map[string]time.Time{}, cancelled: map[string]bool{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { h.produce(t, q, stop) })
+	for range 3 {
+		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond)
+		srv.Kill()
+		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+		require.NoError(t, srv.Restart())
+	}
+	close(stop)
+	wg.Wait()
+	waitDrained(t, rdb, q)
+
+	mu.Lock()
+	fires := map[string][]fire{}
+	for id, ts := range ran {
+		for _, ts := range ts {
+			fires[id] = append(fires[id], fire{startUs: ts.UnixMicro()})
+		}
+	}
+	mu.Unlock()
+	// A job cancelled while Redis was being killed may have run (its
+	// Cancel could not tell); only nil-returning cancels are checked.
+	dups := h.check(t, fires)
+	t.Logf("%d jobs acknowledged across 3 Redis kills, %d duplicate runs", len(h.acked), dups)
+	st, err := q.Stats(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, st.UnstoredOutcomes)
+	_ = errors.New
+}
