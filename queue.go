@@ -293,7 +293,7 @@ func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
 // sink is the Queue as recovery sees it.
 type sink Queue
 
-func (s *sink) Arm(p int, es []persist.Entry) {
+func (s *sink) Arm(es []persist.Entry) {
 	q := (*Queue)(s)
 	for _, e := range es {
 		if _, err := q.sched.Add(e.Key, time.UnixMicro(e.Due)); err != nil && !errors.Is(err, wheel.ErrStopped) {

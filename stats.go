@@ -34,6 +34,9 @@ type Stats struct {
 	UnstoredOutcomes int
 	// OwnedPartitions is the number of partitions this process runs.
 	OwnedPartitions int
+	// Armed counts jobs brought into memory by reloads, polls and inboxes
+	// (not by this process's own Schedule).
+	Armed int64
 
 	// Pending and Dead are the numbers of pending and dead-lettered jobs
 	// in Redis, over all partitions of the namespace.
@@ -66,6 +69,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Running:          int(q.running.Load()),
 		UnstoredOutcomes: q.settles.Pending(),
 		OwnedPartitions:  q.recov.Owned(),
+		Armed:            q.recov.Armed(),
 		Lateness:         q.late.summary(),
 	}
 	var err error

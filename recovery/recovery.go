@@ -18,11 +18,13 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +48,10 @@ var _ Store = (*persist.Store)(nil)
 
 // Sink is the in-memory side: the queue's wheel.
 type Sink interface {
-	// Arm puts jobs of partition p in memory at their due times (unix
-	// µs). It is idempotent by key.
-	Arm(p int, entries []persist.Entry)
+	// Arm puts jobs in memory at their due times (unix µs), in the order
+	// given (due order: overdue jobs run oldest first). It is idempotent by
+	// key.
+	Arm(entries []persist.Entry)
 	// Release tells that partition p is no longer owned: none of its jobs
 	// may start here any more.
 	Release(p int)
@@ -353,7 +356,7 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 			continue
 		}
 		if len(res.Inbox) > 0 {
-			r.sink.Arm(p, res.Inbox)
+			r.sink.Arm(res.Inbox)
 			r.armed.Add(int64(len(res.Inbox)))
 		}
 		after := int64(math.MinInt64 / 2)
@@ -367,6 +370,7 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 	}
 	for len(scans) > 0 && ctx.Err() == nil {
 		next := scans[:0]
+		var round []persist.Entry
 		for _, s := range scans {
 			es, cur, err := r.store.RangePending(ctx, s.p, s.after, s.until, s.cur, r.cfg.PageSize)
 			if err != nil {
@@ -378,14 +382,17 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 			if r.loaded[s.p].Load() == NotOwned {
 				continue
 			}
-			if len(es) > 0 {
-				r.sink.Arm(s.p, es)
-				r.armed.Add(int64(len(es)))
-			}
+			round = append(round, es...)
 			s.cur = cur
 			if !cur.Done {
 				next = append(next, s)
 			}
+		}
+		// A page of every partition, merged: the oldest go first.
+		slices.SortFunc(round, func(a, b persist.Entry) int { return cmp.Compare(a.Due, b.Due) })
+		if len(round) > 0 {
+			r.sink.Arm(round)
+			r.armed.Add(int64(len(round)))
 		}
 		scans = next
 	}

@@ -1,0 +1,97 @@
+package wheelq
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAnnounceThenScanRace races Schedule, from the owner and from a
+// process that owns nothing, against a poller that advances a short
+// horizon every 5ms: every job must run exactly once (no crash here, so no
+// duplicate is allowed), however its write interleaves with the poller's
+// announce and scan.
+func TestAnnounceThenScanRace(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Horizon: time.Second, PollInterval: 5 * time.Millisecond}
+	b := setup(t, cfg)
+	other := b.newQueue(t, cfg)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	require.NoError(t, b.q.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil
+	})))
+	const perWriter = 400
+	var wg sync.WaitGroup
+	for w, q := range []*Queue{b.q, other, b.q, other} {
+		wg.Go(func() {
+			for i := range perWriter {
+				// Due around the horizon's edge, where the race is.
+				d := time.Second + time.Duration(rand.IntN(40)-20)*time.Millisecond
+				if i%4 == 0 {
+					d = time.Duration(rand.IntN(20)) * time.Millisecond
+				}
+				_, err := q.Schedule(b.ctx, "r", nil, ID(fmt.Sprintf("%d-%d", w, i)), After(d))
+				require.NoError(t, err)
+				if i%16 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) == 4*perWriter
+	}, "every job runs")
+	time.Sleep(300 * time.Millisecond) // let a duplicate show itself
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
+	st, err := other.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.OwnedPartitions)
+}
+
+// TestReloadAfterRestart: a queue that stops (or dies) leaves its jobs in
+// Redis; a new one reloads those within the horizon at start-up, runs the
+// overdue ones at once, oldest first, and keeps later ones in Redis only.
+func TestReloadAfterRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	require.NoError(t, b.q.Shutdown(b.ctx)) // the process "died"
+	producer := b.newQueue(t, Config{})     // never started: writes only
+	for i := range 10 {
+		_, err := producer.Schedule(b.ctx, "r", nil, ID(fmt.Sprintf("due-%d", i)), At(time.Now().Add(-time.Duration(10-i)*time.Second)))
+		require.NoError(t, err)
+	}
+	_, err := producer.Schedule(b.ctx, "r", nil, ID("far"), After(2*time.Hour))
+	require.NoError(t, err)
+
+	second := b.newQueue(t, Config{Concurrency: 1})
+	r := newRuns()
+	require.NoError(t, second.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, second.Start(b.ctx))
+	var got []string
+	for range 10 {
+		got = append(got, r.next(t).ID)
+	}
+	require.Equal(t, []string{"due-0", "due-1", "due-2", "due-3", "due-4", "due-5", "due-6", "due-7", "due-8", "due-9"}, got,
+		"overdue jobs run oldest first")
+	r.none(t, 100*time.Millisecond)
+	st, err := second.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.InMemory, "the job due in 2h stays in Redis only")
+	require.Equal(t, int64(1), st.Pending)
+}
