@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -171,10 +172,22 @@ func (h *history) check(t *testing.T, fires map[string][]fire) (duplicates int) 
 
 func waitDrained(t *testing.T, rdb redis.UniversalClient, q *Queue) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	ok := assert.Eventually(t, func() bool {
 		pending, _, err := q.store.Counts(context.Background())
 		return err == nil && pending == 0
 	}, 60*time.Second, 20*time.Millisecond, "all pending jobs run")
+	if !ok {
+		ctx := context.Background()
+		for p := range q.store.Partitions() {
+			k := q.store.Keys(p)
+			pend, _ := rdb.ZRangeWithScores(ctx, k.Pending, 0, 5).Result()
+			run, _ := rdb.HGetAll(ctx, k.Running).Result()
+			t.Logf("partition %d: pending %v running %v lease %q", p, pend, run, rdb.Get(ctx, k.Lease).Val())
+		}
+		st, _ := q.Stats(ctx)
+		t.Logf("stats %+v now %d", st, time.Now().UnixMicro())
+		t.FailNow()
+	}
 }
 
 // TestCrashKill9 kills the process running the queue with SIGKILL at random

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,9 +69,17 @@ type Queue struct {
 	work         chan *task
 	stopDispatch chan struct{}
 	dispatchDone chan struct{}
-	workers      sync.WaitGroup
-	hardCtx      context.Context
-	hardCancel   context.CancelFunc
+	starterDone  chan struct{}
+
+	// held holds claimed tasks waiting in the wheel (under "/"+key) for
+	// their exact due time; startQ the keys whose time has come.
+	heldMu     sync.Mutex
+	held       map[string]*task // guarded by heldMu
+	startQ     []string         // guarded by heldMu
+	startSig   chan struct{}
+	workers    sync.WaitGroup
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
 
 	running atomic.Int64
 	stats   counters
@@ -124,6 +133,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		work:         make(chan *task),
 		stopDispatch: make(chan struct{}),
 		dispatchDone: make(chan struct{}),
+		starterDone:  make(chan struct{}),
+		held:         map[string]*task{},
+		startSig:     make(chan struct{}, 1),
 	}
 	token := base64.RawURLEncoding.EncodeToString(tok[:])
 	q.fence = make([]string, cfg.Partitions)
@@ -197,6 +209,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		q.workers.Go(q.worker)
 	}
 	go q.dispatch()
+	go q.starter()
 	q.recov.Start(ctx)
 	q.state = stateStarted
 	return nil
@@ -263,6 +276,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", ErrClosed
 	}
 	if err != nil {
+		// The write may have reached Redis with its reply lost. Arm it
+		// anyway, uncached: the claim runs it only if Redis has it.
+		q.arm(key, dueUs, nil)
 		return "", fmt.Errorf("wheelq: schedule %s: %w", key, err)
 	}
 	if res == persist.Duplicate {
@@ -285,10 +301,20 @@ func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
 	if rec != nil {
 		q.cache.Add(key, rec)
 	}
-	if _, err := q.sched.Add(key, time.UnixMicro(dueUs)); err != nil && !errors.Is(err, wheel.ErrStopped) {
+	q.armAt(key, dueUs)
+}
+
+// armAt puts key in the wheel ClaimLead before its due time, so that the
+// claim's round trip is done by then (see starter).
+func (q *Queue) armAt(key string, dueUs int64) {
+	if _, err := q.sched.Add(key, time.UnixMicro(dueUs).Add(-q.cfg.ClaimLead)); err != nil && !errors.Is(err, wheel.ErrStopped) {
 		q.log.Error("wheelq: arm", "key", key, "err", err)
 	}
 }
+
+// startPrefix marks the wheel entry that starts a claimed task; no job key
+// begins with it (topics are not empty and have no '/').
+const startPrefix = "/"
 
 // sink is the Queue as recovery sees it.
 type sink Queue
@@ -296,9 +322,7 @@ type sink Queue
 func (s *sink) Arm(es []persist.Entry) {
 	q := (*Queue)(s)
 	for _, e := range es {
-		if _, err := q.sched.Add(e.Key, time.UnixMicro(e.Due)); err != nil && !errors.Is(err, wheel.ErrStopped) {
-			q.log.Error("wheelq: arm", "key", e.Key, "err", err)
-		}
+		q.armAt(e.Key, e.Due)
 	}
 }
 
@@ -325,6 +349,13 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	}
 	q.sched.Cancel(key)
 	q.cache.Remove(key)
+	if t, ok := q.unhold(key); ok {
+		// Claimed here but not started: it never will.
+		q.unclaim(t)
+		if ch == persist.ChangedWhileRunning {
+			ch = persist.Changed
+		}
+	}
 	switch ch {
 	case persist.NotFound:
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
@@ -355,6 +386,9 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	defer cancel()
 	ch, err := q.store.Reschedule(ctx, q.recov.Tokens()[p], key, dueUs, rev)
 	if err != nil {
+		// It may have moved: be armed at the new time too; the claim
+		// re-arms it at its stored time if it did not.
+		q.arm(key, dueUs, nil)
 		return fmt.Errorf("wheelq: reschedule %s: %w", key, err)
 	}
 	if ch == persist.NotFound {
@@ -365,6 +399,12 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		r := *old
 		r.Rev = rev
 		q.cache.Add(key, &r)
+	}
+	if t, ok := q.unhold(key); ok {
+		q.unclaim(t) // claimed here but not started: it runs at the new time
+		if ch == persist.ChangedWhileRunning {
+			ch = persist.Changed
+		}
 	}
 	if dueUs <= q.recov.LoadedUntil(p) {
 		q.arm(key, dueUs, nil)
@@ -385,21 +425,28 @@ func (q *Queue) closing() bool {
 
 // onFire is the wheel's callback: it only queues, never blocks.
 func (q *Queue) onFire(batch []wheel.Fired) {
+	starts := false
 	q.firedMu.Lock()
 	for _, f := range batch {
-		q.firedQ = append(q.firedQ, firedJob{key: f.ID, due: f.Due})
+		if key, ok := strings.CutPrefix(f.ID, startPrefix); ok {
+			q.heldMu.Lock()
+			q.startQ = append(q.startQ, key)
+			q.heldMu.Unlock()
+			starts = true
+			continue
+		}
+		q.firedQ = append(q.firedQ, firedJob{key: f.ID, due: f.Due.Add(q.cfg.ClaimLead)})
 	}
 	q.firedMu.Unlock()
-	select {
-	case q.firedSig <- struct{}{}:
-	default:
+	signal(q.firedSig)
+	if starts {
+		signal(q.startSig)
 	}
 }
 
 // dispatch claims fired jobs in Redis and hands them to the workers.
 func (q *Queue) dispatch() {
 	defer close(q.dispatchDone)
-	defer close(q.work)
 	var retry []firedJob
 	backoff := 10 * time.Millisecond
 	timer := time.NewTimer(time.Hour)
@@ -502,10 +549,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 				retry = append(retry, f)
 				continue
 			}
-			t := &task{key: f.key, part: q.store.PartitionOf(f.key), rec: cached[i], due: f.due}
-			if !q.handOff(t, nil) {
-				return nil, true
-			}
+			q.hold(&task{key: f.key, part: q.store.PartitionOf(f.key), rec: cached[i], due: f.due})
 		}
 		return retry, false
 	}
@@ -552,31 +596,84 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)
 	}
-	for i, t := range tasks {
-		if !q.handOff(t, tasks[i+1:]) {
-			return nil, true
-		}
+	for _, t := range tasks {
+		q.hold(t)
 	}
 	return nil, false
 }
 
-// handOff gives t to a worker, or, when the queue stops first, unclaims it
-// and the rest.
-func (q *Queue) handOff(t *task, rest []*task) bool {
-	select {
-	case q.work <- t:
-		return true
-	case <-q.stopDispatch:
-		var us []persist.Outcome
-		for _, t := range append([]*task{t}, rest...) {
-			if t.verified {
-				us = append(us, persist.Outcome{Op: persist.Unclaim, Key: t.key})
+// hold keeps a claimed task until its exact due time, when the wheel
+// fires its start entry.
+func (q *Queue) hold(t *task) {
+	q.heldMu.Lock()
+	q.held[t.key] = t
+	q.heldMu.Unlock()
+	if _, err := q.sched.Add(startPrefix+t.key, t.due); err != nil {
+		// Stopped: the task is unclaimed at shutdown with the others.
+		q.log.Debug("wheelq: hold", "key", t.key, "err", err)
+	}
+}
+
+// unhold takes back a held task that has not started, if there is one.
+func (q *Queue) unhold(key string) (*task, bool) {
+	q.heldMu.Lock()
+	t, ok := q.held[key]
+	delete(q.held, key)
+	q.heldMu.Unlock()
+	if ok {
+		q.sched.Cancel(startPrefix + key)
+	}
+	return t, ok
+}
+
+// starter hands held tasks to the workers when their time comes. It owns
+// the work channel.
+func (q *Queue) starter() {
+	defer close(q.starterDone)
+	defer close(q.work)
+	for {
+		select {
+		case <-q.startSig:
+		case <-q.stopDispatch:
+			return
+		}
+		q.heldMu.Lock()
+		keys := q.startQ
+		q.startQ = nil
+		q.heldMu.Unlock()
+		for _, key := range keys {
+			q.heldMu.Lock()
+			t, ok := q.held[key]
+			delete(q.held, key)
+			q.heldMu.Unlock()
+			if !ok {
+				continue // cancelled or rescheduled while held
+			}
+			select {
+			case q.work <- t:
+			case <-q.stopDispatch:
+				q.unclaim(t)
+				return
 			}
 		}
-		if len(us) > 0 {
-			_ = q.settles.Add(us...)
-		}
-		return false
+	}
+}
+
+// unclaim gives back the claim of a task that will not run here.
+func (q *Queue) unclaim(t *task) {
+	if !t.verified {
+		q.inflightMu.Lock()
+		delete(q.inflight, t.key)
+		q.inflightMu.Unlock()
+		return
+	}
+	_ = q.settles.Add(persist.Outcome{Op: persist.Unclaim, Key: t.key})
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
@@ -739,6 +836,14 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	if prev == stateStarted {
 		close(q.stopDispatch)
 		<-q.dispatchDone
+		<-q.starterDone
+		q.heldMu.Lock()
+		held := q.held
+		q.held = map[string]*task{}
+		q.heldMu.Unlock()
+		for _, t := range held {
+			q.unclaim(t)
+		}
 		done := make(chan struct{})
 		go func() { q.workers.Wait(); close(done) }()
 		select {

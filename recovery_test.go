@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // TestAnnounceThenScanRace races Schedule, from the owner and from a
@@ -94,4 +98,28 @@ func TestReloadAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.InMemory, "the job due in 2h stays in Redis only")
 	require.Equal(t, int64(1), st.Pending)
+}
+
+// TestSweepArmsOrphans: a pending job that nothing armed (its arming was
+// lost: here, written behind the queue's back into the scanned window) is
+// re-armed by the sweep and runs, once.
+func TestSweepArmsOrphans(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond))
+	b.q = b.newQueue(t, Config{Clock: clk})
+	r := newRuns()
+	require.NoError(t, b.q.Handle("o", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	// An orphan: stored, due now, inside the announced window, in no inbox.
+	rec := (&persist.Record{Rev: 1, MaxAttempts: 3, Created: clk.Now()}).Encode()
+	_, err := b.q.store.Write(b.ctx, b.q.recov.Tokens(), []persist.Write{{Key: "o/orphan", Due: clk.Now().UnixMicro(), Record: rec, Replace: true}})
+	require.NoError(t, err)
+	clk.Advance(5 * time.Second)
+	r.none(t, 100*time.Millisecond)
+	clk.Advance(5*time.Second + 100*time.Millisecond) // the sweep comes due
+	require.Equal(t, "orphan", r.next(t).ID)
+	r.none(t, 100*time.Millisecond)
 }

@@ -78,6 +78,13 @@ type Config struct {
 	Clock wheel.Clock
 	// Logger receives warnings (Redis errors, lost leases). Default: none.
 	Logger *slog.Logger
+	// SweepInterval is how often the poller also re-arms jobs overdue by
+	// more than SweepAge: a safety net for a job whose arming was lost
+	// (a reply lost when Redis died between a write and its inbox push).
+	// Arming is idempotent and runs are claimed, so a sweep never runs a
+	// job twice. Default 10s; SweepAge default 5s.
+	SweepInterval time.Duration
+	SweepAge      time.Duration
 	// OnPass, if set, is called after every poller pass (a test signal).
 	OnPass func()
 }
@@ -104,6 +111,7 @@ type Recoverer struct {
 	armed   atomic.Int64              // jobs armed by reloads and polls
 	owned   atomic.Int32              // partitions owned
 	errs    atomic.Int64              // Redis errors seen
+	swept   atomic.Int64              // jobs re-armed by sweeps
 	lastErr atomic.Pointer[errString] //
 }
 
@@ -125,6 +133,12 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	}
 	if cfg.PageSize == 0 {
 		cfg.PageSize = 2000
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = 10 * time.Second
+	}
+	if cfg.SweepAge == 0 {
+		cfg.SweepAge = 5 * time.Second
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = wheel.RealClock()
@@ -229,6 +243,7 @@ func (r *Recoverer) run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, sl.Wake)
 	defer stop()
 	nextLease := r.cfg.Clock.Now().Add(r.cfg.LeaseTTL / 3)
+	nextSweep := r.cfg.Clock.Now().Add(r.cfg.SweepInterval)
 	first := true
 	for ctx.Err() == nil {
 		now := r.cfg.Clock.Now()
@@ -237,6 +252,10 @@ func (r *Recoverer) run(ctx context.Context) {
 			nextLease = now.Add(r.cfg.LeaseTTL / 3)
 		}
 		r.pass(ctx, now)
+		if !now.Before(nextSweep) {
+			r.sweep(ctx, now)
+			nextSweep = now.Add(r.cfg.SweepInterval)
+		}
 		if first {
 			first = false
 			r.readyMu.Do(func() { close(r.ready) })
@@ -397,6 +416,32 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 		scans = next
 	}
 }
+
+// sweep re-arms the oldest page of jobs of every owned partition that are
+// overdue by more than SweepAge.
+func (r *Recoverer) sweep(ctx context.Context, now time.Time) {
+	until := now.Add(-r.cfg.SweepAge).UnixMicro()
+	var all []persist.Entry
+	for p := range r.loaded {
+		if r.loaded[p].Load() == NotOwned {
+			continue
+		}
+		es, _, err := r.store.RangePending(ctx, p, math.MinInt64/2, until, persist.Cursor{}, r.cfg.PageSize)
+		if err != nil {
+			r.noteErr("sweep", err)
+			return
+		}
+		all = append(all, es...)
+	}
+	if len(all) > 0 {
+		slices.SortFunc(all, func(a, b persist.Entry) int { return cmp.Compare(a.Due, b.Due) })
+		r.sink.Arm(all)
+		r.swept.Add(int64(len(all)))
+	}
+}
+
+// Swept returns how many overdue jobs sweeps have re-armed.
+func (r *Recoverer) Swept() int64 { return r.swept.Load() }
 
 func (r *Recoverer) noteErr(what string, err error) {
 	r.errs.Add(1)
