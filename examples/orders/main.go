@@ -1,0 +1,108 @@
+// Command orders cancels an unpaid order 30 minutes after it was placed,
+// unless the payment comes first: the payment cancels the job.
+//
+//	go run ./examples/orders -scale 0.0005   # 30 minutes in under a second
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/examples/internal/exredis"
+)
+
+func main() {
+	scale := exredis.Scale()
+	flag.Parse()
+	rdb, closeRedis, err := exredis.Connect(os.Stdout)
+	if err == nil {
+		defer closeRedis()
+		err = run(context.Background(), rdb, os.Stdout, *scale)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(1)
+	}
+}
+
+// shop is the application: orders and their state.
+type shop struct {
+	mu     sync.Mutex
+	status map[string]string
+}
+
+func run(ctx context.Context, rdb redis.UniversalClient, out io.Writer, scale float64) error {
+	s := &shop{status: map[string]string{}}
+	q, err := wheelq.New(rdb, wheelq.Config{Namespace: fmt.Sprintf("orders-%d", time.Now().UnixNano())})
+	if err != nil {
+		return err
+	}
+	expired := make(chan string, 10)
+	q.Handle("order.expire", wheelq.HandlerFunc(func(ctx context.Context, j *wheelq.Job) error {
+		id := string(j.Payload)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.status[id] == "unpaid" { // idempotent: a second run changes nothing
+			s.status[id] = "cancelled"
+		}
+		expired <- id
+		return nil
+	}))
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	defer q.Shutdown(ctx)
+	<-q.Ready()
+
+	place := func(id string) error {
+		s.mu.Lock()
+		s.status[id] = "unpaid"
+		s.mu.Unlock()
+		// The order id is the job id: a retried request schedules nothing new.
+		_, err := q.Schedule(ctx, "order.expire", []byte(id), wheelq.ID(id), wheelq.After(exredis.D(30*time.Minute, scale)))
+		return err
+	}
+	pay := func(id string) error {
+		err := q.Cancel(ctx, "order.expire", id)
+		if err != nil && !errors.Is(err, wheelq.ErrNotFound) {
+			return err // ErrRunning would mean: too late, it is being cancelled
+		}
+		s.mu.Lock()
+		s.status[id] = "paid"
+		s.mu.Unlock()
+		return nil
+	}
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		if err := place(id); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "placed %s\n", id)
+	}
+	if err := pay("order-2"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "paid order-2")
+	for range 2 {
+		select {
+		case id := <-expired:
+			fmt.Fprintf(out, "30 minutes passed: %s unpaid\n", id)
+		case <-time.After(exredis.D(30*time.Minute, scale) + 10*time.Second):
+			return fmt.Errorf("expiry did not run")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		fmt.Fprintf(out, "%s: %s\n", id, s.status[id])
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+// Command undo deletes a resource 24 hours after the user asks, unless the
+// user undoes it first. The undo is a Cancel; asking twice is idempotent,
+// because the resource id is the job id.
+//
+//	go run ./examples/undo -scale 0.00001
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/examples/internal/exredis"
+)
+
+func main() {
+	scale := exredis.Scale()
+	flag.Parse()
+	rdb, closeRedis, err := exredis.Connect(os.Stdout)
+	if err == nil {
+		defer closeRedis()
+		err = run(context.Background(), rdb, os.Stdout, *scale)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "undo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, rdb redis.UniversalClient, out io.Writer, scale float64) error {
+	q, err := wheelq.New(rdb, wheelq.Config{Namespace: fmt.Sprintf("undo-%d", time.Now().UnixNano())})
+	if err != nil {
+		return err
+	}
+	deleted := make(chan string, 10)
+	q.Handle("space.delete", wheelq.HandlerFunc(func(ctx context.Context, j *wheelq.Job) error {
+		deleted <- j.ID // delete the space here; deleting twice must be harmless
+		return nil
+	}))
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	defer q.Shutdown(ctx)
+	<-q.Ready()
+
+	requestDelete := func(space string) error {
+		_, err := q.Schedule(ctx, "space.delete", nil, wheelq.ID(space), wheelq.After(exredis.D(24*time.Hour, scale)))
+		if errors.Is(err, wheelq.ErrDuplicate) {
+			fmt.Fprintf(out, "delete of %s already requested\n", space)
+			return nil
+		}
+		if err == nil {
+			fmt.Fprintf(out, "%s will be deleted in 24h\n", space)
+		}
+		return err
+	}
+	undo := func(space string) error {
+		err := q.Cancel(ctx, "space.delete", space)
+		switch {
+		case err == nil:
+			fmt.Fprintf(out, "undo: %s kept\n", space)
+		case errors.Is(err, wheelq.ErrNotFound):
+			fmt.Fprintf(out, "undo: too late for %s\n", space)
+		case errors.Is(err, wheelq.ErrRunning):
+			fmt.Fprintf(out, "undo: %s is being deleted right now\n", space)
+		default:
+			return err
+		}
+		return nil
+	}
+	for _, step := range []func() error{
+		func() error { return requestDelete("space-a") },
+		func() error { return requestDelete("space-b") },
+		func() error { return requestDelete("space-a") }, // a double click
+		func() error { return undo("space-b") },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	select {
+	case id := <-deleted:
+		fmt.Fprintf(out, "deleted %s\n", id)
+	case <-time.After(exredis.D(24*time.Hour, scale) + 10*time.Second):
+		return fmt.Errorf("delete did not run")
+	}
+	// The job leaves Redis once its success is stored, a moment later.
+	for {
+		if _, err := q.Lookup(ctx, "space.delete", "space-a"); errors.Is(err, wheelq.ErrNotFound) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return undo("space-a")
+}
