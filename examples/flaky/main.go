@@ -8,10 +8,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -21,19 +19,7 @@ import (
 	"github.com/wheelq/wheelq/examples/internal/exredis"
 )
 
-func main() {
-	scale := exredis.Scale()
-	flag.Parse()
-	rdb, closeRedis, err := exredis.Connect(os.Stdout)
-	if err == nil {
-		defer closeRedis()
-		err = run(context.Background(), rdb, os.Stdout, *scale)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "flaky:", err)
-		os.Exit(1)
-	}
-}
+func main() { exredis.Main("flaky", run) }
 
 func run(ctx context.Context, rdb redis.UniversalClient, out io.Writer, scale float64) error {
 	var up atomic.Bool

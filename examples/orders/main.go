@@ -7,10 +7,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
 
@@ -20,19 +18,7 @@ import (
 	"github.com/wheelq/wheelq/examples/internal/exredis"
 )
 
-func main() {
-	scale := exredis.Scale()
-	flag.Parse()
-	rdb, closeRedis, err := exredis.Connect(os.Stdout)
-	if err == nil {
-		defer closeRedis()
-		err = run(context.Background(), rdb, os.Stdout, *scale)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "orders:", err)
-		os.Exit(1)
-	}
-}
+func main() { exredis.Main("orders", run) }
 
 // shop is the application: orders and their state.
 type shop struct {

@@ -6,10 +6,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,19 +18,7 @@ import (
 
 var offsets = []time.Duration{24 * time.Hour, 2 * time.Hour, 15 * time.Minute}
 
-func main() {
-	scale := exredis.Scale()
-	flag.Parse()
-	rdb, closeRedis, err := exredis.Connect(os.Stdout)
-	if err == nil {
-		defer closeRedis()
-		err = run(context.Background(), rdb, os.Stdout, *scale)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reminders:", err)
-		os.Exit(1)
-	}
-}
+func main() { exredis.Main("reminders", run) }
 
 // reminderID names the reminder of a booking at an offset, so that the
 // booking's reminders can be found again to move or cancel them.

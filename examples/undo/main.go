@@ -8,10 +8,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,19 +18,7 @@ import (
 	"github.com/wheelq/wheelq/examples/internal/exredis"
 )
 
-func main() {
-	scale := exredis.Scale()
-	flag.Parse()
-	rdb, closeRedis, err := exredis.Connect(os.Stdout)
-	if err == nil {
-		defer closeRedis()
-		err = run(context.Background(), rdb, os.Stdout, *scale)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "undo:", err)
-		os.Exit(1)
-	}
-}
+func main() { exredis.Main("undo", run) }
 
 func run(ctx context.Context, rdb redis.UniversalClient, out io.Writer, scale float64) error {
 	q, err := wheelq.New(rdb, wheelq.Config{Namespace: fmt.Sprintf("undo-%d", time.Now().UnixNano())})
