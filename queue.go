@@ -268,10 +268,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	}
 	key := persist.JobKey(topic, id)
 	dueUs := ceilMicro(due)
-	wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	// A random id is new (72 bits): it takes the plain write, no script.
-	res, err := q.writes.Do(wctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || o.id == "", Fresh: o.id == ""})
-	cancel()
+	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
+	// the wait. A random id is new (72 bits): it takes the plain write.
+	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || o.id == "", Fresh: o.id == ""})
 	if errors.Is(err, persist.ErrClosed) {
 		return "", ErrClosed
 	}

@@ -46,19 +46,18 @@ type call[T, R any] struct {
 
 // Batcher gathers concurrent requests into batches and runs each batch with
 // one call of exec (one Redis round trip), handing every caller its own
-// result. It owns one collecting goroutine and InFlight flushing
-// goroutines; Close stops them all. While every flusher is busy, requests
-// queue up, so batches grow with the load on their own.
+// result. It owns InFlight flushing goroutines, each of which takes a
+// request, adds what else is queued, and runs the batch; Close stops them.
+// While every flusher is busy, requests queue up, so batches grow with the
+// load on their own.
 type Batcher[T, R any] struct {
-	cfg     BatchConfig
-	exec    func(ctx context.Context, reqs []T) ([]R, error)
-	in      chan *call[T, R]
-	batches chan []*call[T, R]
-	pool    sync.Pool
+	cfg  BatchConfig
+	exec func(ctx context.Context, reqs []T) ([]R, error)
+	in   chan *call[T, R]
+	pool sync.Pool
 
 	mu     sync.RWMutex // guards closed against sends on in
 	closed bool
-	done   chan struct{}
 	wg     sync.WaitGroup
 }
 
@@ -67,21 +66,14 @@ type Batcher[T, R any] struct {
 func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs []T) ([]R, error)) *Batcher[T, R] {
 	cfg.fill()
 	b := &Batcher[T, R]{
-		cfg:     cfg,
-		exec:    exec,
-		in:      make(chan *call[T, R], cfg.MaxBatch*cfg.InFlight),
-		batches: make(chan []*call[T, R]),
-		done:    make(chan struct{}),
+		cfg:  cfg,
+		exec: exec,
+		in:   make(chan *call[T, R], cfg.MaxBatch*cfg.InFlight),
 	}
 	b.pool.New = func() any { return &call[T, R]{done: make(chan struct{}, 1)} }
 	for range cfg.InFlight {
-		b.wg.Go(func() {
-			for batch := range b.batches {
-				b.flush(batch)
-			}
-		})
+		b.wg.Go(b.flusher)
 	}
-	go b.loop()
 	return b
 }
 
@@ -116,19 +108,16 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 	}
 }
 
-func (b *Batcher[T, R]) loop() {
-	defer close(b.done)
-	defer b.wg.Wait()
-	defer close(b.batches)
+func (b *Batcher[T, R]) flusher() {
+	batch := make([]*call[T, R], 0, b.cfg.MaxBatch)
 	for {
 		first, ok := <-b.in
 		if !ok {
 			return
 		}
-		batch := b.fill(append(make([]*call[T, R], 0, 16), first))
-		// Wait for a free flusher; meanwhile requests queue up in b.in
-		// and the next batch grows.
-		b.batches <- batch
+		batch = b.fill(append(batch[:0], first))
+		b.flush(batch)
+		clear(batch)
 	}
 }
 
@@ -194,7 +183,7 @@ func (b *Batcher[T, R]) Close() {
 		close(b.in)
 	}
 	b.mu.Unlock()
-	<-b.done
+	b.wg.Wait()
 }
 
 // Retrier is asynchronous group commit for work that must not be lost:
