@@ -130,7 +130,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		inflight:     map[string]struct{}{},
 		closed:       make(chan struct{}),
 		firedSig:     make(chan struct{}, 1),
-		work:         make(chan *task),
+		work:         make(chan *task, cfg.Concurrency),
 		stopDispatch: make(chan struct{}),
 		dispatchDone: make(chan struct{}),
 		starterDone:  make(chan struct{}),
@@ -429,9 +429,16 @@ func (q *Queue) onFire(batch []wheel.Fired) {
 	for _, f := range batch {
 		if key, ok := strings.CutPrefix(f.ID, startPrefix); ok {
 			q.heldMu.Lock()
-			q.startQ = append(q.startQ, key)
+			if t, held := q.held[key]; held {
+				select {
+				case q.work <- t: // room for it: no hop through the starter
+					delete(q.held, key)
+				default:
+					q.startQ = append(q.startQ, key)
+					starts = true
+				}
+			}
 			q.heldMu.Unlock()
-			starts = true
 			continue
 		}
 		q.firedQ = append(q.firedQ, firedJob{key: f.ID, due: f.Due.Add(q.cfg.ClaimLead)})
@@ -625,11 +632,10 @@ func (q *Queue) unhold(key string) (*task, bool) {
 	return t, ok
 }
 
-// starter hands held tasks to the workers when their time comes. It owns
-// the work channel.
+// starter hands held tasks to the workers when their time comes and the
+// work channel was full when the wheel fired them.
 func (q *Queue) starter() {
 	defer close(q.starterDone)
-	defer close(q.work)
 	for {
 		select {
 		case <-q.startSig:
@@ -690,8 +696,19 @@ func (q *Queue) deadLetterCorrupt(key string, raw []byte, cause error) {
 }
 
 func (q *Queue) worker() {
-	for t := range q.work {
-		q.run(t)
+	for {
+		// Stop first: a task still buffered at shutdown is unclaimed.
+		select {
+		case <-q.stopDispatch:
+			return
+		default:
+		}
+		select {
+		case t := <-q.work:
+			q.run(t)
+		case <-q.stopDispatch:
+			return
+		}
 	}
 }
 
@@ -842,6 +859,10 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.heldMu.Unlock()
 		for _, t := range held {
 			q.unclaim(t)
+		}
+		// The wheel is stopped: nothing sends on work any more.
+		for len(q.work) > 0 {
+			q.unclaim(<-q.work)
 		}
 		done := make(chan struct{})
 		go func() { q.workers.Wait(); close(done) }()
