@@ -1,0 +1,222 @@
+package recovery
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// fakeStore is an in-memory Store with two partitions. It records the
+// windows scanned and checks that every Poll comes after the in-memory
+// announcement.
+type fakeStore struct {
+	mu      sync.Mutex
+	t       *testing.T
+	r       *Recoverer
+	holder  map[int]string // partition -> lease token
+	loaded  map[int]int64
+	inbox   map[int][]persist.Entry
+	pending map[int][]persist.Entry // sorted by due
+	scans   [][3]int64              // partition, after, until
+	fenced  map[int]bool
+	renewOK bool
+}
+
+func newFakeStore(t *testing.T) *fakeStore {
+	return &fakeStore{t: t, holder: map[int]string{}, loaded: map[int]int64{}, inbox: map[int][]persist.Entry{},
+		pending: map[int][]persist.Entry{}, fenced: map[int]bool{}, renewOK: true}
+}
+
+func (f *fakeStore) Partitions() int { return 2 }
+
+func (f *fakeStore) LeaseAll(_ context.Context, parts []int, op persist.LeaseOp, token string, _ time.Duration) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]bool, len(parts))
+	for i, p := range parts {
+		switch op {
+		case persist.LeaseAcquire:
+			if f.holder[p] == "" {
+				f.holder[p] = token
+			}
+			out[i] = f.holder[p] == token
+		case persist.LeaseRenew:
+			out[i] = f.renewOK && f.holder[p] == token
+		case persist.LeaseRelease:
+			out[i] = f.holder[p] == token
+			if out[i] {
+				delete(f.holder, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Poll(_ context.Context, p int, tok string, loaded int64, _ time.Duration, reset bool, _ int) (persist.PollResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fenced[p] || f.holder[p] != tok {
+		return persist.PollResult{}, persist.ErrFenced
+	}
+	// Announce, then scan: the in-memory announcement came first.
+	require.GreaterOrEqual(f.t, f.r.LoadedUntil(p), loaded, "Poll before the in-memory announcement")
+	prev, had := f.loaded[p]
+	f.loaded[p] = max(prev, loaded)
+	res := persist.PollResult{Prev: prev, HavePrev: had && !reset}
+	if !reset {
+		res.Inbox, f.inbox[p] = f.inbox[p], nil
+	}
+	return res, nil
+}
+
+func (f *fakeStore) RangePending(_ context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur.Skip == 0 {
+		f.scans = append(f.scans, [3]int64{int64(p), after, until})
+	}
+	var out []persist.Entry
+	for _, e := range f.pending[p] {
+		if e.Due > after && e.Due <= until {
+			out = append(out, e)
+		}
+	}
+	out = out[min(int(cur.Skip), len(out)):]
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	cur.Skip += int64(len(out))
+	cur.Done = len(out) < limit
+	return out, cur, nil
+}
+
+type fakeSink struct {
+	mu       sync.Mutex
+	armed    []string
+	released []int
+}
+
+func (s *fakeSink) Arm(es []persist.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range es {
+		s.armed = append(s.armed, e.Key)
+	}
+}
+
+func (s *fakeSink) Release(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released = append(s.released, p)
+}
+
+func (s *fakeSink) snapshot() ([]string, []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.armed...), append([]int(nil), s.released...)
+}
+
+func setup(t *testing.T) (*Recoverer, *fakeStore, *fakeSink, *wheel.FakeClock, chan struct{}) {
+	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
+	store, sink := newFakeStore(t), &fakeSink{}
+	passes := make(chan struct{}, 100)
+	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
+		LeaseTTL: 3 * time.Second, PageSize: 2, Clock: clk, OnPass: func() { passes <- struct{}{} }})
+	require.NoError(t, err)
+	store.r = r
+	return r, store, sink, clk, passes
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(t)
+	_, err := New(store, &fakeSink{}, Config{})
+	require.Error(t, err, "empty token")
+	_, err = New(store, &fakeSink{}, Config{Token: "x", Horizon: time.Second, PollInterval: time.Second})
+	require.Error(t, err, "poll interval above half the horizon")
+}
+
+func TestReloadThenPollWindows(t *testing.T) {
+	t.Parallel()
+	r, store, sink, clk, passes := setup(t)
+	now := clk.Now()
+	us := func(d time.Duration) int64 { return now.Add(d).UnixMicro() }
+	store.pending[0] = []persist.Entry{{Key: "a/old", Due: us(-time.Hour)}, {Key: "a/soon", Due: us(30 * time.Second)}, {Key: "a/later", Due: us(90 * time.Second)}}
+	store.pending[1] = []persist.Entry{{Key: "b/old", Due: us(-2 * time.Hour)}, {Key: "b/x", Due: us(10 * time.Second)}, {Key: "b/y", Due: us(20 * time.Second)}}
+
+	r.Start(context.Background())
+	<-r.Ready()
+	<-passes
+	require.Equal(t, 2, r.Owned())
+	require.Equal(t, []string{"me", "me"}, r.Tokens())
+	armed, _ := sink.snapshot()
+	// Pages of 2, one of each partition in turn, merged by due time.
+	require.Equal(t, []string{"b/old", "a/old", "b/x", "a/soon", "b/y"}, armed)
+	require.Equal(t, us(time.Minute), r.LoadedUntil(0))
+
+	// The next pass scans (previous loaded-until, new] and arms the inbox.
+	store.mu.Lock()
+	store.inbox[1] = []persist.Entry{{Key: "b/inbox", Due: us(5 * time.Second)}}
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Minute)
+	<-passes
+	armed, _ = sink.snapshot()
+	// The pass (inbox, then the new window), then the sweep, due since the
+	// clock moved past SweepInterval: the first page of each partition's
+	// jobs overdue by more than SweepAge, merged by due time.
+	require.Equal(t, []string{"b/inbox", "a/later", "b/old", "a/old", "b/x", "a/soon"}, armed[5:])
+	store.mu.Lock()
+	var windows [][3]int64
+	for _, sc := range store.scans {
+		if sc[2] == us(2*time.Minute) {
+			windows = append(windows, sc)
+		}
+	}
+	store.mu.Unlock()
+	require.Len(t, windows, 2, "one window per partition")
+	for _, w := range windows {
+		require.Equal(t, us(time.Minute), w[1], "the window starts where the last one ended")
+	}
+	require.NoError(t, r.Stop(context.Background()))
+	require.Empty(t, store.holder, "leases released on Stop")
+}
+
+func TestFencedAndLostLeasesAreReleased(t *testing.T) {
+	t.Parallel()
+	r, store, sink, clk, passes := setup(t)
+	r.Start(context.Background())
+	<-passes
+	require.Equal(t, 2, r.Owned())
+
+	store.mu.Lock()
+	store.fenced[0] = true
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second)
+	<-passes
+	_, released := sink.snapshot()
+	require.Equal(t, []int{0}, released)
+	require.Equal(t, int64(NotOwned), r.LoadedUntil(0))
+	require.Equal(t, []string{"", "me"}, r.Tokens())
+
+	// A renewal that says no releases the partition too.
+	store.mu.Lock()
+	store.renewOK = false
+	store.holder[0] = "other"
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second) // LeaseTTL/3 has passed: renew
+	<-passes
+	_, released = sink.snapshot()
+	require.Equal(t, []int{0, 1}, released)
+	require.Zero(t, r.Owned())
+	require.NoError(t, r.Stop(context.Background()))
+	require.NoError(t, r.Stop(context.Background()), "idempotent")
+}
