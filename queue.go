@@ -81,9 +81,10 @@ type Queue struct {
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
 
-	running atomic.Int64
-	stats   counters
-	late    latency
+	isClosing atomic.Bool // set once Shutdown begins; read on the Schedule path
+	running   atomic.Int64
+	stats     counters
+	late      latency
 }
 
 type firedJob struct {
@@ -416,11 +417,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	return nil
 }
 
-func (q *Queue) closing() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.state >= stateClosing
-}
+func (q *Queue) closing() bool { return q.isClosing.Load() }
 
 // onFire is the wheel's callback: it only queues, never blocks.
 func (q *Queue) onFire(batch []wheel.Fired) {
@@ -501,23 +498,27 @@ func (q *Queue) dispatch() {
 // whether the queue is stopping.
 func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 	owned := batch[:0:0]
-	nowUs := q.clock.Now().UnixMicro()
+	var busy []firedJob
 	q.inflightMu.Lock()
 	for _, f := range batch {
 		if q.recov.LoadedUntil(q.store.PartitionOf(f.key)) == recovery.NotOwned {
 			continue
 		}
-		if _, busy := q.inflight[f.key]; busy {
-			// Armed again while a run of it is in progress here: look
-			// again once that run has settled.
-			q.stats.skipped.Add(1)
-			defer q.arm(f.key, max(ceilMicro(f.due), nowUs+busyRecheck.Microseconds()), nil)
+		if _, running := q.inflight[f.key]; running {
+			busy = append(busy, f)
 			continue
 		}
 		q.inflight[f.key] = struct{}{}
 		owned = append(owned, f)
 	}
 	q.inflightMu.Unlock()
+	nowUs := q.clock.Now().UnixMicro()
+	for _, f := range busy {
+		// Armed again while a run of it is in progress here: look again
+		// once that run has settled.
+		q.stats.skipped.Add(1)
+		q.arm(f.key, max(ceilMicro(f.due), nowUs+busyRecheck.Microseconds()), nil)
+	}
 	if len(owned) == 0 {
 		return nil, false
 	}
@@ -787,10 +788,11 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 // execSettle stores a batch of outcomes; retries are armed once stored.
 func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	// Outcomes of partitions lost to another owner are dropped: that owner
-	// runs those jobs again (at-least-once).
+	// runs those jobs again (at-least-once). Shutdown stores the outcomes
+	// before it releases the leases.
 	kept := os[:0:0]
 	for _, o := range os {
-		if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) != recovery.NotOwned || !q.recovStarted() {
+		if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) != recovery.NotOwned {
 			kept = append(kept, o)
 		}
 	}
@@ -816,12 +818,6 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	return nil
 }
 
-func (q *Queue) recovStarted() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.state != stateNew
-}
-
 // Shutdown stops the queue gracefully: Schedule fails with ErrClosed, the
 // poller and the wheel stop, no new run starts, running handlers are
 // waited for until ctx ends (then their contexts are cancelled), their
@@ -843,6 +839,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		}
 	}
 	q.state = stateClosing
+	q.isClosing.Store(true)
 	q.mu.Unlock()
 	defer close(q.closed)
 

@@ -43,6 +43,19 @@ func newBenchRedis(cfg *config) (*benchRedis, error) {
 	return &benchRedis{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64}), srv: srv, owned: true}, nil
 }
 
+// freshRedis is newBenchRedis, reset.
+func freshRedis(ctx context.Context, cfg *config) (*benchRedis, error) {
+	br, err := newBenchRedis(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := br.reset(ctx); err != nil {
+		br.close()
+		return nil, err
+	}
+	return br, nil
+}
+
 func (b *benchRedis) close() {
 	b.rdb.Close()
 	if b.srv != nil {
@@ -177,14 +190,11 @@ func runThroughput(ctx context.Context, cfg *config, emit func(result)) error {
 
 func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) error {
 	n := cfg.size(20_000, 2_000)
-	br, err := newBenchRedis(cfg)
+	br, err := freshRedis(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer br.close()
-	if err := br.reset(ctx); err != nil {
-		return err
-	}
 	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("prec")})
 	if err != nil {
 		return err
@@ -228,14 +238,11 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 
 func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 	n := cfg.size(100_000, 10_000)
-	br, err := newBenchRedis(cfg)
+	br, err := freshRedis(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer br.close()
-	if err := br.reset(ctx); err != nil {
-		return err
-	}
 	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("burst")})
 	if err != nil {
 		return err

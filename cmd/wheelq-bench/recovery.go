@@ -69,14 +69,11 @@ func heapNow() int64 {
 func runRecovery(ctx context.Context, cfg *config, emit func(result)) error {
 	n := cfg.size(1_000_000, 100_000)
 	const overdue = 1000
-	br, err := newBenchRedis(cfg)
+	br, err := freshRedis(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer br.close()
-	if err := br.reset(ctx); err != nil {
-		return err
-	}
 	ns := namespace("recovery")
 	t0 := time.Now()
 	err = fill(ctx, br, ns, n, func(i int) time.Time {
@@ -129,14 +126,11 @@ func runRecovery(ctx context.Context, cfg *config, emit func(result)) error {
 
 func runHorizon(ctx context.Context, cfg *config, emit func(result)) error {
 	n := cfg.size(1_000_000, 100_000)
-	br, err := newBenchRedis(cfg)
+	br, err := freshRedis(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer br.close()
-	if err := br.reset(ctx); err != nil {
-		return err
-	}
 	ns := namespace("horizon")
 	t0 := time.Now()
 	if err := fill(ctx, br, ns, n, func(i int) time.Time { return t0.Add(2*time.Hour + time.Duration(i)*time.Millisecond) }); err != nil {
