@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wheelq/wheelq"
@@ -22,12 +21,12 @@ func exampleRedis() (redis.UniversalClient, func()) {
 		rdb := srv.NewClient()
 		return rdb, func() { rdb.Close(); srv.Close() }
 	}
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
+	srv, err := redistest.StartMiniredis()
+	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return rdb, func() { rdb.Close(); m.Close() }
+	rdb := srv.NewClient()
+	return rdb, func() { rdb.Close(); srv.Close() }
 }
 
 // A job that cancels an unpaid order runs after a delay unless the payment

@@ -31,6 +31,11 @@ import (
 // fallback when set to a non-empty value other than "0".
 const EnvRequire = "WHEELQ_REQUIRE_REDIS"
 
+// EnvServer names the environment variable that gives the redis-server
+// binary to run (a name looked up in PATH, or a path); default
+// "redis-server".
+const EnvServer = "WHEELQ_REDIS_SERVER"
+
 // ErrNoServer is returned by StartServer when redis-server is not installed.
 var ErrNoServer = errors.New("redistest: redis-server not found in PATH")
 
@@ -55,18 +60,50 @@ type Server struct {
 	port   int
 	bin    string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd // nil when not running
-	wait chan error
-	mini *miniredis.Miniredis
+	mu       sync.Mutex
+	cmd      *exec.Cmd // nil when not running
+	wait     chan error
+	mini     *miniredis.Miniredis
+	stopTick chan struct{} // stops the miniredis clock
+	tickDone chan struct{}
+}
+
+// StartMiniredis starts an in-process miniredis whose keys expire in real
+// time (miniredis on its own expires keys only when told time passed, so
+// wheelq's leases would never lapse). The caller must Close it.
+func StartMiniredis() (*Server, error) {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: m.Addr(), mini: m, stopTick: make(chan struct{}), tickDone: make(chan struct{})}
+	go func() {
+		defer close(s.tickDone)
+		const step = 50 * time.Millisecond
+		t := time.NewTicker(step)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				m.FastForward(step)
+			case <-s.stopTick:
+				return
+			}
+		}
+	}()
+	return s, nil
 }
 
 // StartServer starts a redis-server; the caller must Close it. It fails
 // with ErrNoServer when redis-server is not installed.
 func StartServer(opts Options) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	name := os.Getenv(EnvServer)
+	if name == "" {
+		name = "redis-server"
+	}
+	bin, err := exec.LookPath(name)
 	if err != nil {
-		return nil, ErrNoServer
+		return nil, fmt.Errorf("%w (%s)", ErrNoServer, name)
 	}
 	if opts.Fsync == "" {
 		opts.Fsync = "always"
@@ -105,13 +142,12 @@ func Start(t testing.TB, opts Options) *Server {
 		if v := os.Getenv(EnvRequire); v != "" && v != "0" {
 			t.Fatalf("redistest: redis-server is required (%s=%s) but not installed", EnvRequire, v)
 		}
-		m := miniredis.NewMiniRedis()
-		if err := m.Start(); err != nil {
+		s, err = StartMiniredis()
+		if err != nil {
 			t.Fatalf("redistest: miniredis: %v", err)
 		}
 		t.Logf("redistest: *** redis-server NOT FOUND: falling back to in-process miniredis at %s; "+
-			"tests that need a real server are skipped. Install redis-server to run them. ***", m.Addr())
-		s = &Server{Addr: m.Addr(), mini: m}
+			"tests that need a real server are skipped. Install redis-server to run them. ***", s.Addr)
 	} else if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -230,6 +266,13 @@ func (s *Server) Restart() error {
 // Close kills the server and removes a temporary directory it made.
 func (s *Server) Close() {
 	if s.mini != nil {
+		s.mu.Lock()
+		if s.stopTick != nil {
+			close(s.stopTick)
+			<-s.tickDone
+			s.stopTick = nil
+		}
+		s.mu.Unlock()
 		s.mini.Close()
 		return
 	}

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq/internal/redistest"
 )
 
 // Connect returns a client and a function that closes it (and the embedded
@@ -21,27 +21,11 @@ func Connect(w io.Writer) (redis.UniversalClient, func(), error) {
 		fmt.Fprintf(w, "using Redis at %s (REDIS_ADDR)\n", addr)
 		return rdb, func() { rdb.Close() }, nil
 	}
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
+	srv, err := redistest.StartMiniredis()
+	if err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintf(w, "no REDIS_ADDR: using an embedded in-process Redis (miniredis); it keeps nothing on disk\n")
-	// miniredis expires keys (wheelq's leases) only when told time passed.
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				m.FastForward(50 * time.Millisecond)
-			case <-stop:
-				return
-			}
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return rdb, func() { close(stop); <-done; rdb.Close(); m.Close() }, nil
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	return rdb, func() { rdb.Close(); srv.Close() }, nil
 }
