@@ -94,6 +94,7 @@ func (c *Config) fill() error {
 	defd(&c.LeaseTTL, 10*time.Second)
 	defd(&c.WriteTimeout, 5*time.Second)
 	defd(&c.ClaimLead, 5*time.Millisecond)
+	c.ClaimLead = c.ClaimLead.Truncate(time.Microsecond) // due times are whole µs
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}

@@ -475,11 +475,7 @@ func (q *Queue) dispatch() {
 			if len(batch) == 0 {
 				break
 			}
-			var stopped bool
-			retry, stopped = q.claimAndRun(batch)
-			if stopped {
-				return
-			}
+			retry = q.claimAndRun(batch)
 			if len(retry) > 0 {
 				timer.Reset(backoff)
 				backoff = min(2*backoff, time.Second)
@@ -493,10 +489,9 @@ func (q *Queue) dispatch() {
 	}
 }
 
-// claimAndRun claims a batch of fired jobs and hands the claimed ones to
-// the workers. It returns the jobs to claim again later (Redis errors), and
-// whether the queue is stopping.
-func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
+// claimAndRun claims a batch of fired jobs and holds the claimed ones until
+// their due time. It returns the jobs to claim again later (Redis errors).
+func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 	owned := batch[:0:0]
 	var busy []firedJob
 	q.inflightMu.Lock()
@@ -520,7 +515,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 		q.arm(f.key, max(ceilMicro(f.due), nowUs+busyRecheck.Microseconds()), nil)
 	}
 	if len(owned) == 0 {
-		return nil, false
+		return nil
 	}
 	notRun := func(key string) {
 		q.inflightMu.Lock()
@@ -545,7 +540,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 		for _, f := range owned {
 			notRun(f.key)
 		}
-		return owned, false
+		return owned
 	}
 	if err != nil {
 		q.stats.redisErrors.Add(1)
@@ -558,7 +553,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 			}
 			q.hold(&task{key: f.key, part: q.store.PartitionOf(f.key), rec: cached[i], due: f.due})
 		}
-		return retry, false
+		return retry
 	}
 	nowUs = q.clock.Now().UnixMicro()
 	var unclaim []persist.Outcome
@@ -606,7 +601,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob, stopped bool) {
 	for _, t := range tasks {
 		q.hold(t)
 	}
-	return nil, false
+	return nil
 }
 
 // hold keeps a claimed task until its exact due time, when the wheel
