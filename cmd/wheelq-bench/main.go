@@ -38,6 +38,7 @@ type workload struct {
 type config struct {
 	n          int
 	goroutines []int
+	claimLead  time.Duration
 	redisAddr  string
 	quick      bool
 }
@@ -55,6 +56,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 0, "override the workload's size")
 	flag.StringVar(&cfg.redisAddr, "redis", "", "use this Redis (host:port) instead of starting one")
 	flag.BoolVar(&cfg.quick, "quick", false, "smaller sizes, for a smoke test")
+	flag.DurationVar(&cfg.claimLead, "claim-lead", 0, "burst: Config.ClaimLead (0: the default, 5ms)")
 	gs := flag.String("goroutines", "1,32", "throughput: the numbers of scheduling goroutines")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Usage = func() {

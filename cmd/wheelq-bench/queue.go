@@ -243,7 +243,7 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 		return err
 	}
 	defer br.close()
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("burst")})
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("burst"), ClaimLead: cfg.claimLead})
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 	st, _ := q.Stats(ctx)
 	_ = q.Shutdown(ctx)
-	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(),
+	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(), "claim_lead_ms": cfg.claimLead.Milliseconds(),
 		"last_handler_after_due_ms": round(float64(time.Unix(0, lastCall.Load()).Sub(due)) / 1e6),
 		"lateness_p50_us":           st.Lateness.P50.Microseconds(), "lateness_p99_us": st.Lateness.P99.Microseconds()}
 	if !ackedAt.IsZero() {
