@@ -61,6 +61,7 @@ type RetryError struct {
 	Err   error
 }
 
+// Error describes the requested retry.
 func (e *RetryError) Error() string {
 	return fmt.Sprintf("wheelq: retry after %v: %v", e.Delay, e.Err)
 }
@@ -83,6 +84,7 @@ type PermanentError struct {
 	Err error
 }
 
+// Error describes the permanent failure.
 func (e *PermanentError) Error() string { return "wheelq: permanent failure: " + e.Err.Error() }
 
 // Unwrap returns the handler's error.
@@ -102,4 +104,5 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error describes the panic.
 func (e *PanicError) Error() string { return fmt.Sprintf("wheelq: handler panic: %v", e.Value) }

@@ -22,6 +22,7 @@ const (
 	StateDead
 )
 
+// String returns "pending", "dead" or "unknown".
 func (s JobState) String() string {
 	switch s {
 	case StatePending:

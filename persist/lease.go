@@ -10,9 +10,9 @@ type LeaseOp string
 
 // Lease operations.
 const (
-	LeaseAcquire LeaseOp = "acquire"
-	LeaseRenew   LeaseOp = "renew"
-	LeaseRelease LeaseOp = "release"
+	LeaseAcquire LeaseOp = "acquire" // take a free lease, or renew one's own
+	LeaseRenew   LeaseOp = "renew"   // extend one's own lease
+	LeaseRelease LeaseOp = "release" // give up one's own lease
 )
 
 // Lease acquires, renews or releases partition p's lease for token. It

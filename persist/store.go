@@ -481,9 +481,9 @@ type State int8
 
 // States of a job.
 const (
-	Missing State = iota
-	Pending
-	DeadLettered
+	Missing      State = iota // not stored
+	Pending                   // in the pending set
+	DeadLettered              // in the dead-letter set
 )
 
 // Get reads a job's record and state. The record's Due is its due time
