@@ -123,3 +123,46 @@ func TestSweepArmsOrphans(t *testing.T) {
 	require.Equal(t, "orphan", r.next(t).ID)
 	r.none(t, 100*time.Millisecond)
 }
+
+// TestRedisOutageSeveralSeconds: Redis is unreachable for 3 seconds while
+// jobs come due. Jobs the owner holds without their records (scheduled by
+// another process) cannot be verified, so they wait; once Redis is back
+// every one runs, none is lost, and the lateness is reported.
+func TestRedisOutageSeveralSeconds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond})
+	r := newRuns()
+	require.NoError(t, b.q.Handle("o", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	producer := b.newQueue(t, Config{})
+	for i := range 10 {
+		_, err := producer.Schedule(b.ctx, "o", nil, ID(fmt.Sprint(i)), After(500*time.Millisecond+time.Duration(i)*50*time.Millisecond))
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool {
+		st, err := b.q.Stats(b.ctx)
+		return err == nil && st.InMemory == 10
+	}, "the owner armed them from its inbox")
+
+	srv.Kill()
+	time.Sleep(3 * time.Second) // they all come due meanwhile
+	require.Zero(t, len(r.ch), "nothing ran while Redis was down: the jobs could not be verified")
+	require.NoError(t, srv.Restart())
+	seen := map[string]bool{}
+	for range 10 {
+		seen[r.next(t).ID] = true
+	}
+	require.Len(t, seen, 10, "none lost")
+	r.none(t, 200*time.Millisecond)
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.Lateness.Max, 2*time.Second, "the outage shows in the lateness")
+	eventually(t, func() bool {
+		st, err := b.q.Stats(b.ctx)
+		return err == nil && st.Pending == 0 && st.UnstoredOutcomes == 0
+	}, "all acked")
+}
