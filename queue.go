@@ -94,7 +94,6 @@ type firedJob struct {
 
 type task struct {
 	key      string
-	part     int
 	rec      *persist.Record
 	due      time.Time
 	verified bool // claimed in Redis (false: run from the cache while Redis was down)
@@ -551,7 +550,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 				retry = append(retry, f)
 				continue
 			}
-			q.hold(&task{key: f.key, part: q.store.PartitionOf(f.key), rec: cached[i], due: f.due})
+			q.hold(&task{key: f.key, rec: cached[i], due: f.due})
 		}
 		return retry
 	}
@@ -593,7 +592,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 			rec = &dec
 			q.cache.Add(f.key, rec)
 		}
-		tasks = append(tasks, &task{key: f.key, part: q.store.PartitionOf(f.key), rec: rec, due: time.UnixMicro(r.Due), verified: true})
+		tasks = append(tasks, &task{key: f.key, rec: rec, due: time.UnixMicro(r.Due), verified: true})
 	}
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)

@@ -37,6 +37,9 @@ type Stats struct {
 	// Armed counts jobs brought into memory by reloads, polls and inboxes
 	// (not by this process's own Schedule).
 	Armed int64
+	// Swept counts overdue jobs re-armed by the poller's sweep; it stays
+	// near 0 unless armings are lost (replies lost when Redis died).
+	Swept int64
 
 	// Pending and Dead are the numbers of pending and dead-lettered jobs
 	// in Redis, over all partitions of the namespace.
@@ -70,6 +73,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		UnstoredOutcomes: q.settles.Pending(),
 		OwnedPartitions:  q.recov.Owned(),
 		Armed:            q.recov.Armed(),
+		Swept:            q.recov.Swept(),
 		Lateness:         q.late.summary(),
 	}
 	var err error

@@ -99,6 +99,15 @@ func (s *Store) Keys(p int) Keys { return s.parts[p] }
 // PartitionOf returns the partition of a job key.
 func (s *Store) PartitionOf(key string) int { return partitionOf(key, len(s.parts)) }
 
+// partitionsOf hashes the n keys of a batch once.
+func (s *Store) partitionsOf(n int, key func(int) string) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = s.PartitionOf(key(i))
+	}
+	return out
+}
+
 // Init checks (or, on first use, records) the namespace's partition count,
 // and loads the scripts so that pipelines can use EVALSHA.
 func (s *Store) Init(ctx context.Context) error {
@@ -226,6 +235,7 @@ type Write struct {
 func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]WriteResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
+	part := s.partitionsOf(len(ws), func(i int) string { return ws[i].Key })
 	type plain struct {
 		hset *redis.IntCmd
 	}
@@ -236,7 +246,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	var states map[int]*partState
 	var plainWrites []int
 	for i, w := range ws {
-		p := s.PartitionOf(w.Key)
+		p := part[i]
 		if w.Replace {
 			plainWrites = append(plainWrites, i)
 			continue
@@ -251,7 +261,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		states = map[int]*partState{}
 		for _, i := range plainWrites {
 			w := ws[i]
-			p := s.PartitionOf(w.Key)
+			p := part[i]
 			k := s.parts[p]
 			plains[i].hset = pipe.HSet(ctx, k.Jobs, w.Key, w.Record)
 			pipe.ZAdd(ctx, k.Pending, redis.Z{Score: float64(w.Due), Member: w.Key})
@@ -276,7 +286,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		if w.Replace {
 			continue
 		}
-		v, err := intAt(replies[s.PartitionOf(w.Key)], where[i])
+		v, err := intAt(replies[part[i]], where[i])
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +303,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		if n == 1 {
 			out[i] = Stored
 		}
-		p := s.PartitionOf(w.Key)
+		p := part[i]
 		st := states[p]
 		loaded, err := st.loaded.Int64()
 		if err != nil {
@@ -347,8 +357,9 @@ type Outcome struct {
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(os))
+	part := s.partitionsOf(len(os), func(i int) string { return os[i].Key })
 	for i, o := range os {
-		p := s.PartitionOf(o.Key)
+		p := part[i]
 		if args[p] == nil {
 			args[p] = []any{token(tokens, p), now}
 		}
@@ -360,8 +371,8 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 		return nil, err
 	}
 	out := make([]bool, len(os))
-	for i, o := range os {
-		v, err := intAt(replies[s.PartitionOf(o.Key)], where[i])
+	for i := range os {
+		v, err := intAt(replies[part[i]], where[i])
 		if err != nil {
 			return nil, err
 		}
@@ -398,8 +409,9 @@ type ClaimResult struct {
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(reqs))
+	part := s.partitionsOf(len(reqs), func(i int) string { return reqs[i].Key })
 	for i, r := range reqs {
-		p := s.PartitionOf(r.Key)
+		p := part[i]
 		if args[p] == nil {
 			args[p] = []any{token(tokens, p)}
 		}
@@ -415,8 +427,8 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 		return nil, err
 	}
 	out := make([]ClaimResult, len(reqs))
-	for i, r := range reqs {
-		arr, _ := replies[s.PartitionOf(r.Key)].([]any)
+	for i := range reqs {
+		arr, _ := replies[part[i]].([]any)
 		if where[i] >= len(arr) {
 			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
 		}

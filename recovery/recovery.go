@@ -110,7 +110,6 @@ type Recoverer struct {
 	started bool                      //
 	armed   atomic.Int64              // jobs armed by reloads and polls
 	owned   atomic.Int32              // partitions owned
-	errs    atomic.Int64              // Redis errors seen
 	swept   atomic.Int64              // jobs re-armed by sweeps
 	lastErr atomic.Pointer[errString] //
 }
@@ -444,12 +443,8 @@ func (r *Recoverer) sweep(ctx context.Context, now time.Time) {
 func (r *Recoverer) Swept() int64 { return r.swept.Load() }
 
 func (r *Recoverer) noteErr(what string, err error) {
-	r.errs.Add(1)
 	msg := what + ": " + err.Error()
 	if prev := r.lastErr.Swap(&errString{msg}); prev == nil || prev.s != msg {
 		r.log.Warn("wheelq: recovery", "op", what, "err", err)
 	}
 }
-
-// Errors returns how many Redis errors the recoverer has met.
-func (r *Recoverer) Errors() int64 { return r.errs.Load() }

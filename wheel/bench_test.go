@@ -69,12 +69,18 @@ func filledTimers(b *testing.B, n int) []*time.Timer {
 
 const probeIDs = 1 << 16
 
+// probeKeys returns probeIDs ids that are not among those of makeIDs.
+func probeKeys() []string {
+	probe := makeIDs(probeIDs)
+	for i := range probe {
+		probe[i] = "probe-" + probe[i]
+	}
+	return probe
+}
+
 func BenchmarkAdd(b *testing.B) {
 	for _, n := range sizes {
-		probe := makeIDs(probeIDs)
-		for i := range probe {
-			probe[i] = "probe-" + probe[i]
-		}
+		probe := probeKeys()
 		b.Run(fmt.Sprintf("Wheel/pending=%d", n), func(b *testing.B) {
 			w := filledWheel(b, n)
 			b.ReportAllocs()
@@ -156,10 +162,7 @@ func BenchmarkCancel(b *testing.B) {
 
 func BenchmarkAddCancel(b *testing.B) {
 	for _, n := range sizes {
-		probe := makeIDs(probeIDs)
-		for i := range probe {
-			probe[i] = "probe-" + probe[i]
-		}
+		probe := probeKeys()
 		b.Run(fmt.Sprintf("Wheel/pending=%d", n), func(b *testing.B) {
 			w := filledWheel(b, n)
 			b.ReportAllocs()

@@ -78,9 +78,6 @@ func NewScheduler(cfg SchedulerConfig, onFire func(batch []Fired)) (*Scheduler, 
 	}, nil
 }
 
-// Clock returns the scheduler's clock.
-func (s *Scheduler) Clock() Clock { return s.clock }
-
 // Start starts the scheduler's goroutine. Entries added before Start fire
 // once it runs. Start after Start or Stop does nothing.
 func (s *Scheduler) Start() {
