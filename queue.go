@@ -32,6 +32,16 @@ const (
 // maxClaim is the most fired jobs claimed in one round trip.
 const maxClaim = 1024
 
+// settleLinger is how long outcomes (acks, retries) wait to be sent with
+// others. Nothing waits on them, and at low rates batches of one or two
+// cost a round trip and a kilobyte of garbage each, whose collections
+// delay the jobs that are starting.
+const settleLinger = time.Millisecond
+
+// maxClaimLinger bounds how long fired jobs wait to be claimed with others
+// (see claimLinger).
+const maxClaimLinger = time.Millisecond
+
 // busyRecheck is how soon a job found already claimed is looked at again.
 const busyRecheck = 250 * time.Millisecond
 
@@ -150,12 +160,18 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The poller needs no precision: runtime timers cost it no file
+	// descriptor.
+	pollClock := cfg.Clock
+	if pollClock == wheel.RealClock() {
+		pollClock = wheel.RuntimeClock()
+	}
 	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
 		Token:        token,
 		Horizon:      cfg.Horizon,
 		PollInterval: cfg.PollInterval,
 		LeaseTTL:     cfg.LeaseTTL,
-		Clock:        cfg.Clock,
+		Clock:        pollClock,
 		Logger:       cfg.Logger,
 	})
 	if err != nil {
@@ -165,7 +181,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.writes = persist.NewBatcher(bc, func(ctx context.Context, ws []persist.Write) ([]persist.WriteResult, error) {
 		return store.Write(ctx, q.recov.Tokens(), ws)
 	})
-	q.settles = persist.NewRetrier(bc, q.execSettle, func(err error, pending int) {
+	sc := bc
+	sc.Linger = settleLinger
+	q.settles = persist.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
 	})
 	return q, nil
@@ -454,9 +472,20 @@ func (q *Queue) dispatch() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	for {
 		select {
 		case <-q.firedSig:
+			if d := q.claimLinger(); d > 0 {
+				linger.Reset(d)
+				select {
+				case <-linger.C:
+				case <-q.stopDispatch:
+					return
+				}
+			}
 		case <-timer.C:
 		case <-q.stopDispatch:
 			return
@@ -486,6 +515,26 @@ func (q *Queue) dispatch() {
 			}
 		}
 	}
+}
+
+// claimLinger returns how long the dispatcher may wait for more fired jobs
+// before it claims the queued ones: up to maxClaimLinger, while the earliest
+// queued job is still more than half the claim lead away from its due time.
+// Small claim batches cost a round trip each and a kilobyte of garbage per
+// job, and the collections of that garbage delay jobs that are starting.
+func (q *Queue) claimLinger() time.Duration {
+	q.firedMu.Lock()
+	if len(q.firedQ) == 0 || len(q.firedQ) >= maxClaim/4 {
+		q.firedMu.Unlock()
+		return 0
+	}
+	first := q.firedQ[0].due
+	q.firedMu.Unlock()
+	d := min(maxClaimLinger, first.Sub(q.clock.Now())-q.cfg.ClaimLead/2)
+	if d < 50*time.Microsecond {
+		return 0
+	}
+	return d
 }
 
 // claimAndRun claims a batch of fired jobs and holds the claimed ones until

@@ -15,9 +15,10 @@ type BatchConfig struct {
 	// MaxBatch is the most requests sent in one round trip. Default 256.
 	MaxBatch int
 	// Linger is how long a batch waits for more requests once the first
-	// has come and fewer than MaxBatch are waiting. Default 0: a batch
-	// takes what is queued, and batches grow on their own while the
-	// previous round trips are in flight.
+	// has come and fewer than MaxBatch are waiting (a Retrier stops
+	// lingering once closed). Default 0: a batch takes what is queued, and
+	// batches grow on their own while the previous round trips are in
+	// flight.
 	Linger time.Duration
 	// InFlight is the most round trips in flight at once. Default 4.
 	InFlight int
@@ -199,6 +200,7 @@ type Retrier[T any] struct {
 	queue    []T
 	closing  bool
 	kick     chan struct{}
+	closeCh  chan struct{} // closed by Close: cut a linger short
 	stop     chan struct{} // closed to abandon retries
 	stopOnce sync.Once
 	done     chan struct{}
@@ -210,7 +212,7 @@ type Retrier[T any] struct {
 func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
 	cfg.fill()
 	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), closeCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
 	return r
 }
@@ -242,6 +244,9 @@ func (r *Retrier[T]) Pending() int {
 func (r *Retrier[T]) loop() {
 	defer close(r.done)
 	backoff := 10 * time.Millisecond
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	for {
 		r.mu.Lock()
 		for len(r.queue) == 0 {
@@ -253,6 +258,21 @@ func (r *Retrier[T]) loop() {
 			select {
 			case <-r.kick:
 			case <-r.stop:
+				return
+			}
+			r.mu.Lock()
+		}
+		if r.cfg.Linger > 0 && len(r.queue) < r.cfg.MaxBatch && !r.closing {
+			// Let more items come: fewer, larger round trips, and far
+			// less garbage per item.
+			r.mu.Unlock()
+			linger.Reset(r.cfg.Linger)
+			select {
+			case <-linger.C:
+			case <-r.closeCh:
+				linger.Stop()
+			case <-r.stop:
+				linger.Stop()
 				return
 			}
 			r.mu.Lock()
@@ -297,7 +317,10 @@ func (r *Retrier[T]) loop() {
 // its goroutine.
 func (r *Retrier[T]) Close(ctx context.Context) error {
 	r.mu.Lock()
-	r.closing = true
+	if !r.closing {
+		r.closing = true
+		close(r.closeCh)
+	}
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:

@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -346,6 +347,30 @@ func TestRetrierRetriesUntilSuccess(t *testing.T) {
 	require.Equal(t, []int{1, 2, 3, 4}, got, "nothing dropped, order kept")
 	require.Equal(t, 3, errs)
 	require.ErrorIs(t, r.Add(5), ErrClosed)
+}
+
+// TestRetrierLinger: with a linger, items added apart go out in one batch;
+// Close cuts the linger short.
+func TestRetrierLinger(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var batches [][]int
+	r := NewRetrier(BatchConfig{Linger: time.Hour}, func(_ context.Context, items []int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, slices.Clone(items))
+		return nil
+	}, nil)
+	require.NoError(t, r.Add(1))
+	time.Sleep(20 * time.Millisecond) // without a linger, 1 would be sent by now
+	require.NoError(t, r.Add(2))
+	mu.Lock()
+	require.Empty(t, batches, "still lingering")
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, r.Close(ctx), "Close ends the linger")
+	require.Equal(t, [][]int{{1, 2}}, batches)
 }
 
 func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {

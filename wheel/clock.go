@@ -29,11 +29,11 @@ type Sleeper interface {
 	Close() error
 }
 
-// RealClock returns the system clock. On Linux its sleeper waits in ppoll(2)
-// with the thread's timer slack lowered, so it wakes within tens of
-// microseconds of a deadline instead of the millisecond or so of Go's
-// runtime timers; a Scheduler locks its goroutine to an OS thread for that.
-// Elsewhere it is RuntimeClock.
+// RealClock returns the system clock. On Linux its sleeper waits for a
+// timerfd(2), which the kernel fires without timer slack, through Go's
+// network poller, so it wakes within tens of microseconds of a deadline
+// instead of the millisecond or so of Go's runtime timers, and holds no P
+// while it waits. Elsewhere it is RuntimeClock.
 func RealClock() Clock { return realClock{} }
 
 // RuntimeClock returns the system clock with a sleeper built on Go's runtime

@@ -2,7 +2,6 @@ package wheel
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 )
@@ -195,9 +194,6 @@ func (s *Scheduler) Len() int {
 
 func (s *Scheduler) run() {
 	defer close(s.done)
-	// The precise sleeper lowers the timer slack of its thread.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var expired []Expired
 	var batch []Fired
 	for {

@@ -224,3 +224,33 @@ func TestSchedulerStartStopStress(t *testing.T) {
 	_, err = s.Add("late", clk.Now())
 	require.ErrorIs(t, err, ErrStopped)
 }
+
+// TestRealSleeper: the real clock's sleeper never returns before its
+// deadline unless woken, a Wake before Sleep is not lost, and a Wake ends
+// a sleep without a deadline.
+func TestRealSleeper(t *testing.T) {
+	t.Parallel()
+	s := RealClock().NewSleeper()
+	defer s.Close()
+	for range 20 {
+		deadline := time.Now().Add(3 * time.Millisecond)
+		s.Sleep(deadline)
+		require.False(t, time.Now().Before(deadline), "returned before the deadline")
+	}
+	within := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Sleep did not return", what)
+		}
+	}
+	s.Wake()
+	within("wake before sleep", func() { s.Sleep(time.Time{}) })
+	within("wake during sleep", func() {
+		go func() { time.Sleep(10 * time.Millisecond); s.Wake() }()
+		s.Sleep(time.Now().Add(time.Hour))
+	})
+}

@@ -3,75 +3,63 @@
 package wheel
 
 import (
-	"errors"
+	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// preciseSleeper waits in ppoll(2) on an eventfd, which Wake writes to. The
-// kernel lets a poll timeout expire late by its "slack": the thread's timer
-// slack (50µs by default, lowered to 1ns on the first Sleep) or 0.1% of the
-// timeout, whichever is larger. Long waits are therefore cut short by a
-// little more than that fraction and finished by shorter ones, so the last
-// step's slack is a few microseconds at most.
+// timerfdSleeper waits for a timerfd(2) through Go's network poller. The
+// kernel fires a timerfd at its exact expiry (no timer slack), and while
+// the goroutine waits it is parked like one blocked on a socket: it holds
+// no P, so the goroutines it woke (workers, claims) run at once, and the
+// garbage collector has both Ps. A wait in a system call instead keeps its
+// P until the runtime's monitor takes it back, up to 10 ms later.
 //
-// Timer slack is a property of the thread, so the goroutine that calls Sleep
-// should be locked to its OS thread (Scheduler does this).
-type preciseSleeper struct {
-	efd     int
-	slacked bool
+// Wake sets the timer to expire at once.
+type timerfdSleeper struct {
+	f     *os.File
+	fd    int
+	woken atomic.Bool
+	buf   [8]byte
 }
 
 func newPreciseSleeper() Sleeper {
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
 		return newRuntimeSleeper()
 	}
-	return &preciseSleeper{efd: efd}
+	return &timerfdSleeper{f: os.NewFile(uintptr(fd), "wheel-timerfd"), fd: fd}
 }
 
-func (s *preciseSleeper) Sleep(deadline time.Time) {
-	if !s.slacked {
-		// Best effort: without it the sleeper is only less precise.
-		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-		s.slacked = true
-	}
-	fds := []unix.PollFd{{Fd: int32(s.efd), Events: unix.POLLIN}}
-	for {
-		var ts *unix.Timespec
-		if !deadline.IsZero() {
-			r := time.Until(deadline)
-			if r <= 0 {
-				return
-			}
-			if r > time.Millisecond {
-				r -= r/512 + 2*time.Microsecond // leave room for the slack
-			}
-			t := unix.NsecToTimespec(int64(r))
-			ts = &t
-		}
-		n, err := unix.Ppoll(fds, ts, nil)
-		if n > 0 {
-			var buf [8]byte
-			_, _ = unix.Read(s.efd, buf[:]) // reset the counter
+func (s *timerfdSleeper) Sleep(deadline time.Time) {
+	var spec unix.ItimerSpec
+	if !deadline.IsZero() {
+		r := time.Until(deadline)
+		if r <= 0 {
 			return
 		}
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			// Unexpected: fall back to a coarse wait rather than spin.
-			time.Sleep(min(time.Until(deadline), time.Millisecond))
-		}
-		if deadline.IsZero() && err == nil {
-			return
-		}
+		spec.Value = unix.NsecToTimespec(int64(r))
 	}
+	if err := unix.TimerfdSettime(s.fd, 0, &spec, nil); err != nil {
+		// Unexpected: wait coarsely rather than spin.
+		time.Sleep(time.Millisecond)
+		return
+	}
+	if s.woken.Swap(false) {
+		return // a Wake came before the timer was set
+	}
+	// A zero deadline leaves the timer disarmed: only Wake ends the wait.
+	_, _ = s.f.Read(s.buf[:])
 }
 
-func (s *preciseSleeper) Wake() {
-	one := [8]byte{1}
-	_, _ = unix.Write(s.efd, one[:]) // EAGAIN means a wake is already pending
+func (s *timerfdSleeper) Wake() {
+	s.woken.Store(true)
+	spec := unix.ItimerSpec{Value: unix.Timespec{Nsec: 1}}
+	_ = unix.TimerfdSettime(s.fd, 0, &spec, nil)
 }
 
-func (s *preciseSleeper) Close() error {
-	return unix.Close(s.efd)
+func (s *timerfdSleeper) Close() error {
+	return s.f.Close()
 }

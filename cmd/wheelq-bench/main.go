@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,8 @@ func main() {
 	flag.DurationVar(&cfg.claimLead, "claim-lead", 0, "burst: Config.ClaimLead (0: the default, 5ms)")
 	gs := flag.String("goroutines", "1,32", "throughput: the numbers of scheduling goroutines")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
+	traceFile := flag.String("trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: wheelq-bench [flags]\n\nworkloads:\n")
 		for _, w := range workloads {
@@ -89,6 +92,17 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
+			os.Exit(1)
+		}
+		defer trace.Stop()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	want := strings.Split(names, ",")
@@ -110,6 +124,16 @@ func main() {
 			stop()
 			pprof.StopCPUProfile()
 			os.Exit(1)
+		}
+	}
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err == nil {
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
 		}
 	}
 	if ran == 0 {

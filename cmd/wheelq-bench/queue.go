@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +212,8 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 		return err
 	}
 	<-q.Ready()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
 	copy(wanted, ds)
@@ -228,10 +231,14 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 	wg.Wait()
 	scheduled := time.Since(t0)
 	waitAll(ctx, lat, t0.Add(8*time.Second))
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
 	_ = q.Shutdown(ctx)
 	r := lat.result("qprecision", "wheelq (Schedule + Redis + handler)", n)
 	r["schedule_errors"] = failed.Load()
 	r["all_scheduled_after_ms"] = scheduled.Milliseconds()
+	r["gc_cycles"] = ms1.NumGC - ms0.NumGC
+	r["alloc_bytes_per_job"] = (ms1.TotalAlloc - ms0.TotalAlloc) / uint64(n)
 	emit(r)
 	return nil
 }
