@@ -29,6 +29,9 @@ const (
 	stateClosed
 )
 
+// claimers is the number of goroutines that claim fired jobs.
+const claimers = 2
+
 // maxClaim is the most fired jobs claimed in one round trip.
 const maxClaim = 1024
 
@@ -78,7 +81,7 @@ type Queue struct {
 	firedSig     chan struct{}
 	work         chan *task
 	stopDispatch chan struct{}
-	dispatchDone chan struct{}
+	dispatchers  sync.WaitGroup
 	starterDone  chan struct{}
 
 	// held holds claimed tasks waiting in the wheel (under "/"+key) for
@@ -142,7 +145,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		firedSig:     make(chan struct{}, 1),
 		work:         make(chan *task, cfg.Concurrency),
 		stopDispatch: make(chan struct{}),
-		dispatchDone: make(chan struct{}),
 		starterDone:  make(chan struct{}),
 		held:         map[string]*task{},
 		startSig:     make(chan struct{}, 1),
@@ -226,7 +228,11 @@ func (q *Queue) Start(ctx context.Context) error {
 	for range q.cfg.Concurrency {
 		q.workers.Go(q.worker)
 	}
-	go q.dispatch()
+	// Two claimers: one builds and reads its round trip while Redis runs
+	// the other's, so a burst of due jobs keeps both busy.
+	for range claimers {
+		q.dispatchers.Go(q.dispatch)
+	}
 	go q.starter()
 	q.recov.Start(ctx)
 	q.state = stateStarted
@@ -466,7 +472,6 @@ func (q *Queue) onFire(batch []wheel.Fired) {
 
 // dispatch claims fired jobs in Redis and hands them to the workers.
 func (q *Queue) dispatch() {
-	defer close(q.dispatchDone)
 	var retry []firedJob
 	backoff := 10 * time.Millisecond
 	timer := time.NewTimer(time.Hour)
@@ -502,6 +507,9 @@ func (q *Queue) dispatch() {
 			q.firedMu.Unlock()
 			if len(batch) == 0 {
 				break
+			}
+			if more {
+				signal(q.firedSig) // the other claimer takes the next batch
 			}
 			retry = q.claimAndRun(batch)
 			if len(retry) > 0 {
@@ -891,7 +899,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	q.sched.Stop()
 	if prev == stateStarted {
 		close(q.stopDispatch)
-		<-q.dispatchDone
+		q.dispatchers.Wait()
 		<-q.starterDone
 		q.heldMu.Lock()
 		held := q.held

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,14 +237,6 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
 	part := s.partitionsOf(len(ws), func(i int) string { return ws[i].Key })
-	type plain struct {
-		hset *redis.IntCmd
-	}
-	plains := make([]plain, len(ws))
-	type partState struct {
-		loaded, lease *redis.StringCmd
-	}
-	var states map[int]*partState
 	var plainWrites []int
 	for i, w := range ws {
 		p := part[i]
@@ -257,24 +250,49 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		where[i] = (len(args[p]) - 1) / 4
 		args[p] = append(args[p], "r", w.Key, w.Due, w.Record)
 	}
+	// Plain writes go by partition: one HSET and one ZADD for all the fresh
+	// jobs of a partition (whatever their number), then one MGET of its
+	// loaded-until time and lease, read after the writes (announce, then
+	// scan). A replacing write of a caller's id gets an HSET of its own, so
+	// that it can be told Stored from Replaced, and a ZREM from the dead set.
+	slices.SortStableFunc(plainWrites, func(i, j int) int { return part[i] - part[j] })
+	hsets := make([]*redis.IntCmd, len(ws))    // by write; shared within a fresh group
+	states := make([]*redis.SliceCmd, len(ws)) // by write; shared within a partition
 	addPlain := func(pipe redis.Pipeliner) {
-		states = map[int]*partState{}
-		for _, i := range plainWrites {
-			w := ws[i]
-			p := part[i]
+		for lo := 0; lo < len(plainWrites); {
+			p := part[plainWrites[lo]]
+			hi := lo + 1
+			for hi < len(plainWrites) && part[plainWrites[hi]] == p {
+				hi++
+			}
+			group := plainWrites[lo:hi]
 			k := s.parts[p]
-			plains[i].hset = pipe.HSet(ctx, k.Jobs, w.Key, w.Record)
-			pipe.ZAdd(ctx, k.Pending, redis.Z{Score: float64(w.Due), Member: w.Key})
-			if !w.Fresh {
-				pipe.ZRem(ctx, k.Dead, w.Key)
+			var fresh []any
+			zs := make([]redis.Z, 0, len(group))
+			for _, i := range group {
+				w := ws[i]
+				if w.Fresh {
+					fresh = append(fresh, w.Key, w.Record)
+				} else {
+					hsets[i] = pipe.HSet(ctx, k.Jobs, w.Key, w.Record)
+					pipe.ZRem(ctx, k.Dead, w.Key)
+				}
+				zs = append(zs, redis.Z{Score: float64(w.Due), Member: w.Key})
 			}
-			if states[p] == nil {
-				states[p] = &partState{} // read after the writes: announce, then scan
+			if len(fresh) > 0 {
+				h := pipe.HSet(ctx, k.Jobs, fresh...)
+				for _, i := range group {
+					if ws[i].Fresh {
+						hsets[i] = h
+					}
+				}
 			}
-		}
-		for p, st := range states {
-			st.loaded = pipe.Get(ctx, s.parts[p].Loaded)
-			st.lease = pipe.Get(ctx, s.parts[p].Lease)
+			pipe.ZAdd(ctx, k.Pending, zs...)
+			st := pipe.MGet(ctx, k.Loaded, k.Lease)
+			for _, i := range group {
+				states[i] = st
+			}
+			lo = hi
 		}
 	}
 	replies, err := s.runPartitioned(ctx, s.schedule, keysWrite, args, addPlain)
@@ -295,21 +313,28 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	var inbox redis.Pipeliner
 	for _, i := range plainWrites {
 		w := ws[i]
-		n, err := plains[i].hset.Result()
+		n, err := hsets[i].Result()
 		if err != nil {
 			return nil, wrap(err)
 		}
-		out[i] = Replaced
-		if n == 1 {
-			out[i] = Stored
+		out[i] = Stored
+		if !w.Fresh && n == 0 {
+			out[i] = Replaced
 		}
 		p := part[i]
-		st := states[p]
-		loaded, err := st.loaded.Int64()
+		st, err := states[i].Result()
 		if err != nil {
+			return nil, wrap(err)
+		}
+		loadedStr, ok := st[0].(string)
+		if !ok {
 			continue // nothing announced: the owner's next scan sees the job
 		}
-		if tok := token(tokens, p); tok != "" && st.lease.Val() == tok {
+		loaded, err := strconv.ParseInt(loadedStr, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: loaded-until %q", ErrCorrupt, loadedStr)
+		}
+		if tok := token(tokens, p); tok != "" && st[1] == tok {
 			continue // the caller owns the partition and arms the job itself
 		}
 		if w.Due <= loaded {

@@ -494,3 +494,53 @@ func TestPlainWriteUsesInbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []Entry{{"p/in", 9_500}}, pr.Inbox)
 }
+
+// TestFreshWritesGrouped: fresh writes of one partition share one HSET and
+// one ZADD; every job is stored with its own record and due time, the
+// non-owner's ones inside the announced window reach the inbox, and a
+// replacing write in the same batch is still told apart.
+func TestFreshWritesGrouped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	for p := range 2 {
+		held, _, err := b.store.Lease(b.ctx, p, LeaseAcquire, "O", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held)
+		_, err = b.store.Poll(b.ctx, p, "O", 10_000, time.Minute, true, 100)
+		require.NoError(t, err)
+	}
+	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "g/old", Due: 50_000, Record: rec("old"), Replace: true}})
+	require.NoError(t, err)
+	var ws []Write
+	for i := range 20 {
+		ws = append(ws, Write{Key: fmt.Sprintf("g/%d", i), Due: int64(5_000 + 1_000*i), Record: rec(fmt.Sprint(i)), Replace: true, Fresh: true})
+	}
+	ws = append(ws, Write{Key: "g/old", Due: 6_000, Record: rec("new"), Replace: true})
+	res, err := b.store.Write(b.ctx, nil, ws)
+	require.NoError(t, err)
+	for i, r := range res[:20] {
+		require.Equal(t, Stored, r, "write %d", i)
+	}
+	require.Equal(t, Replaced, res[20])
+	var inbox []Entry
+	for p := range 2 {
+		pr, err := b.store.Poll(b.ctx, p, "O", 20_000, time.Minute, false, 100)
+		require.NoError(t, err)
+		inbox = append(inbox, pr.Inbox...)
+	}
+	var want []Entry
+	for _, w := range ws {
+		if w.Due <= 10_000 {
+			want = append(want, Entry{w.Key, w.Due})
+		}
+	}
+	require.ElementsMatch(t, want, inbox, "due within the announced window, written by a non-owner")
+	for _, w := range ws {
+		got, err := b.rdb.HGet(b.ctx, b.store.Keys(b.store.PartitionOf(w.Key)).Jobs, w.Key).Bytes()
+		require.NoError(t, err)
+		require.Equal(t, w.Record, got, w.Key)
+		due, err := b.rdb.ZScore(b.ctx, b.store.Keys(b.store.PartitionOf(w.Key)).Pending, w.Key).Result()
+		require.NoError(t, err)
+		require.Equal(t, float64(w.Due), due, w.Key)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -154,6 +155,7 @@ func runThroughput(ctx context.Context, cfg *config, emit func(result)) error {
 		var wg sync.WaitGroup
 		var firstErr atomic.Pointer[error]
 		cpu0, _ := br.usedCPU(ctx)
+		own0 := processCPU()
 		start := time.Now()
 		for range g {
 			wg.Go(func() {
@@ -184,7 +186,8 @@ func runThroughput(ctx context.Context, cfg *config, emit func(result)) error {
 		emit(result{"workload": "throughput", "system": "wheelq", "n": n, "goroutines": g, "payload_bytes": len(payload),
 			"jobs_per_s": round(rate), "ratio_vs_raw": round(rate/rawRate*100) / 100,
 			"redis_bytes_per_job": round(float64(after-before) / float64(n)),
-			"redis_cpu_share":     round((cpu1-cpu0)/elapsed.Seconds()*100) / 100})
+			"redis_cpu_share":     round((cpu1-cpu0)/elapsed.Seconds()*100) / 100,
+			"go_cpu_share":        round((processCPU()-own0)/elapsed.Seconds()*100) / 100})
 	}
 	return nil
 }
@@ -280,6 +283,9 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 		return fmt.Errorf("scheduling %d jobs took past the due instant", n)
 	}
 	deadline := due.Add(30 * time.Second)
+	time.Sleep(time.Until(due))
+	redis0, _ := br.usedCPU(ctx)
+	own0 := processCPU()
 	var ackedAt time.Time
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if handled.Load() >= int64(n) {
@@ -291,11 +297,16 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	window := time.Since(due).Seconds()
+	redis1, _ := br.usedCPU(ctx)
+	own1 := processCPU()
 	st, _ := q.Stats(ctx)
 	_ = q.Shutdown(ctx)
 	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(), "claim_lead_ms": cfg.claimLead.Milliseconds(),
 		"last_handler_after_due_ms": round(float64(time.Unix(0, lastCall.Load()).Sub(due)) / 1e6),
 		"lateness_p50_us":           st.Lateness.P50.Microseconds(), "lateness_p99_us": st.Lateness.P99.Microseconds()}
+	r["redis_cpu_share"] = round((redis1-redis0)/window*100) / 100
+	r["go_cpu_share"] = round((own1-own0)/window*100) / 100
 	if !ackedAt.IsZero() {
 		r["all_acked_after_due_ms"] = round(float64(ackedAt.Sub(due)) / 1e6)
 	} else {
@@ -303,4 +314,13 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 	emit(r)
 	return nil
+}
+
+// processCPU returns this process's user+system CPU seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
