@@ -170,44 +170,49 @@ type scheduleOpts struct {
 	dup         DuplicatePolicy
 }
 
-type optionFunc struct {
-	f    func(*scheduleOpts)
-	desc string
-}
+// The options are small value types, so that a Schedule call formats
+// nothing and allocates little; String is only for printing.
+type (
+	atOpt          time.Time
+	afterOpt       time.Duration
+	idOpt          string
+	maxAttemptsOpt int
+	dupOpt         DuplicatePolicy
+)
 
-func (o optionFunc) apply(s *scheduleOpts) { o.f(s) }
-func (o optionFunc) String() string        { return o.desc }
+func (o atOpt) apply(s *scheduleOpts)          { s.at, s.hasAt = time.Time(o), true }
+func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAt = time.Duration(o), false }
+func (o idOpt) apply(s *scheduleOpts)          { s.id = string(o) }
+func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts = int(o) }
+func (o dupOpt) apply(s *scheduleOpts)         { s.dup = DuplicatePolicy(o) }
+
+func (o atOpt) String() string          { return fmt.Sprintf("At(%v)", time.Time(o)) }
+func (o afterOpt) String() string       { return fmt.Sprintf("After(%v)", time.Duration(o)) }
+func (o idOpt) String() string          { return fmt.Sprintf("ID(%q)", string(o)) }
+func (o maxAttemptsOpt) String() string { return fmt.Sprintf("MaxAttempts(%d)", int(o)) }
+func (o dupOpt) String() string {
+	if DuplicatePolicy(o) == Replace {
+		return "OnDuplicate(Replace)"
+	}
+	return "OnDuplicate(Reject)"
+}
 
 // At schedules the job at t. A time in the past runs the job at once.
-func At(t time.Time) Option {
-	return optionFunc{func(s *scheduleOpts) { s.at, s.hasAt = t, true }, fmt.Sprintf("At(%v)", t)}
-}
+func At(t time.Time) Option { return atOpt(t) }
 
 // After schedules the job d from now (the default is now).
-func After(d time.Duration) Option {
-	return optionFunc{func(s *scheduleOpts) { s.after, s.hasAt = d, false }, fmt.Sprintf("After(%v)", d)}
-}
+func After(d time.Duration) Option { return afterOpt(d) }
 
 // ID gives the job an id of the caller's choosing, so that scheduling is
 // idempotent and the job can be cancelled or rescheduled by that id. By
 // default a random id is made.
-func ID(id string) Option {
-	return optionFunc{func(s *scheduleOpts) { s.id = id }, fmt.Sprintf("ID(%q)", id)}
-}
+func ID(id string) Option { return idOpt(id) }
 
 // MaxAttempts overrides Config.MaxAttempts for this job.
-func MaxAttempts(n int) Option {
-	return optionFunc{func(s *scheduleOpts) { s.maxAttempts = n }, fmt.Sprintf("MaxAttempts(%d)", n)}
-}
+func MaxAttempts(n int) Option { return maxAttemptsOpt(n) }
 
 // OnDuplicate sets what happens when the job's id exists.
-func OnDuplicate(p DuplicatePolicy) Option {
-	desc := "OnDuplicate(Reject)"
-	if p == Replace {
-		desc = "OnDuplicate(Replace)"
-	}
-	return optionFunc{func(s *scheduleOpts) { s.dup = p }, desc}
-}
+func OnDuplicate(p DuplicatePolicy) Option { return dupOpt(p) }
 
 // validTopic checks a topic.
 func validTopic(topic string) error {

@@ -1,6 +1,7 @@
 package wheelq
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -286,9 +287,11 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	if q.closing() {
 		return "", ErrClosed
 	}
-	rec := &persist.Record{
+	// The record keeps the caller's payload only until it is encoded; the
+	// cache gets a copy, and only when the job is armed.
+	rec := persist.Record{
 		Topic: topic, ID: id, Rev: rand.Uint32(), MaxAttempts: maxAttempts,
-		Created: now, Payload: append([]byte(nil), payload...),
+		Created: now, Payload: payload,
 	}
 	key := persist.JobKey(topic, id)
 	dueUs := ceilMicro(due)
@@ -309,7 +312,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	}
 	q.stats.scheduled.Add(1)
 	// Announce, then scan: read LoadedUntil only now, after the write.
-	q.arm(key, dueUs, rec)
+	q.arm(key, dueUs, &rec)
 	return id, nil
 }
 
@@ -322,7 +325,9 @@ func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
 		return
 	}
 	if rec != nil {
-		q.cache.Add(key, rec)
+		c := *rec
+		c.Payload = bytes.Clone(rec.Payload)
+		q.cache.Add(key, &c)
 	}
 	q.armAt(key, dueUs)
 }

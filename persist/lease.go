@@ -35,9 +35,9 @@ func (s *Store) Lease(ctx context.Context, p int, op LeaseOp, token string, ttl 
 func (s *Store) LeaseAll(ctx context.Context, parts []int, op LeaseOp, token string, ttl time.Duration) ([]bool, error) {
 	args := make([][]any, len(s.parts))
 	for _, p := range parts {
-		args[p] = []any{string(op), token, ttl.Milliseconds()}
+		args[p] = append(startCall(s.leaseHead, p, 3), string(op), token, ttl.Milliseconds())
 	}
-	replies, err := s.runPartitioned(ctx, s.lease, func(k Keys) []string { return []string{k.Lease} }, args)
+	replies, err := s.runPartitioned(ctx, args)
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,9 @@ type Store struct {
 	parts []Keys
 
 	schedule, settle, claim, cancel, reschedule, requeue, lease, poll *redis.Script
+
+	// Per partition, the fixed start of an EVALSHA of the batched scripts.
+	scheduleHead, settleHead, claimHead, leaseHead [][]any
 }
 
 // New returns a store on rdb. It does no I/O.
@@ -85,6 +88,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
 	}
+	s.scheduleHead = callHeads(s.schedule, s.parts, keysWrite)
+	s.settleHead = callHeads(s.settle, s.parts, keysSettle)
+	s.claimHead = callHeads(s.claim, s.parts, keysClaim)
+	s.leaseHead = callHeads(s.lease, s.parts, func(k Keys) []string { return []string{k.Lease} })
 	return s, nil
 }
 
@@ -100,13 +107,16 @@ func (s *Store) Keys(p int) Keys { return s.parts[p] }
 // PartitionOf returns the partition of a job key.
 func (s *Store) PartitionOf(key string) int { return partitionOf(key, len(s.parts)) }
 
-// partitionsOf hashes the n keys of a batch once.
-func (s *Store) partitionsOf(n int, key func(int) string) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = s.PartitionOf(key(i))
+// partitionsOf hashes the n keys of a batch once. It returns each key's
+// partition and how many keys each partition has.
+func (s *Store) partitionsOf(n int, key func(int) string) (part []int, count []int32) {
+	part = make([]int, n)
+	count = make([]int32, len(s.parts))
+	for i := range part {
+		part[i] = s.PartitionOf(key(i))
+		count[part[i]]++
 	}
-	return out
+	return part, count
 }
 
 // Init checks (or, on first use, records) the namespace's partition count,
@@ -136,18 +146,44 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
+// callHeads returns, per partition, the fixed start of an EVALSHA of sc:
+// the command, the script's hash, the number of keys and the keys, boxed
+// once, so that a call copies them instead of building and boxing them
+// again (a batch's garbage is mostly per-call overhead).
+func callHeads(sc *redis.Script, parts []Keys, keys func(Keys) []string) [][]any {
+	heads := make([][]any, len(parts))
+	for p, k := range parts {
+		ks := keys(k)
+		h := make([]any, 0, 3+len(ks))
+		h = append(h, "evalsha", sc.Hash(), len(ks))
+		for _, key := range ks {
+			h = append(h, key)
+		}
+		heads[p] = h
+	}
+	return heads
+}
+
+// startCall returns a new call of a script to partition p (heads from
+// callHeads), with room for n more arguments.
+func startCall(heads [][]any, p, n int) []any {
+	a := make([]any, len(heads[p]), len(heads[p])+n)
+	copy(a, heads[p])
+	return a
+}
+
 // runPartitioned sends one script call per non-empty partition in a
-// pipeline. args[p] is the ARGV of partition p's call (nil to skip);
-// keys(p) its KEYS. extra, if set, adds more commands to the same pipeline.
-// It returns each partition's reply (nil where skipped). A server that
-// lost its script cache (a restart) is reloaded once.
-func (s *Store) runPartitioned(ctx context.Context, sc *redis.Script, keys func(Keys) []string, args [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
+// pipeline. calls[p] is partition p's whole call, from startCall (nil to
+// skip). extra, if set, adds more commands to the same pipeline. It
+// returns each partition's reply (nil where skipped). A server that lost
+// its script cache (a restart) is reloaded once.
+func (s *Store) runPartitioned(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	for try := 0; ; try++ {
 		pipe := s.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(args))
-		for p, a := range args {
+		cmds := make([]*redis.Cmd, len(calls))
+		for p, a := range calls {
 			if a != nil {
-				cmds[p] = sc.EvalSha(ctx, pipe, keys(s.parts[p]), a...)
+				cmds[p] = pipe.Do(ctx, a...)
 			}
 		}
 		for _, f := range extra {
@@ -160,7 +196,7 @@ func (s *Store) runPartitioned(ctx context.Context, sc *redis.Script, keys func(
 			}
 			continue
 		}
-		out := make([]any, len(args))
+		out := make([]any, len(calls))
 		for p, c := range cmds {
 			if c == nil {
 				continue
@@ -236,7 +272,7 @@ type Write struct {
 func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]WriteResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
-	part := s.partitionsOf(len(ws), func(i int) string { return ws[i].Key })
+	part, count := s.partitionsOf(len(ws), func(i int) string { return ws[i].Key })
 	var plainWrites []int
 	for i, w := range ws {
 		p := part[i]
@@ -245,9 +281,9 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			continue
 		}
 		if args[p] == nil {
-			args[p] = []any{token(tokens, p)}
+			args[p] = append(startCall(s.scheduleHead, p, 1+4*int(count[p])), token(tokens, p))
 		}
-		where[i] = (len(args[p]) - 1) / 4
+		where[i] = (len(args[p]) - len(s.scheduleHead[p]) - 1) / 4
 		args[p] = append(args[p], "r", w.Key, w.Due, w.Record)
 	}
 	// Plain writes go by partition: one HSET and one ZADD for all the fresh
@@ -295,7 +331,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			lo = hi
 		}
 	}
-	replies, err := s.runPartitioned(ctx, s.schedule, keysWrite, args, addPlain)
+	replies, err := s.runPartitioned(ctx, args, addPlain)
 	if err != nil {
 		return nil, err
 	}
@@ -382,16 +418,16 @@ type Outcome struct {
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(os))
-	part := s.partitionsOf(len(os), func(i int) string { return os[i].Key })
+	part, count := s.partitionsOf(len(os), func(i int) string { return os[i].Key })
 	for i, o := range os {
 		p := part[i]
 		if args[p] == nil {
-			args[p] = []any{token(tokens, p), now}
+			args[p] = append(startCall(s.settleHead, p, 2+5*int(count[p])), token(tokens, p), now)
 		}
-		where[i] = (len(args[p]) - 2) / 5
+		where[i] = (len(args[p]) - len(s.settleHead[p]) - 2) / 5
 		args[p] = append(args[p], string(o.Op), o.Key, RevBytes(o.Rev), o.Due, o.Record)
 	}
-	replies, err := s.runPartitioned(ctx, s.settle, keysSettle, args)
+	replies, err := s.runPartitioned(ctx, args)
 	if err != nil {
 		return nil, err
 	}
@@ -434,20 +470,20 @@ type ClaimResult struct {
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(reqs))
-	part := s.partitionsOf(len(reqs), func(i int) string { return reqs[i].Key })
+	part, count := s.partitionsOf(len(reqs), func(i int) string { return reqs[i].Key })
 	for i, r := range reqs {
 		p := part[i]
 		if args[p] == nil {
-			args[p] = []any{token(tokens, p)}
+			args[p] = append(startCall(s.claimHead, p, 1+2*int(count[p])), token(tokens, p))
 		}
 		rev := ""
 		if r.HaveRev {
 			rev = RevBytes(r.Rev)
 		}
-		where[i] = (len(args[p]) - 1) / 2
+		where[i] = (len(args[p]) - len(s.claimHead[p]) - 1) / 2
 		args[p] = append(args[p], r.Key, rev)
 	}
-	replies, err := s.runPartitioned(ctx, s.claim, keysClaim, args)
+	replies, err := s.runPartitioned(ctx, args)
 	if err != nil {
 		return nil, err
 	}

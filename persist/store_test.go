@@ -275,11 +275,16 @@ func TestBatcherGroupsCalls(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
 	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
 	b := NewBatcher(BatchConfig{MaxBatch: 64, InFlight: 1}, func(_ context.Context, reqs []int) ([]int, error) {
-		<-release
 		mu.Lock()
 		sizes = append(sizes, len(reqs))
 		mu.Unlock()
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
 		out := make([]int, len(reqs))
 		for i, r := range reqs {
 			out[i] = r * 2
@@ -295,6 +300,12 @@ func TestBatcherGroupsCalls(t *testing.T) {
 			results[i] = v
 		})
 	}
+	// The first batch is in flight; the rest queue up behind it.
+	<-entered
+	mu.Lock()
+	first := sizes[0]
+	mu.Unlock()
+	require.Eventually(t, func() bool { return len(b.in) == min(cap(b.in), 100-first) }, 10*time.Second, time.Millisecond)
 	close(release)
 	wg.Wait()
 	b.Close()
