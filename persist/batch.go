@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -20,7 +21,7 @@ type BatchConfig struct {
 	// batches grow on their own while the previous round trips are in
 	// flight.
 	Linger time.Duration
-	// InFlight is the most round trips in flight at once. Default 4.
+	// InFlight is the most round trips in flight at once. Default 2.
 	InFlight int
 	// Timeout bounds one round trip. Default 5s.
 	Timeout time.Duration
@@ -31,12 +32,16 @@ func (c *BatchConfig) fill() {
 		c.MaxBatch = 256
 	}
 	if c.InFlight <= 0 {
-		c.InFlight = 4
+		c.InFlight = 2
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 5 * time.Second
 	}
 }
+
+// maxYields bounds how many times a flusher yields to let requests come
+// before it sends a batch.
+const maxYields = 8
 
 type call[T, R any] struct {
 	req  T
@@ -123,8 +128,12 @@ func (b *Batcher[T, R]) flusher() {
 }
 
 // fill adds queued requests to batch, waiting up to Linger for more.
+// Before it settles for what is queued, it yields the processor while
+// that brings more: the callers that the last round trip just answered
+// are runnable, and each is about to send its next request.
 func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
 	var timer <-chan time.Time
+	yields := 0
 	for len(batch) < b.cfg.MaxBatch {
 		select {
 		case c, ok := <-b.in:
@@ -134,6 +143,15 @@ func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
 			batch = append(batch, c)
 			continue
 		default:
+		}
+		if yields < maxYields {
+			n := len(batch)
+			runtime.Gosched()
+			yields++
+			if len(b.in) > 0 || n < len(batch) {
+				continue
+			}
+			yields = maxYields
 		}
 		if b.cfg.Linger <= 0 {
 			return batch

@@ -51,6 +51,7 @@ type Store struct {
 	parts []Keys
 
 	schedule, settle, claim, cancel, reschedule, requeue, lease, poll *redis.Script
+	cluster                                                           bool // keys of different partitions may not share a command
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
 	scheduleHead, settleHead, claimHead, leaseHead [][]any
@@ -73,8 +74,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.Partitions < 1 || opts.Partitions > 4096 {
 		return nil, fmt.Errorf("persist: %d partitions, want 1 to 4096", opts.Partitions)
 	}
+	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Store{
 		rdb:        rdb,
+		cluster:    cluster,
 		ns:         opts.Namespace,
 		schedule:   redis.NewScript(scheduleLua),
 		settle:     redis.NewScript(settleLua),
@@ -292,9 +295,13 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	// scan). A replacing write of a caller's id gets an HSET of its own, so
 	// that it can be told Stored from Replaced, and a ZREM from the dead set.
 	slices.SortStableFunc(plainWrites, func(i, j int) int { return part[i] - part[j] })
-	hsets := make([]*redis.IntCmd, len(ws))    // by write; shared within a fresh group
-	states := make([]*redis.SliceCmd, len(ws)) // by write; shared within a partition
+	hsets := make([]*redis.Cmd, len(ws)) // by write; shared within a fresh group
+	var states []*redis.SliceCmd         // MGET replies: loaded-until, lease, ...
+	stateOf := make([]int, len(ws))      // by write: its MGET<<16 | offset in it
 	addPlain := func(pipe redis.Pipeliner) {
+		// Outside a cluster one MGET reads every partition's announcement;
+		// in a cluster each partition's keys are read apart (one slot each).
+		var mget []any
 		for lo := 0; lo < len(plainWrites); {
 			p := part[plainWrites[lo]]
 			hi := lo + 1
@@ -303,32 +310,47 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			}
 			group := plainWrites[lo:hi]
 			k := s.parts[p]
-			var fresh []any
-			zs := make([]redis.Z, 0, len(group))
+			fresh := []any{"hset", k.Jobs}
+			zadd := make([]any, 2, 2+2*len(group))
+			zadd[0], zadd[1] = "zadd", k.Pending
 			for _, i := range group {
 				w := ws[i]
 				if w.Fresh {
 					fresh = append(fresh, w.Key, w.Record)
 				} else {
-					hsets[i] = pipe.HSet(ctx, k.Jobs, w.Key, w.Record)
-					pipe.ZRem(ctx, k.Dead, w.Key)
+					hsets[i] = pipe.Do(ctx, "hset", k.Jobs, w.Key, w.Record)
+					pipe.Do(ctx, "zrem", k.Dead, w.Key)
 				}
-				zs = append(zs, redis.Z{Score: float64(w.Due), Member: w.Key})
+				zadd = append(zadd, w.Due, w.Key)
 			}
-			if len(fresh) > 0 {
-				h := pipe.HSet(ctx, k.Jobs, fresh...)
+			if len(fresh) > 2 {
+				h := pipe.Do(ctx, fresh...)
 				for _, i := range group {
 					if ws[i].Fresh {
 						hsets[i] = h
 					}
 				}
 			}
-			pipe.ZAdd(ctx, k.Pending, zs...)
-			st := pipe.MGet(ctx, k.Loaded, k.Lease)
-			for _, i := range group {
-				states[i] = st
+			pipe.Do(ctx, zadd...)
+			if s.cluster {
+				states = append(states, pipe.MGet(ctx, k.Loaded, k.Lease))
+				for _, i := range group {
+					stateOf[i] = (len(states) - 1) << 16
+				}
+			} else {
+				if mget == nil {
+					mget = []any{"mget"}
+				}
+				for _, i := range group {
+					stateOf[i] = len(mget) - 1
+				}
+				mget = append(mget, k.Loaded, k.Lease)
 			}
 			lo = hi
+		}
+		if !s.cluster && len(mget) > 1 {
+			states = append(states, redis.NewSliceCmd(ctx, mget...))
+			_ = pipe.Process(ctx, states[0])
 		}
 	}
 	replies, err := s.runPartitioned(ctx, args, addPlain)
@@ -349,7 +371,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	var inbox redis.Pipeliner
 	for _, i := range plainWrites {
 		w := ws[i]
-		n, err := hsets[i].Result()
+		n, err := hsets[i].Int64()
 		if err != nil {
 			return nil, wrap(err)
 		}
@@ -358,10 +380,11 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			out[i] = Replaced
 		}
 		p := part[i]
-		st, err := states[i].Result()
+		st, err := states[stateOf[i]>>16].Result()
 		if err != nil {
 			return nil, wrap(err)
 		}
+		st = st[stateOf[i]&0xffff:]
 		loadedStr, ok := st[0].(string)
 		if !ok {
 			continue // nothing announced: the owner's next scan sees the job
