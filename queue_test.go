@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/leakcheck"
@@ -506,6 +507,9 @@ func TestFakeClockLongDelays(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.q.Cancel(b.ctx, "order", "o-2")) // paid
 
+	// Advance only once the poller sleeps: a pass still running would read
+	// the old time, and the next would wait for the clock to move again.
+	clk.BlockUntilSleeping()
 	clk.Advance(30*time.Minute - time.Millisecond)
 	r.none(t, 50*time.Millisecond)
 	clk.Advance(time.Millisecond)
@@ -513,10 +517,15 @@ func TestFakeClockLongDelays(t *testing.T) {
 	require.Equal(t, "o-1", j.ID)
 	require.Equal(t, t0.Add(30*time.Minute).UnixMicro(), j.Due.UnixMicro())
 	// The retry is stored 50 (fake) minutes later, and armed once stored.
-	eventually(t, func() bool {
+	var last string
+	if !assert.Eventually(t, func() bool {
 		info, err := b.q.Lookup(b.ctx, "order", "o-1")
+		last = fmt.Sprintf("lookup %+v err %v, %d armed", info, err, b.q.sched.Len())
 		return err == nil && info.Attempts == 1 && b.q.sched.Len() == 1
-	}, "retry stored and armed")
+	}, wait, 5*time.Millisecond, "retry stored and armed") {
+		t.Fatal(last)
+	}
+	clk.BlockUntilSleeping()
 	clk.Advance(50*time.Minute - time.Millisecond)
 	r.none(t, 50*time.Millisecond)
 	clk.Advance(time.Millisecond)
