@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,6 +44,10 @@ func (c *BatchConfig) fill() {
 // before it sends a batch.
 const maxYields = 8
 
+// shareWait bounds how long a flusher waits for its share of the
+// outstanding requests (see fill).
+const shareWait = 200 * time.Microsecond
+
 type call[T, R any] struct {
 	req  T
 	res  R
@@ -65,6 +70,12 @@ type Batcher[T, R any] struct {
 	mu     sync.RWMutex // guards closed against sends on in
 	closed bool
 	wg     sync.WaitGroup
+
+	// outstanding counts the requests not yet answered; peak is about the
+	// most of them there recently were at once (it decays with each batch,
+	// and falls back to outstanding after a millisecond without one).
+	outstanding, peak atomic.Int64
+	lastFlush         atomic.Int64 // unix ns
 }
 
 // NewBatcher starts a batcher. exec must return one result per request, or
@@ -95,11 +106,15 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 		b.pool.Put(c)
 		return zero, ErrClosed
 	}
+	if n := b.outstanding.Add(1); n > b.peak.Load() {
+		b.peak.Store(n) // racy max: good enough for a batching target
+	}
 	select {
 	case b.in <- c:
 		b.mu.RUnlock()
 	case <-ctx.Done():
 		b.mu.RUnlock()
+		b.outstanding.Add(-1)
 		b.pool.Put(c)
 		return zero, ctx.Err()
 	}
@@ -127,12 +142,26 @@ func (b *Batcher[T, R]) flusher() {
 	}
 }
 
-// fill adds queued requests to batch, waiting up to Linger for more.
-// Before it settles for what is queued, it yields the processor while
-// that brings more: the callers that the last round trip just answered
-// are runnable, and each is about to send its next request.
+// fill adds queued requests to batch, waiting up to Linger for more. It
+// also waits, up to shareWait, until the batch holds its share of the
+// requests recently outstanding at once (peak / InFlight): the round
+// trips then carry even batches. (Without it a few callers end up alone
+// in one batch and the rest in another, and each round trip costs the
+// same fixed price in system calls on both sides, whatever it carries.)
+// Before it waits, it yields the processor while that brings requests:
+// the callers that a round trip just answered are runnable, and each is
+// about to send its next request.
 func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
-	var timer <-chan time.Time
+	if time.Now().UnixNano()-b.lastFlush.Load() > int64(time.Millisecond) {
+		b.peak.Store(b.outstanding.Load()) // a lull: the old peak is gone
+	}
+	share := int((b.peak.Load() + int64(b.cfg.InFlight) - 1) / int64(b.cfg.InFlight))
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	yields := 0
 	for len(batch) < b.cfg.MaxBatch {
 		select {
@@ -145,19 +174,22 @@ func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
 		default:
 		}
 		if yields < maxYields {
-			n := len(batch)
 			runtime.Gosched()
 			yields++
-			if len(b.in) > 0 || n < len(batch) {
+			if len(b.in) > 0 {
 				continue
 			}
 			yields = maxYields
 		}
-		if b.cfg.Linger <= 0 {
+		wait := b.cfg.Linger
+		if len(batch) < share {
+			wait = max(wait, shareWait)
+		}
+		if wait <= 0 {
 			return batch
 		}
 		if timer == nil {
-			timer = time.After(b.cfg.Linger)
+			timer = time.NewTimer(wait)
 		}
 		select {
 		case c, ok := <-b.in:
@@ -165,7 +197,7 @@ func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
 				return batch
 			}
 			batch = append(batch, c)
-		case <-timer:
+		case <-timer.C:
 			return batch
 		}
 	}
@@ -183,6 +215,11 @@ func (b *Batcher[T, R]) flush(batch []*call[T, R]) {
 	if err == nil && len(res) != len(batch) {
 		err = errors.New("persist: batch returned a wrong number of results")
 	}
+	if p := b.peak.Load(); p > 0 {
+		b.peak.Store(max(b.outstanding.Load(), p-(p+7)/8))
+	}
+	b.lastFlush.Store(time.Now().UnixNano())
+	b.outstanding.Add(-int64(len(batch)))
 	for i, c := range batch {
 		if err != nil {
 			c.err = err

@@ -555,3 +555,33 @@ func TestFreshWritesGrouped(t *testing.T) {
 		require.Equal(t, float64(w.Due), due, w.Key)
 	}
 }
+
+// TestBatcherShareWaitEnds: a flusher that waits for its share of a past
+// peak of callers still sends a lone request once the wait is over, and
+// one that comes after a lull is sent on its own.
+func TestBatcherShareWaitEnds(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var sizes []int
+	b := NewBatcher(BatchConfig{InFlight: 1}, func(_ context.Context, reqs []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		mu.Unlock()
+		return reqs, nil
+	})
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, lull := range []bool{false, true} {
+		b.peak.Store(64) // as if 64 callers had just been waiting
+		at := time.Now()
+		if lull {
+			at = at.Add(-time.Second)
+		}
+		b.lastFlush.Store(at.UnixNano())
+		v, err := b.Do(ctx, 7)
+		require.NoError(t, err, "lull %v", lull)
+		require.Equal(t, 7, v)
+	}
+	require.Equal(t, []int{1, 1}, sizes)
+}
