@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -553,7 +554,7 @@ func (q *Queue) claimLinger() time.Duration {
 // claimAndRun claims a batch of fired jobs and holds the claimed ones until
 // their due time. It returns the jobs to claim again later (Redis errors).
 func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
-	owned := batch[:0:0]
+	owned := make([]firedJob, 0, len(batch))
 	var busy []firedJob
 	q.inflightMu.Lock()
 	for _, f := range batch {
@@ -618,7 +619,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 	}
 	nowUs = q.clock.Now().UnixMicro()
 	var unclaim []persist.Outcome
-	var tasks []*task
+	tasks := make([]task, 0, len(owned))
 	for i, f := range owned {
 		r := res[i]
 		if r.Gone || r.Busy {
@@ -654,13 +655,13 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 			rec = &dec
 			q.cache.Add(f.key, rec)
 		}
-		tasks = append(tasks, &task{key: f.key, rec: rec, due: time.UnixMicro(r.Due), verified: true})
+		tasks = append(tasks, task{key: f.key, rec: rec, due: time.UnixMicro(r.Due), verified: true})
 	}
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)
 	}
-	for _, t := range tasks {
-		q.hold(t)
+	for i := range tasks {
+		q.hold(&tasks[i]) // one allocation for the batch's tasks
 	}
 	return nil
 }
@@ -846,10 +847,16 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	// Outcomes of partitions lost to another owner are dropped: that owner
 	// runs those jobs again (at-least-once). Shutdown stores the outcomes
 	// before it releases the leases.
-	kept := os[:0:0]
-	for _, o := range os {
-		if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) != recovery.NotOwned {
-			kept = append(kept, o)
+	kept := os
+	for i, o := range os {
+		if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) == recovery.NotOwned {
+			kept = slices.Clip(os[:i:i]) // copy on the first drop
+			for _, o := range os[i+1:] {
+				if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) != recovery.NotOwned {
+					kept = append(kept, o)
+				}
+			}
+			break
 		}
 	}
 	var applied []bool
