@@ -275,9 +275,10 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	if len(payload) > q.cfg.MaxPayload {
 		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrPayloadTooLarge, len(payload), q.cfg.MaxPayload)
 	}
-	id := o.id
+	id, key := o.id, ""
 	if id == "" {
-		id = newID()
+		key = newKey(topic) // the id is its tail: one allocation for both
+		id = key[len(topic)+len(persist.KeySep):]
 	} else if len(id) > 512 {
 		return "", fmt.Errorf("%w: %d bytes, at most 512", ErrInvalidID, len(id))
 	}
@@ -294,7 +295,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		Topic: topic, ID: id, Rev: rand.Uint32(), MaxAttempts: maxAttempts,
 		Created: now, Payload: payload,
 	}
-	key := persist.JobKey(topic, id)
+	if key == "" {
+		key = persist.JobKey(topic, id)
+	}
 	dueUs := ceilMicro(due)
 	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
 	// the wait. A random id is new (72 bits): it takes the plain write.
@@ -951,12 +954,20 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// newID returns a random 12-character URL-safe id (72 random bits).
-func newID() string {
-	var b [9]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-	b[8] = byte(rand.Uint32())
-	return base64.RawURLEncoding.EncodeToString(b[:])
+// newKey returns the job key of a new job of topic with a random
+// 12-character URL-safe id (72 random bits).
+func newKey(topic string) string {
+	var r [9]byte
+	binary.LittleEndian.PutUint64(r[:8], rand.Uint64())
+	r[8] = byte(rand.Uint32())
+	var id [12]byte
+	base64.RawURLEncoding.Encode(id[:], r[:])
+	var b strings.Builder
+	b.Grow(len(topic) + len(persist.KeySep) + len(id))
+	b.WriteString(topic)
+	b.WriteString(persist.KeySep)
+	b.Write(id[:])
+	return b.String()
 }
 
 // ceilMicro returns t in unix microseconds, rounded up, so that a stored

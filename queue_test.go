@@ -144,6 +144,7 @@ func TestScheduleFireAckRemovesEverything(t *testing.T) {
 	for i := range 20 {
 		id, err := b.q.Schedule(b.ctx, "mail", []byte(fmt.Sprint(i)), After(time.Duration(i)*5*time.Millisecond))
 		require.NoError(t, err)
+		require.Regexp(t, `^[A-Za-z0-9_-]{12}$`, id, "a random id: 72 bits, URL-safe")
 		ids = append(ids, id)
 	}
 	seen := map[string]bool{}
@@ -151,6 +152,7 @@ func TestScheduleFireAckRemovesEverything(t *testing.T) {
 		j := r.next(t)
 		require.Equal(t, 1, j.Attempt)
 		require.False(t, seen[j.ID], "ran twice")
+		require.Contains(t, ids, j.ID, "the handler sees the id Schedule returned")
 		seen[j.ID] = true
 	}
 	r.mu.Lock()

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"hash/fnv"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +81,16 @@ func TestJobKey(t *testing.T) {
 	k := partitionKeys("ns", 3)
 	require.Equal(t, "wq:{ns:3}:pending", k.Pending)
 	require.Equal(t, "wq:{ns:3}:lease", k.Lease)
+}
+
+// TestPartitionOfIsFNV1a: the partition of a key is FNV-1a mod n, the same
+// in every process and version (the inlined hash matches hash/fnv).
+func TestPartitionOfIsFNV1a(t *testing.T) {
+	for _, key := range []string{"", "a", "orders/o-1", "t/AbCdEfGhIjKl", strings.Repeat("x", 600)} {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(key))
+		for _, n := range []int{1, 16, 4096} {
+			require.Equal(t, int(h.Sum32()%uint32(n)), partitionOf(key, n), "%q mod %d", key, n)
+		}
+	}
 }
