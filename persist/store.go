@@ -299,6 +299,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	var states []*redis.SliceCmd         // MGET replies: loaded-until, lease, ...
 	stateOf := make([]int, len(ws))      // by write: its MGET<<16 | offset in it
 	addPlain := func(pipe redis.Pipeliner) {
+		states = states[:0] // a retried pipeline (NOSCRIPT) starts over
 		// Outside a cluster one MGET reads every partition's announcement;
 		// in a cluster each partition's keys are read apart (one slot each).
 		var mget []any
@@ -349,8 +350,9 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			lo = hi
 		}
 		if !s.cluster && len(mget) > 1 {
-			states = append(states, redis.NewSliceCmd(ctx, mget...))
-			_ = pipe.Process(ctx, states[0])
+			st := redis.NewSliceCmd(ctx, mget...)
+			states = append(states, st)
+			_ = pipe.Process(ctx, st)
 		}
 	}
 	replies, err := s.runPartitioned(ctx, args, addPlain)

@@ -585,3 +585,27 @@ func TestBatcherShareWaitEnds(t *testing.T) {
 	}
 	require.Equal(t, []int{1, 1}, sizes)
 }
+
+// TestWriteAfterScriptFlush: a batch that meets NOSCRIPT (Redis lost its
+// script cache) is sent again whole, and its plain writes' announcement
+// reads still hold: the non-owner's jobs inside the window reach the inbox.
+func TestWriteAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
+	require.NoError(t, err)
+	require.NoError(t, b.rdb.ScriptFlush(b.ctx).Err())
+	res, err := b.store.Write(b.ctx, nil, []Write{
+		{Key: "n/rejecting", Due: 9_000, Record: rec("")},
+		{Key: "n/fresh", Due: 9_500, Record: rec(""), Replace: true, Fresh: true},
+		{Key: "n/later", Due: 12_000, Record: rec(""), Replace: true, Fresh: true},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []WriteResult{Stored, Stored, Stored}, res)
+	pr, err := b.store.Poll(b.ctx, 0, "O", 20_000, time.Minute, false, 100)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []Entry{{"n/rejecting", 9_000}, {"n/fresh", 9_500}}, pr.Inbox)
+}
