@@ -45,8 +45,14 @@ func (c *BatchConfig) fill() {
 const maxYields = 8
 
 // shareWait bounds how long a flusher waits for its share of the
-// outstanding requests (see fill).
-const shareWait = 200 * time.Microsecond
+// outstanding requests (see fill). It waits only for a share of at least
+// minShare: with few callers a round trip more costs less than the wait
+// (the callers it waits for are often in the other round trip, and an
+// idle process's timers fire late).
+const (
+	shareWait = 200 * time.Microsecond
+	minShare  = 8
+)
 
 type call[T, R any] struct {
 	req  T
@@ -144,7 +150,8 @@ func (b *Batcher[T, R]) flusher() {
 
 // fill adds queued requests to batch, waiting up to Linger for more. It
 // also waits, up to shareWait, until the batch holds its share of the
-// requests recently outstanding at once (peak / InFlight): the round
+// requests recently outstanding at once (peak / InFlight, when that is at
+// least minShare): the round
 // trips then carry even batches. (Without it a few callers end up alone
 // in one batch and the rest in another, and each round trip costs the
 // same fixed price in system calls on both sides, whatever it carries.)
@@ -182,7 +189,7 @@ func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
 			yields = maxYields
 		}
 		wait := b.cfg.Linger
-		if len(batch) < share {
+		if share >= minShare && len(batch) < share {
 			wait = max(wait, shareWait)
 		}
 		if wait <= 0 {
