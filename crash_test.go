@@ -43,7 +43,7 @@ func crashConfig() Config {
 
 // TestCrashChild is the child process of TestCrashKill9; it does nothing
 // unless the parent set its environment. It runs the queue and appends one
-// line per handler start to the log: "id due_us start_us attempt".
+// line per handler start to the log: "id due_us start_us attempt pid".
 func TestCrashChild(t *testing.T) {
 	addr := os.Getenv(envChildRedis)
 	if addr == "" {
@@ -56,7 +56,7 @@ func TestCrashChild(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	require.NoError(t, q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error {
-		line := fmt.Sprintf("%s %d %d %d\n", j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), j.Attempt)
+		line := fmt.Sprintf("%s %d %d %d %d\n", j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), j.Attempt, os.Getpid())
 		mu.Lock()
 		_, err := f.WriteString(line) // one write(2): survives SIGKILL
 		mu.Unlock()
@@ -94,6 +94,7 @@ func (c *child) kill() {
 type fire struct {
 	dueUs, startUs int64
 	attempt        int
+	proc           int // pid of the child that ran it (0: not recorded)
 }
 
 func readFires(t *testing.T, path string) map[string][]fire {
@@ -104,13 +105,14 @@ func readFires(t *testing.T, path string) map[string][]fire {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) != 4 {
+		if len(fs) != 5 {
 			continue // a line cut by a kill
 		}
 		due, _ := strconv.ParseInt(fs[1], 10, 64)
 		start, _ := strconv.ParseInt(fs[2], 10, 64)
 		att, _ := strconv.Atoi(fs[3])
-		out[fs[0]] = append(out[fs[0]], fire{due, start, att})
+		proc, _ := strconv.Atoi(fs[4])
+		out[fs[0]] = append(out[fs[0]], fire{due, start, att, proc})
 	}
 	return out
 }
@@ -233,7 +235,18 @@ func TestCrashKill9(t *testing.T) {
 	waitDrained(t, rdb, producer)
 	c.kill()
 
-	dups := h.check(t, readFires(t, logPath))
+	fires := readFires(t, logPath)
+	dups := h.check(t, fires)
+	// A duplicate is a run in flight at a kill, run again by the next
+	// process: no process runs the same attempt of a job twice.
+	for id, fs := range fires {
+		seen := map[[2]int]bool{}
+		for _, f := range fs {
+			k := [2]int{f.proc, f.attempt}
+			require.False(t, seen[k], "job %s: attempt %d ran twice in process %d", id, f.attempt, f.proc)
+			seen[k] = true
+		}
+	}
 	h.mu.Lock()
 	t.Logf("%d kills, %d jobs acknowledged, %d cancels acknowledged, %d duplicate runs (runs in flight at a kill)",
 		*crashKills, len(h.acked), len(h.cancelled), dups)

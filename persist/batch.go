@@ -17,8 +17,8 @@ type BatchConfig struct {
 	// MaxBatch is the most requests sent in one round trip. Default 256.
 	MaxBatch int
 	// Linger is how long a batch waits for more requests once the first
-	// has come and fewer than MaxBatch are waiting (a Retrier stops
-	// lingering once closed). Default 0: a batch takes what is queued, and
+	// has come and fewer than MaxBatch are waiting (a Retrier lingers only
+	// while items come faster than one per Linger, and not once closed). Default 0: a batch takes what is queued, and
 	// batches grow on their own while the previous round trips are in
 	// flight.
 	Linger time.Duration
@@ -309,6 +309,7 @@ func (r *Retrier[T]) loop() {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
+	var lastSend time.Time
 	for {
 		r.mu.Lock()
 		for len(r.queue) == 0 {
@@ -324,9 +325,11 @@ func (r *Retrier[T]) loop() {
 			}
 			r.mu.Lock()
 		}
-		if r.cfg.Linger > 0 && len(r.queue) < r.cfg.MaxBatch && !r.closing {
-			// Let more items come: fewer, larger round trips, and far
-			// less garbage per item.
+		if r.cfg.Linger > 0 && len(r.queue) < r.cfg.MaxBatch && !r.closing && time.Since(lastSend) < 2*r.cfg.Linger {
+			// Items come faster than one per Linger: let more come, for
+			// fewer, larger round trips and far less garbage per item.
+			// (At a slower pace a linger would only delay them, and
+			// widen the window in which a crash loses an outcome.)
 			r.mu.Unlock()
 			linger.Reset(r.cfg.Linger)
 			select {
@@ -339,6 +342,7 @@ func (r *Retrier[T]) loop() {
 			}
 			r.mu.Lock()
 		}
+		lastSend = time.Now()
 		n := min(len(r.queue), r.cfg.MaxBatch)
 		batch := make([]T, n)
 		copy(batch, r.queue)

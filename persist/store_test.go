@@ -360,28 +360,37 @@ func TestRetrierRetriesUntilSuccess(t *testing.T) {
 	require.ErrorIs(t, r.Add(5), ErrClosed)
 }
 
-// TestRetrierLinger: with a linger, items added apart go out in one batch;
-// Close cuts the linger short.
+// TestRetrierLinger: an item that comes after a quiet spell is sent at
+// once; while items come faster than one per linger, they wait to go out
+// together; Close cuts the linger short.
 func TestRetrierLinger(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var batches [][]int
+	sent := make(chan struct{}, 10)
 	r := NewRetrier(BatchConfig{Linger: time.Hour}, func(_ context.Context, items []int) error {
 		mu.Lock()
 		defer mu.Unlock()
 		batches = append(batches, slices.Clone(items))
+		sent <- struct{}{}
 		return nil
 	}, nil)
 	require.NoError(t, r.Add(1))
-	time.Sleep(20 * time.Millisecond) // without a linger, 1 would be sent by now
+	select {
+	case <-sent: // nothing was sent lately: no linger
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first item lingered")
+	}
 	require.NoError(t, r.Add(2))
+	time.Sleep(20 * time.Millisecond) // without a linger, 2 would be sent by now
+	require.NoError(t, r.Add(3))
 	mu.Lock()
-	require.Empty(t, batches, "still lingering")
+	require.Equal(t, [][]int{{1}}, batches, "2 is lingering")
 	mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, r.Close(ctx), "Close ends the linger")
-	require.Equal(t, [][]int{{1, 2}}, batches)
+	require.Equal(t, [][]int{{1}, {2, 3}}, batches)
 }
 
 func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {
