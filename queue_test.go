@@ -16,6 +16,7 @@ import (
 
 	"github.com/wheelq/wheelq/internal/leakcheck"
 	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -576,4 +577,29 @@ func TestSecondProcessTakesOver(t *testing.T) {
 		require.True(t, strings.HasPrefix(r.next(t).ID, "late-"))
 	}
 	r.none(t, 100*time.Millisecond)
+}
+
+// TestRandomIDsRunByPartition: consecutive random ids share a partition in
+// runs (so that a batch of them writes few partitions), and over many the
+// partitions get equal shares.
+func TestRandomIDsRunByPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Partitions: 16})
+	const n = 16 * idRunLength * 2
+	counts := make([]int, 16)
+	changes, last := 0, -1
+	for range n {
+		id, err := b.q.Schedule(b.ctx, "r", nil, After(time.Hour))
+		require.NoError(t, err)
+		p := b.q.store.PartitionOf(persist.JobKey("r", id))
+		counts[p]++
+		if p != last {
+			changes++
+			last = p
+		}
+	}
+	require.LessOrEqual(t, changes, n/idRunLength+1, "ids come in runs of a partition")
+	for p, c := range counts {
+		require.Equal(t, n/16, c, "partition %d's share", p)
+	}
 }

@@ -70,3 +70,57 @@ func partitionOf(key string, n int) int {
 	}
 	return int(h % uint32(n))
 }
+
+// idAlphabet is the URL-safe base64 alphabet of random ids.
+const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// RandomKey returns the key of a new job of topic: topic + "/" + a random
+// 12-character URL-safe id. With 1 < n <= 64 partitions it chooses the id's
+// last character so that the key falls in partition p (of n): 66 random
+// bits and the choice of one of the about 64/n fitting characters. It
+// steers nothing for larger n (p is then ignored).
+func RandomKey(topic string, p, n int, random func() uint64) string {
+	const offset32, prime32 = 2166136261, 16777619
+	h0 := uint32(offset32)
+	for i := 0; i < len(topic); i++ {
+		h0 = (h0 ^ uint32(topic[i])) * prime32
+	}
+	h0 = (h0 ^ uint32(KeySep[0])) * prime32
+	var id [12]byte
+	for {
+		r := random()
+		r2 := random()
+		for i := range id {
+			id[i] = idAlphabet[r&63]
+			r >>= 6
+			if i == 9 {
+				r = r2
+			}
+		}
+		if n <= 1 || n > 64 {
+			break
+		}
+		h := h0
+		for _, c := range id[:11] {
+			h = (h ^ uint32(c)) * prime32
+		}
+		start := int(r2>>12) & 63 // so that no fitting character is favoured
+		found := false
+		for j := range 64 {
+			c := idAlphabet[(start+j)&63]
+			if int(((h^uint32(c))*prime32)%uint32(n)) == p {
+				id[11], found = c, true
+				break
+			}
+		}
+		if found {
+			break
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(topic) + len(KeySep) + len(id))
+	b.WriteString(topic)
+	b.WriteString(KeySep)
+	b.Write(id[:])
+	return b.String()
+}

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"hash/fnv"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,29 @@ func TestPartitionOfIsFNV1a(t *testing.T) {
 		_, _ = h.Write([]byte(key))
 		for _, n := range []int{1, 16, 4096} {
 			require.Equal(t, int(h.Sum32()%uint32(n)), partitionOf(key, n), "%q mod %d", key, n)
+		}
+	}
+}
+
+// TestRandomKey: a random key is topic/ + 12 URL-safe characters, falls in
+// the partition asked for when there are at most 64, and does not repeat.
+func TestRandomKey(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	seen := map[string]bool{}
+	for _, n := range []int{1, 2, 7, 16, 64, 65, 4096} {
+		for i := range 2000 {
+			p := i % n
+			key := RandomKey("orders", p, n, rnd.Uint64)
+			topic, id, err := SplitJobKey(key)
+			require.NoError(t, err)
+			require.Equal(t, "orders", topic)
+			require.Regexp(t, `^[A-Za-z0-9_-]{12}$`, id)
+			if n <= 64 {
+				require.Equal(t, p, partitionOf(key, n), "%s in %d partitions", key, n)
+			}
+			require.False(t, seen[key], "repeated %s", key)
+			seen[key] = true
 		}
 	}
 }
