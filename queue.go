@@ -32,7 +32,7 @@ const (
 )
 
 // idRunLength is how many consecutive random ids share a partition.
-const idRunLength = 32
+const idRunLength = 64
 
 // claimers is the number of goroutines that claim fired jobs.
 const claimers = 2

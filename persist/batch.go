@@ -85,7 +85,8 @@ type Batcher[T, R any] struct {
 }
 
 // NewBatcher starts a batcher. exec must return one result per request, or
-// an error that every request of the batch then gets.
+// an error that every request of the batch then gets; it must not keep the
+// slice of requests it is given (the batcher reuses it).
 func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs []T) ([]R, error)) *Batcher[T, R] {
 	cfg.fill()
 	b := &Batcher[T, R]{
@@ -137,14 +138,16 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 
 func (b *Batcher[T, R]) flusher() {
 	batch := make([]*call[T, R], 0, b.cfg.MaxBatch)
+	reqs := make([]T, 0, b.cfg.MaxBatch) // reused: exec must not keep it
 	for {
 		first, ok := <-b.in
 		if !ok {
 			return
 		}
 		batch = b.fill(append(batch[:0], first))
-		b.flush(batch)
+		b.flush(batch, reqs[:0])
 		clear(batch)
+		clear(reqs[:len(batch)])
 	}
 }
 
@@ -211,10 +214,9 @@ func (b *Batcher[T, R]) fill(batch []*call[T, R]) []*call[T, R] {
 	return batch
 }
 
-func (b *Batcher[T, R]) flush(batch []*call[T, R]) {
-	reqs := make([]T, len(batch))
-	for i, c := range batch {
-		reqs[i] = c.req
+func (b *Batcher[T, R]) flush(batch []*call[T, R], reqs []T) {
+	for _, c := range batch {
+		reqs = append(reqs, c.req)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 	res, err := b.exec(ctx, reqs)

@@ -3,6 +3,7 @@ package persist
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -46,11 +47,12 @@ type Record struct {
 //
 // With a 64-byte payload a fresh record is 76 bytes.
 func (r *Record) Encode() []byte {
-	n := 5 + 3*binary.MaxVarintLen64 + len(r.Payload)
+	created := uint64(max(r.Created.Unix(), 0))
+	n := 5 + uvarintLen(uint64(r.Attempt)) + uvarintLen(uint64(r.MaxAttempts)) + uvarintLen(created) + len(r.Payload)
 	if r.LastError != "" {
-		n += binary.MaxVarintLen64 + len(r.LastError)
+		n += uvarintLen(uint64(len(r.LastError))) + len(r.LastError)
 	}
-	b := make([]byte, 5, n)
+	b := make([]byte, 5, n) // exact: 76 bytes for a 64-byte payload
 	b[0] = recordVersion << 4
 	if r.LastError != "" {
 		b[0] |= flagHasError
@@ -58,7 +60,7 @@ func (r *Record) Encode() []byte {
 	binary.BigEndian.PutUint32(b[1:5], r.Rev)
 	b = binary.AppendUvarint(b, uint64(r.Attempt))
 	b = binary.AppendUvarint(b, uint64(r.MaxAttempts))
-	b = binary.AppendUvarint(b, uint64(max(r.Created.Unix(), 0)))
+	b = binary.AppendUvarint(b, created)
 	if r.LastError != "" {
 		b = binary.AppendUvarint(b, uint64(len(r.LastError)))
 		b = append(b, r.LastError...)
@@ -114,4 +116,9 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	r.Payload = b
 	return r, nil
+}
+
+// uvarintLen is the length of x encoded by binary.AppendUvarint.
+func uvarintLen(x uint64) int {
+	return (bits.Len64(x|1) + 6) / 7
 }

@@ -118,3 +118,17 @@ func TestRandomKey(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordEncodeExactSize: Encode allocates exactly what it writes.
+func TestRecordEncodeExactSize(t *testing.T) {
+	t.Parallel()
+	for _, r := range []Record{
+		{Rev: 1, MaxAttempts: 3, Created: time.Unix(1_700_000_000, 0), Payload: make([]byte, 64)},
+		{Attempt: 1 << 40, MaxAttempts: 127, Created: time.Unix(0, 0), LastError: strings.Repeat("e", 200)},
+		{Attempt: 128, MaxAttempts: 1 << 62, Created: time.Unix(-5, 0)},
+	} {
+		b := r.Encode()
+		require.Equal(t, len(b), cap(b), "%+v", r)
+	}
+	require.Len(t, (&Record{Rev: 1, MaxAttempts: 3, Created: time.Unix(1_700_000_000, 0), Payload: make([]byte, 64)}).Encode(), 76)
+}

@@ -311,18 +311,20 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			}
 			group := plainWrites[lo:hi]
 			k := s.parts[p]
-			fresh := []any{"hset", k.Jobs}
+			fresh := make([]any, 2, 2+2*len(group))
+			fresh[0], fresh[1] = "hset", k.Jobs
 			zadd := make([]any, 2, 2+2*len(group))
 			zadd[0], zadd[1] = "zadd", k.Pending
 			for _, i := range group {
 				w := ws[i]
+				key := any(w.Key) // boxed once for both commands
 				if w.Fresh {
-					fresh = append(fresh, w.Key, w.Record)
+					fresh = append(fresh, key, w.Record)
 				} else {
-					hsets[i] = pipe.Do(ctx, "hset", k.Jobs, w.Key, w.Record)
-					pipe.Do(ctx, "zrem", k.Dead, w.Key)
+					hsets[i] = pipe.Do(ctx, "hset", k.Jobs, key, w.Record)
+					pipe.Do(ctx, "zrem", k.Dead, key)
 				}
-				zadd = append(zadd, w.Due, w.Key)
+				zadd = append(zadd, w.Due, key)
 			}
 			if len(fresh) > 2 {
 				h := pipe.Do(ctx, fresh...)
