@@ -46,7 +46,7 @@
 // network poller and wakes tens of microseconds late. A job is claimed in Redis
 // Config.ClaimLead (default 5ms) before its due time and started at that
 // time exactly, so the claim's round trip costs no precision; measured
-// lateness of a run through Redis is p50 ≈ 60 µs, p99 ≈ 0.3 ms on a
+// lateness of a run through Redis is p50 ≈ 60 µs, p99 ≈ 0.4 ms on a
 // 2-core machine shared with Redis, the tail set by garbage collection
 // (docs/benchmarks.md).
 // Jobs due later wait in Redis and are brought in by a poller every
