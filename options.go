@@ -205,7 +205,9 @@ func After(d time.Duration) Option { return afterOpt(d) }
 
 // ID gives the job an id of the caller's choosing, so that scheduling is
 // idempotent and the job can be cancelled or rescheduled by that id. By
-// default a random id is made.
+// default a random id is made: 12 URL-safe characters with 66 random bits
+// (the last character is chosen so that consecutive new jobs share a
+// partition, which lets a batch of them be written with few commands).
 func ID(id string) Option { return idOpt(id) }
 
 // MaxAttempts overrides Config.MaxAttempts for this job.

@@ -308,7 +308,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	}
 	dueUs := ceilMicro(due)
 	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
-	// the wait. A random id is new (72 bits): it takes the plain write.
+	// the wait. A random id is new (66 random bits): it takes the plain write.
 	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || o.id == "", Fresh: o.id == ""})
 	if errors.Is(err, persist.ErrClosed) {
 		return "", ErrClosed
