@@ -493,11 +493,7 @@ func TestClaimOfClaimedJobIsBusy(t *testing.T) {
 func TestPlainWriteUsesInbox(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
-	require.NoError(t, err)
-	require.True(t, held)
-	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
-	require.NoError(t, err)
+	ownAndAnnounce(t, b, 1, 10_000)
 	res, err := b.store.Write(b.ctx, nil, []Write{
 		{Key: "p/in", Due: 9_000, Record: rec(""), Replace: true},
 		{Key: "p/out", Due: 11_000, Record: rec(""), Replace: true},
@@ -522,13 +518,7 @@ func TestPlainWriteUsesInbox(t *testing.T) {
 func TestFreshWritesGrouped(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2)
-	for p := range 2 {
-		held, _, err := b.store.Lease(b.ctx, p, LeaseAcquire, "O", time.Minute)
-		require.NoError(t, err)
-		require.True(t, held)
-		_, err = b.store.Poll(b.ctx, p, "O", 10_000, time.Minute, true, 100)
-		require.NoError(t, err)
-	}
+	ownAndAnnounce(t, b, 2, 10_000)
 	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "g/old", Due: 50_000, Record: rec("old"), Replace: true}})
 	require.NoError(t, err)
 	var ws []Write
@@ -601,11 +591,7 @@ func TestBatcherShareWaitEnds(t *testing.T) {
 func TestWriteAfterScriptFlush(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
-	require.NoError(t, err)
-	require.True(t, held)
-	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
-	require.NoError(t, err)
+	ownAndAnnounce(t, b, 1, 10_000)
 	require.NoError(t, b.rdb.ScriptFlush(b.ctx).Err())
 	res, err := b.store.Write(b.ctx, nil, []Write{
 		{Key: "n/rejecting", Due: 9_000, Record: rec("")},
@@ -617,4 +603,17 @@ func TestWriteAfterScriptFlush(t *testing.T) {
 	pr, err := b.store.Poll(b.ctx, 0, "O", 20_000, time.Minute, false, 100)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []Entry{{"n/rejecting", 9_000}, {"n/fresh", 9_500}}, pr.Inbox)
+}
+
+// ownAndAnnounce takes the first n partitions' leases as owner "O" and
+// announces loaded-until time loaded in each.
+func ownAndAnnounce(t *testing.T, b *bundle, n int, loaded int64) {
+	t.Helper()
+	for p := range n {
+		held, _, err := b.store.Lease(b.ctx, p, LeaseAcquire, "O", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held)
+		_, err = b.store.Poll(b.ctx, p, "O", loaded, time.Minute, true, 100)
+		require.NoError(t, err)
+	}
 }
