@@ -224,7 +224,6 @@ func wrap(err error) error {
 	return fmt.Errorf("persist: %w", err)
 }
 
-func keys3(k Keys) []string      { return []string{k.Pending, k.Jobs, k.Dead} }
 func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running} }
 func keysWrite(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
@@ -296,10 +295,11 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	// that it can be told Stored from Replaced, and a ZREM from the dead set.
 	slices.SortStableFunc(plainWrites, func(i, j int) int { return part[i] - part[j] })
 	hsets := make([]*redis.Cmd, len(ws)) // by write; shared within a fresh group
-	var states []*redis.SliceCmd         // MGET replies: loaded-until, lease, ...
-	stateOf := make([]int, len(ws))      // by write: its MGET<<16 | offset in it
+	// By write: the MGET that read its partition's loaded-until time and
+	// lease, and where in its reply they are.
+	states := make([]*redis.SliceCmd, len(ws))
+	stateAt := make([]int, len(ws))
 	addPlain := func(pipe redis.Pipeliner) {
-		states = states[:0] // a retried pipeline (NOSCRIPT) starts over
 		// Outside a cluster one MGET reads every partition's announcement;
 		// in a cluster each partition's keys are read apart (one slot each).
 		var mget []any
@@ -336,16 +336,16 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			}
 			pipe.Do(ctx, zadd...)
 			if s.cluster {
-				states = append(states, pipe.MGet(ctx, k.Loaded, k.Lease))
+				st := pipe.MGet(ctx, k.Loaded, k.Lease)
 				for _, i := range group {
-					stateOf[i] = (len(states) - 1) << 16
+					states[i], stateAt[i] = st, 0
 				}
 			} else {
 				if mget == nil {
 					mget = []any{"mget"}
 				}
 				for _, i := range group {
-					stateOf[i] = len(mget) - 1
+					stateAt[i] = len(mget) - 1
 				}
 				mget = append(mget, k.Loaded, k.Lease)
 			}
@@ -353,7 +353,9 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		}
 		if !s.cluster && len(mget) > 1 {
 			st := redis.NewSliceCmd(ctx, mget...)
-			states = append(states, st)
+			for _, i := range plainWrites {
+				states[i] = st
+			}
 			_ = pipe.Process(ctx, st)
 		}
 	}
@@ -384,11 +386,11 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			out[i] = Replaced
 		}
 		p := part[i]
-		st, err := states[stateOf[i]>>16].Result()
+		st, err := states[i].Result()
 		if err != nil {
 			return nil, wrap(err)
 		}
-		st = st[stateOf[i]&0xffff:]
+		st = st[stateAt[i]:]
 		loadedStr, ok := st[0].(string)
 		if !ok {
 			continue // nothing announced: the owner's next scan sees the job
