@@ -617,3 +617,79 @@ func ownAndAnnounce(t *testing.T, b *bundle, n int, loaded int64) {
 		require.NoError(t, err)
 	}
 }
+
+// TestSettleInOrderWithRepeats checks that outcomes of one batch apply as
+// if one by one, also when a batch names a job twice (the script reads and
+// writes in bulk).
+func TestSettleInOrderWithRepeats(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	_, err := b.store.Write(b.ctx, nil, []Write{
+		{Key: "s/1", Due: 1000, Record: rec("p")},
+		{Key: "s/2", Due: 1000, Record: rec("p")},
+	})
+	require.NoError(t, err)
+	retried := (&Record{Rev: 2, Attempt: 1, MaxAttempts: 3}).Encode()
+	applied, err := b.store.Settle(b.ctx, nil, 5000, []Outcome{
+		{Op: Ack, Key: "s/1", Rev: 1},
+		{Op: Ack, Key: "s/1", Rev: 1}, // gone by now
+		{Op: Retry, Key: "s/2", Rev: 1, Due: 9000, Record: retried},
+		{Op: Ack, Key: "s/2", Rev: 1}, // stale: the retry gave it revision 2
+		{Op: Ack, Key: "s/2", Rev: 2},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true, false, true}, applied)
+	pending, dead, err := b.store.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, pending)
+	require.Zero(t, dead)
+	n, err := b.rdb.HLen(b.ctx, b.store.parts[0].Jobs).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no record left")
+}
+
+// TestClaimAndSettleLargeBatch claims and acks more jobs of one partition
+// than one command of the scripts takes arguments (they split them).
+func TestClaimAndSettleLargeBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	const n = 2500
+	ws := make([]Write, n)
+	reqs := make([]ClaimRequest, n)
+	for i := range ws {
+		key := fmt.Sprintf("l/%d", i)
+		ws[i] = Write{Key: key, Due: int64(1000 + i), Record: rec("p"), Replace: true, Fresh: true}
+		reqs[i] = ClaimRequest{Key: key, Rev: 1, HaveRev: i%2 == 0}
+	}
+	_, err := b.store.Write(b.ctx, nil, ws)
+	require.NoError(t, err)
+	_, err = b.store.Cancel(b.ctx, "l/7")
+	require.NoError(t, err)
+	res, err := b.store.Claim(b.ctx, nil, reqs)
+	require.NoError(t, err)
+	require.Len(t, res, n)
+	os := make([]Outcome, 0, n)
+	for i, r := range res {
+		if i == 7 {
+			require.True(t, r.Gone)
+			continue
+		}
+		require.False(t, r.Gone || r.Busy, "job %d", i)
+		require.Equal(t, int64(1000+i), r.Due, "job %d", i)
+		require.Equal(t, i%2 == 0, r.Record == nil, "job %d: a record only when asked for", i)
+		os = append(os, Outcome{Op: Ack, Key: reqs[i].Key, Rev: 1})
+	}
+	marks, err := b.rdb.HLen(b.ctx, b.store.parts[0].Running).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(n-1), marks, "every claimed job is marked running")
+	applied, err := b.store.Settle(b.ctx, nil, 5000, os)
+	require.NoError(t, err)
+	for i, ok := range applied {
+		require.True(t, ok, "outcome %d", i)
+	}
+	for _, k := range []string{b.store.parts[0].Running, b.store.parts[0].Jobs, b.store.parts[0].Pending} {
+		exists, err := b.rdb.Exists(b.ctx, k).Result()
+		require.NoError(t, err)
+		require.Zero(t, exists, "%s is empty", k)
+	}
+}
