@@ -46,6 +46,11 @@ const maxClaim = 1024
 // delay the jobs that are starting.
 const settleLinger = time.Millisecond
 
+// settleYieldMax bounds how long outcomes are held back while claims run
+// behind (see claimsBehind): in a burst the jobs start first and their
+// acks follow, instead of the two sharing Redis all along.
+const settleYieldMax = time.Second
+
 // maxClaimLinger bounds how long fired jobs wait to be claimed with others
 // (see claimLinger).
 const maxClaimLinger = time.Millisecond
@@ -193,7 +198,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	sc.Linger = settleLinger
 	q.settles = persist.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
-	})
+	}, persist.YieldWhile(q.claimsBehind, settleYieldMax))
 	return q, nil
 }
 
@@ -542,6 +547,16 @@ func (q *Queue) dispatch() {
 	}
 }
 
+// claimsBehind reports whether fired jobs wait to be claimed that are due
+// within a quarter of the claim lead: the claimers are not keeping up (a
+// burst), and outcomes should wait (up to settleYieldMax) so that Redis
+// serves the claims first.
+func (q *Queue) claimsBehind() bool {
+	q.firedMu.Lock()
+	defer q.firedMu.Unlock()
+	return len(q.firedQ) > 0 && q.firedQ[0].due.Sub(q.clock.Now()) < q.cfg.ClaimLead/4
+}
+
 // claimLinger returns how long the dispatcher may wait for more fired jobs
 // before it claims the queued ones: up to maxClaimLinger, while the earliest
 // queued job is still more than half the claim lead away from its due time.
@@ -678,9 +693,24 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 }
 
 // hold keeps a claimed task until its exact due time, when the wheel
-// fires its start entry.
+// fires its start entry. A task due already (a backlog, or a claim that
+// came late) starts at once, as onFire would start it, without a round
+// through the wheel.
 func (q *Queue) hold(t *task) {
 	q.heldMu.Lock()
+	if !t.due.After(q.clock.Now()) {
+		select {
+		case q.work <- t:
+			q.heldMu.Unlock()
+			return
+		default:
+		}
+		q.held[t.key] = t
+		q.startQ = append(q.startQ, t.key)
+		q.heldMu.Unlock()
+		signal(q.startSig)
+		return
+	}
 	q.held[t.key] = t
 	q.heldMu.Unlock()
 	if _, err := q.sched.Add(startPrefix+t.key, t.due); err != nil {
@@ -702,7 +732,8 @@ func (q *Queue) unhold(key string) (*task, bool) {
 }
 
 // starter hands held tasks to the workers when their time comes and the
-// work channel was full when the wheel fired them.
+// work channel was full when the wheel fired them. (Workers that finish a
+// run take such tasks themselves; the starter wakes idle ones.)
 func (q *Queue) starter() {
 	defer close(q.starterDone)
 	for {
@@ -711,18 +742,7 @@ func (q *Queue) starter() {
 		case <-q.stopDispatch:
 			return
 		}
-		q.heldMu.Lock()
-		keys := q.startQ
-		q.startQ = nil
-		q.heldMu.Unlock()
-		for _, key := range keys {
-			q.heldMu.Lock()
-			t, ok := q.held[key]
-			delete(q.held, key)
-			q.heldMu.Unlock()
-			if !ok {
-				continue // cancelled or rescheduled while held
-			}
+		for t := q.nextStart(); t != nil; t = q.nextStart() {
 			select {
 			case q.work <- t:
 			case <-q.stopDispatch:
@@ -731,6 +751,26 @@ func (q *Queue) starter() {
 			}
 		}
 	}
+}
+
+// nextStart takes the first task of the start queue, if there is one.
+func (q *Queue) nextStart() *task {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	for len(q.startQ) > 0 {
+		key := q.startQ[0]
+		q.startQ[0] = ""
+		q.startQ = q.startQ[1:]
+		if len(q.startQ) == 0 {
+			q.startQ = nil // let a large backlog's array go
+		}
+		if t, ok := q.held[key]; ok {
+			delete(q.held, key)
+			return t
+		}
+		// cancelled or rescheduled while held
+	}
+	return nil
 }
 
 // unclaim gives back the claim of a task that will not run here.
@@ -771,6 +811,18 @@ func (q *Queue) worker() {
 		case <-q.stopDispatch:
 			return
 		default:
+		}
+		// Tasks handed over first, then the start queue: a worker that
+		// just finished a run takes its next task without parking.
+		select {
+		case t := <-q.work:
+			q.run(t)
+			continue
+		default:
+		}
+		if t := q.nextStart(); t != nil {
+			q.run(t)
+			continue
 		}
 		select {
 		case t := <-q.work:

@@ -268,14 +268,41 @@ type Retrier[T any] struct {
 	stop     chan struct{} // closed to abandon retries
 	stopOnce sync.Once
 	done     chan struct{}
-	sending  int // items in the batch being sent
+	sending  int       // items in the batch being sent
+	firstAt  time.Time // when the oldest queued item came (about)
+
+	yield         func() bool // see YieldWhile
+	yieldMaxDelay time.Duration
 }
+
+// RetrierOption configures a Retrier.
+type RetrierOption func(*retrierOptions)
+
+type retrierOptions struct {
+	yield    func() bool
+	maxDelay time.Duration
+}
+
+// YieldWhile makes the retrier hold its items back while busy reports
+// true (polled every yieldPoll), so that more urgent round trips go
+// first, but never once the oldest held item has waited maxDelay, nor
+// while the retrier is closing.
+func YieldWhile(busy func() bool, maxDelay time.Duration) RetrierOption {
+	return func(o *retrierOptions) { o.yield, o.maxDelay = busy, maxDelay }
+}
+
+// yieldPoll is how often a yielding retrier asks whether it may send.
+const yieldPoll = time.Millisecond
 
 // NewRetrier starts a retrier. onError (optional) is told of each failed
 // attempt and how many items wait.
-func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
+func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int), opts ...RetrierOption) *Retrier[T] {
 	cfg.fill()
-	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError,
+	var o retrierOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError, yield: o.yield, yieldMaxDelay: o.maxDelay,
 		kick: make(chan struct{}, 1), closeCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
 	return r
@@ -288,6 +315,9 @@ func (r *Retrier[T]) Add(items ...T) error {
 	if r.closing {
 		r.mu.Unlock()
 		return ErrClosed
+	}
+	if len(r.queue) == 0 {
+		r.firstAt = time.Now()
 	}
 	r.queue = append(r.queue, items...)
 	r.mu.Unlock()
@@ -327,6 +357,19 @@ func (r *Retrier[T]) loop() {
 			}
 			r.mu.Lock()
 		}
+		for r.yield != nil && !r.closing && time.Since(r.firstAt) < r.yieldMaxDelay && r.yield() {
+			r.mu.Unlock()
+			linger.Reset(yieldPoll)
+			select {
+			case <-linger.C:
+			case <-r.closeCh:
+				linger.Stop()
+			case <-r.stop:
+				linger.Stop()
+				return
+			}
+			r.mu.Lock()
+		}
 		if r.cfg.Linger > 0 && len(r.queue) < r.cfg.MaxBatch && !r.closing && time.Since(lastSend) < 2*r.cfg.Linger {
 			// Items come faster than one per Linger: let more come, for
 			// fewer, larger round trips and far less garbage per item.
@@ -346,9 +389,13 @@ func (r *Retrier[T]) loop() {
 		}
 		lastSend = time.Now()
 		n := min(len(r.queue), r.cfg.MaxBatch)
-		batch := make([]T, n)
-		copy(batch, r.queue)
-		r.queue = append(r.queue[:0], r.queue[n:]...)
+		// The batch is the queue's head (cut to its length, so that the
+		// queue's appends never reach it); a long queue is not moved.
+		batch := r.queue[:n:n]
+		r.queue = r.queue[n:]
+		if len(r.queue) == 0 {
+			r.queue = nil
+		}
 		r.sending = n
 		r.mu.Unlock()
 
