@@ -173,6 +173,42 @@ func TestScheduleFireAckRemovesEverything(t *testing.T) {
 	require.Len(t, ids, 20)
 }
 
+// TestBacklogRunsEachJobOnce: more jobs due at once than workers (some
+// due in the past, claimed after their time, which start without the
+// wheel; some at one instant, which queue for the workers) all run once,
+// none early, and leave nothing behind.
+func TestBacklogRunsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Concurrency: 2})
+	r := newRuns()
+	require.NoError(t, b.q.Handle("b", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	const n = 300
+	at := time.Now().Add(300 * time.Millisecond)
+	for i := range 2 * n {
+		opt := At(at)
+		if i%2 == 0 {
+			opt = At(time.Now().Add(-time.Second))
+		}
+		_, err := b.q.Schedule(b.ctx, "b", nil, opt, ID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	seen := map[string]bool{}
+	for range 2 * n {
+		j := r.next(t)
+		require.False(t, seen[j.ID], "job %s ran twice", j.ID)
+		seen[j.ID] = true
+	}
+	r.mu.Lock()
+	for i, j := range r.jobs {
+		require.False(t, r.at[i].Before(j.Due), "job %s ran before due", j.ID)
+	}
+	r.mu.Unlock()
+	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "acks remove every job key")
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2*n), st.Succeeded)
+}
+
 func TestRetryDeadLetterRequeue(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
