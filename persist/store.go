@@ -175,10 +175,68 @@ func startCall(heads [][]any, p, n int) []any {
 	return a
 }
 
-// runPartitioned sends one script call per non-empty partition in a
-// pipeline. calls[p] is partition p's whole call, from startCall (nil to
-// skip). extra, if set, adds more commands to the same pipeline. It
-// returns each partition's reply (nil where skipped). A server that lost
+// calls lays out the script calls of a batch whose items fall count[p]
+// to partition p: outside a cluster one call for all the partitions, in a
+// cluster one per partition (a call may touch one slot only). A call is
+// heads' EVALSHA, the number of keys and the keys of its partitions, the
+// fixed arguments, then per partition its token, its count and room for
+// its items (per arguments each). layoutCalls fills the heads and the
+// counts; the caller puts each item of partition p at at[p] in
+// args[call[p]], finds its result at next[p] in that call's reply, and
+// moves at[p] on by per and next[p] by one.
+type calls struct {
+	args [][]any // by call
+	call []int   // by partition: its call (-1: none)
+	at   []int   // by partition: where its next item goes in its call
+	next []int   // by partition: its next item's index in its call's reply
+}
+
+func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per int, fixed ...any) calls {
+	c := calls{call: make([]int, len(s.parts)), at: make([]int, len(s.parts)), next: make([]int, len(s.parts))}
+	var touched []int
+	for p, n := range count {
+		c.call[p] = -1
+		if n > 0 {
+			touched = append(touched, p)
+		}
+	}
+	build := func(ps []int) {
+		nkeys, size := 0, len(fixed)
+		for _, p := range ps {
+			nkeys += len(heads[p]) - 3
+			size += 2 + per*int(count[p])
+		}
+		h := heads[ps[0]]
+		a := make([]any, 3, 3+nkeys+size)
+		a[0], a[1], a[2] = h[0], h[1], nkeys
+		for _, p := range ps {
+			a = append(a, heads[p][3:]...)
+		}
+		a = append(a, fixed...)
+		items := 0
+		for _, p := range ps {
+			c.call[p], c.next[p] = len(c.args), items
+			a = append(a, token(tokens, p), int(count[p]))
+			c.at[p] = len(a)
+			a = a[:len(a)+per*int(count[p])]
+			items += int(count[p])
+		}
+		c.args = append(c.args, a)
+	}
+	if s.cluster {
+		for _, p := range touched {
+			build([]int{p})
+		}
+	} else if len(touched) > 0 {
+		build(touched)
+	}
+	return c
+}
+
+// runPartitioned sends script calls in a pipeline: calls[i] is a whole
+// call (from startCall or layoutCalls; nil to skip). extra, if set, adds
+// more commands to the same pipeline. It returns each call's reply (nil
+// where skipped). A server that lost
 // its script cache (a restart) is reloaded once.
 func (s *Store) runPartitioned(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	for try := 0; ; try++ {
@@ -445,24 +503,24 @@ type Outcome struct {
 // replaced or rescheduled since it fired). Fails with ErrFenced when a
 // partition's lease is held by another owner.
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
-	args := make([][]any, len(s.parts))
-	where := make([]int, len(os))
 	part, count := s.partitionsOf(len(os), func(i int) string { return os[i].Key })
+	c := s.layoutCalls(s.settleHead, tokens, count, 5, now)
+	where := make([]int, len(os)) // index in its call's reply
 	for i, o := range os {
 		p := part[i]
-		if args[p] == nil {
-			args[p] = append(startCall(s.settleHead, p, 2+5*int(count[p])), token(tokens, p), now)
-		}
-		where[i] = (len(args[p]) - len(s.settleHead[p]) - 2) / 5
-		args[p] = append(args[p], string(o.Op), o.Key, RevBytes(o.Rev), o.Due, o.Record)
+		a, j := c.args[c.call[p]], c.at[p]
+		a[j], a[j+1], a[j+2], a[j+3], a[j+4] = string(o.Op), o.Key, RevBytes(o.Rev), o.Due, o.Record
+		c.at[p] += 5
+		where[i] = c.next[p]
+		c.next[p]++
 	}
-	replies, err := s.runPartitioned(ctx, args)
+	replies, err := s.runPartitioned(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]bool, len(os))
 	for i := range os {
-		v, err := intAt(replies[part[i]], where[i])
+		v, err := intAt(replies[c.call[part[i]]], where[i])
 		if err != nil {
 			return nil, err
 		}
@@ -497,28 +555,28 @@ type ClaimResult struct {
 // returns the records the caller lacks. tokens are as for Settle: a
 // partition whose lease the caller lost fails the claim with ErrFenced.
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
-	args := make([][]any, len(s.parts))
-	where := make([]int, len(reqs))
 	part, count := s.partitionsOf(len(reqs), func(i int) string { return reqs[i].Key })
+	c := s.layoutCalls(s.claimHead, tokens, count, 2)
+	where := make([]int, len(reqs)) // index in its call's reply
 	for i, r := range reqs {
 		p := part[i]
-		if args[p] == nil {
-			args[p] = append(startCall(s.claimHead, p, 1+2*int(count[p])), token(tokens, p))
-		}
 		rev := ""
 		if r.HaveRev {
 			rev = RevBytes(r.Rev)
 		}
-		where[i] = (len(args[p]) - len(s.claimHead[p]) - 1) / 2
-		args[p] = append(args[p], r.Key, rev)
+		a, j := c.args[c.call[p]], c.at[p]
+		a[j], a[j+1] = r.Key, rev
+		c.at[p] += 2
+		where[i] = c.next[p]
+		c.next[p]++
 	}
-	replies, err := s.runPartitioned(ctx, args)
+	replies, err := s.runPartitioned(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ClaimResult, len(reqs))
 	for i := range reqs {
-		arr, _ := replies[part[i]].([]any)
+		arr, _ := replies[c.call[part[i]]].([]any)
 		if where[i] >= len(arr) {
 			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
 		}

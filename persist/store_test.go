@@ -739,3 +739,71 @@ func TestClaimAndSettleLargeBatch(t *testing.T) {
 		require.Zero(t, exists, "%s is empty", k)
 	}
 }
+
+// TestClaimSettleAcrossPartitions claims and settles a batch spread over
+// partitions, laid out both ways: one script call for all (a standalone
+// server) and one per partition (as in a cluster). A partition whose
+// lease the caller lost fails the whole call and changes nothing.
+func TestClaimSettleAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		b := setup(t, 4)
+		b.store.cluster = cluster
+		const n = 40
+		tokens := []string{"A", "A", "A", "A"}
+		for p := range 4 {
+			held, _, err := b.store.Lease(b.ctx, p, LeaseAcquire, "A", time.Minute)
+			require.NoError(t, err)
+			require.True(t, held)
+		}
+		var ws []Write
+		var reqs []ClaimRequest
+		for i := range n {
+			key := fmt.Sprintf("x/%d", i)
+			ws = append(ws, Write{Key: key, Due: int64(100 + i), Record: rec("p"), Replace: true, Fresh: true})
+			reqs = append(reqs, ClaimRequest{Key: key})
+		}
+		_, err := b.store.Write(b.ctx, tokens, ws)
+		require.NoError(t, err)
+		seen := map[int]bool{}
+		for _, r := range reqs {
+			seen[b.store.PartitionOf(r.Key)] = true
+		}
+		require.Len(t, seen, 4, "the batch spans every partition")
+
+		// Partition 2's lease goes to B: the claim fails and marks nothing.
+		_, _, err = b.store.Lease(b.ctx, 2, LeaseRelease, "A", 0)
+		require.NoError(t, err)
+		held, _, err := b.store.Lease(b.ctx, 2, LeaseAcquire, "B", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held)
+		_, err = b.store.Claim(b.ctx, tokens, reqs)
+		require.ErrorIs(t, err, ErrFenced, "cluster=%v", cluster)
+		if !cluster { // (in a cluster the other partitions' calls went through)
+			for p := range 4 {
+				marks, err := b.rdb.HLen(b.ctx, b.store.parts[p].Running).Result()
+				require.NoError(t, err)
+				require.Zero(t, marks, "one call: a refusal changes nothing")
+			}
+		}
+		tokens[2] = "B"
+
+		res, err := b.store.Claim(b.ctx, tokens, reqs)
+		require.NoError(t, err, "cluster=%v", cluster)
+		os := make([]Outcome, n)
+		for i, r := range res {
+			require.False(t, r.Gone || r.Busy, "job %d", i)
+			require.Equal(t, int64(100+i), r.Due, "job %d: its own result", i)
+			os[i] = Outcome{Op: Ack, Key: reqs[i].Key, Rev: 1}
+		}
+		os[5].Rev = 9 // stale: not applied
+		applied, err := b.store.Settle(b.ctx, tokens, 1000, os)
+		require.NoError(t, err)
+		for i, ok := range applied {
+			require.Equal(t, i != 5, ok, "outcome %d", i)
+		}
+		pending, _, err := b.store.Counts(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), pending, "only the stale outcome's job is left")
+	}
+}

@@ -1,12 +1,15 @@
--- claim.lua: confirm that fired jobs of one partition are still pending,
--- and read the records the caller does not have.
+-- claim.lua: confirm that fired jobs are still pending, and read the
+-- records the caller does not have. One call covers one or more
+-- partitions (outside Redis Cluster, a batch's partitions share a call;
+-- in a cluster each has its own).
 --
--- KEYS[1]  pending ZSET
--- KEYS[2]  jobs HASH
--- KEYS[3]  lease STRING
--- KEYS[4]  running HASH: claim markers (job key -> lease token)
--- ARGV[1]  the caller's lease token ("" skips the fencing check)
--- ARGV[2..] groups of 2: job key, revision the caller holds ("" if none)
+-- KEYS     groups of 4, one per partition:
+--            pending ZSET, jobs HASH, lease STRING,
+--            running HASH (claim markers: job key -> lease token)
+-- ARGV     per partition, in the order of KEYS:
+--            the caller's lease token ("" skips the fencing check),
+--            n, then n groups of 2: job key, revision the caller holds
+--            ("" if none)
 --
 -- Returns an array with one entry per job, in order:
 --   false            the job is gone (done, cancelled or dead)
@@ -21,15 +24,14 @@
 -- otherwise the job was rescheduled and is armed again at score. A job
 -- returned as pending is marked running until settle.lua (op "a", "r", "d"
 -- or "u") clears the mark; Cancel reports a marked job as running.
--- Fails with "WHEELQ_FENCED" when the caller does not hold the lease, so a
--- process that lost its partition never starts one of its jobs.
+-- Fails with "WHEELQ_FENCED", changing nothing, when the caller does not
+-- hold the lease of one of the partitions, so a process that lost a
+-- partition never starts one of its jobs.
 --
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
 -- HMGET, HSET; Redis >= 6.2) rather than three commands each: in Lua each
 -- call costs about a microsecond of its own, more than the lookups.
-if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then
-  return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
-end
+
 -- many runs cmd over key and args, at most 1000 arguments per call, and
 -- returns the replies joined (a table, or the sum of integer replies).
 local function many(cmd, key, args)
@@ -52,34 +54,49 @@ local function many(cmd, key, args)
   end
   return sum
 end
-local keys = {}
-for i = 2, #ARGV, 2 do
-  keys[#keys + 1] = ARGV[i]
+
+-- Fencing first, for every partition, so that a refusal changes nothing.
+local parts, a = {}, 1
+for k = 1, #KEYS, 4 do
+  local tok, n = ARGV[a], tonumber(ARGV[a + 1])
+  if tok ~= '' and redis.call('GET', KEYS[k + 2]) ~= tok then
+    return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
+  end
+  parts[#parts + 1] = {k, tok, a + 2, n}
+  a = a + 2 + 2 * n
 end
-if #keys == 0 then
-  return {}
-end
-local scores = many('ZMSCORE', KEYS[1], keys)
-local recs = many('HMGET', KEYS[2], keys)
-local marks = many('HMGET', KEYS[4], keys)
-local out, mark = {}, {}
-for j = 1, #keys do
-  local score, rec, rev = scores[j], recs[j], ARGV[2 * j + 1]
-  if not score or not rec then
-    out[j] = false
-  elseif (marks[j] or ARGV[1]) ~= ARGV[1] then
-    out[j] = {score, 0}
-  else
-    mark[#mark + 1] = keys[j]
-    mark[#mark + 1] = ARGV[1]
-    if rev ~= '' and string.sub(rec, 2, 5) == rev then
-      out[j] = {score, 1}
-    else
-      out[j] = {score, rec}
+
+local out = {}
+for _, pt in ipairs(parts) do
+  local k, tok, first, n = pt[1], pt[2], pt[3], pt[4]
+  if n > 0 then
+    local keys = {}
+    for j = 1, n do
+      keys[j] = ARGV[first + 2 * (j - 1)]
+    end
+    local scores = many('ZMSCORE', KEYS[k], keys)
+    local recs = many('HMGET', KEYS[k + 1], keys)
+    local marks = many('HMGET', KEYS[k + 3], keys)
+    local mark = {}
+    for j = 1, n do
+      local score, rec, rev = scores[j], recs[j], ARGV[first + 2 * (j - 1) + 1]
+      if not score or not rec then
+        out[#out + 1] = false
+      elseif (marks[j] or tok) ~= tok then
+        out[#out + 1] = {score, 0}
+      else
+        mark[#mark + 1] = keys[j]
+        mark[#mark + 1] = tok
+        if rev ~= '' and string.sub(rec, 2, 5) == rev then
+          out[#out + 1] = {score, 1}
+        else
+          out[#out + 1] = {score, rec}
+        end
+      end
+    end
+    if #mark > 0 then
+      many('HSET', KEYS[k + 3], mark)
     end
   end
-end
-if #mark > 0 then
-  many('HSET', KEYS[4], mark)
 end
 return out

@@ -1,13 +1,16 @@
--- settle.lua: record the outcome of runs of jobs of one partition.
+-- settle.lua: record the outcome of runs of jobs. One call covers one or
+-- more partitions (outside Redis Cluster, a batch's partitions share a
+-- call; in a cluster each has its own).
 --
--- KEYS[1]  pending ZSET
--- KEYS[2]  jobs HASH
--- KEYS[3]  dead ZSET
--- KEYS[4]  lease STRING (the partition's owner token)
--- KEYS[5]  running HASH (claim markers, cleared by every op)
--- ARGV[1]  lease token of the caller; "" skips the fencing check
--- ARGV[2]  now, unix µs (the dead-letter score)
--- ARGV[3..] groups of 5: op, job key, revision (4 bytes), due score, record
+-- KEYS     groups of 5, one per partition:
+--            pending ZSET, jobs HASH, dead ZSET,
+--            lease STRING (the partition's owner token),
+--            running HASH (claim markers, cleared by every op)
+-- ARGV[1]  now, unix µs (the dead-letter score)
+-- ARGV[2..] per partition, in the order of KEYS:
+--            the caller's lease token ("" skips the fencing check),
+--            n, then n groups of 5: op, job key, revision (4 bytes),
+--            due score, record
 --          op "a" ack: remove the job
 --          op "r" retry: store record, move the job to due score
 --          op "d" dead: store record, move the job to the dead set
@@ -17,14 +20,13 @@
 -- revision the run started from: a job cancelled, replaced or rescheduled
 -- meanwhile is left alone. The claim marker is cleared either way.
 --
--- Returns an array with one integer per outcome: 1 applied, 0 skipped.
--- Outcomes apply in order, as if one by one; the claim markers, the
--- records and the acks are handled with multi-key commands (HDEL, HMGET,
--- ZREM), since in Lua each call costs about a microsecond of its own.
--- Fails with "WHEELQ_FENCED" when ARGV[1] is not the lease's token.
-if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then
-  return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
-end
+-- Returns an array with one integer per outcome, in order: 1 applied,
+-- 0 skipped. Outcomes apply in order, as if one by one; the claim
+-- markers, the records and the acks are handled with multi-key commands
+-- (HDEL, HMGET, ZREM), since in Lua each call costs about a microsecond
+-- of its own. Fails with "WHEELQ_FENCED", changing nothing, when a token
+-- is not its partition's lease's.
+
 -- many runs cmd over key and args, at most 1000 arguments per call, and
 -- returns the replies joined (a table, or the sum of integer replies).
 local function many(cmd, key, args)
@@ -47,52 +49,68 @@ local function many(cmd, key, args)
   end
   return sum
 end
-local keys = {}
-for i = 4, #ARGV, 5 do
-  keys[#keys + 1] = ARGV[i]
-end
-if #keys == 0 then
-  return {}
-end
-many('HDEL', KEYS[5], keys)
-local curs = many('HMGET', KEYS[2], keys)
-local acks = {}
-local function flushAcks()
-  if #acks > 0 then
-    many('ZREM', KEYS[1], acks)
-    many('HDEL', KEYS[2], acks)
-    acks = {}
+
+-- Fencing first, for every partition, so that a refusal changes nothing.
+local parts, a = {}, 2
+for k = 1, #KEYS, 5 do
+  local tok, n = ARGV[a], tonumber(ARGV[a + 1])
+  if tok ~= '' and redis.call('GET', KEYS[k + 3]) ~= tok then
+    return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
   end
+  parts[#parts + 1] = {k, a + 2, n}
+  a = a + 2 + 5 * n
 end
-local out, seen = {}, {}
-for j = 1, #keys do
-  local i = 3 + 5 * (j - 1)
-  local op, key, rev, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local cur = curs[j]
-  if seen[key] then
-    -- The same job again in this batch: read what the outcomes before
-    -- it left.
-    flushAcks()
-    cur = redis.call('HGET', KEYS[2], key)
-  end
-  seen[key] = true
-  if op == 'u' then
-    out[j] = 1
-  elseif cur and string.sub(cur, 2, 5) == rev then
-    if op == 'a' then
-      acks[#acks + 1] = key
-    elseif op == 'r' then
-      redis.call('HSET', KEYS[2], key, rec)
-      redis.call('ZADD', KEYS[1], score, key)
-    else
-      redis.call('HSET', KEYS[2], key, rec)
-      redis.call('ZREM', KEYS[1], key)
-      redis.call('ZADD', KEYS[3], ARGV[2], key)
+
+local out = {}
+for _, pt in ipairs(parts) do
+  local k, first, n = pt[1], pt[2], pt[3]
+  local pending, jobs, dead, running = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 4]
+  if n > 0 then
+    local keys = {}
+    for j = 1, n do
+      keys[j] = ARGV[first + 5 * (j - 1) + 1]
     end
-    out[j] = 1
-  else
-    out[j] = 0
+    many('HDEL', running, keys)
+    local curs = many('HMGET', jobs, keys)
+    local acks = {}
+    local function flushAcks()
+      if #acks > 0 then
+        many('ZREM', pending, acks)
+        many('HDEL', jobs, acks)
+        acks = {}
+      end
+    end
+    local seen = {}
+    for j = 1, n do
+      local i = first + 5 * (j - 1)
+      local op, key, rev, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+      local cur = curs[j]
+      if seen[key] then
+        -- The same job again in this batch: read what the outcomes before
+        -- it left.
+        flushAcks()
+        cur = redis.call('HGET', jobs, key)
+      end
+      seen[key] = true
+      if op == 'u' then
+        out[#out + 1] = 1
+      elseif cur and string.sub(cur, 2, 5) == rev then
+        if op == 'a' then
+          acks[#acks + 1] = key
+        elseif op == 'r' then
+          redis.call('HSET', jobs, key, rec)
+          redis.call('ZADD', pending, score, key)
+        else
+          redis.call('HSET', jobs, key, rec)
+          redis.call('ZREM', pending, key)
+          redis.call('ZADD', dead, ARGV[1], key)
+        end
+        out[#out + 1] = 1
+      else
+        out[#out + 1] = 0
+      end
+    end
+    flushAcks()
   end
 end
-flushAcks()
 return out
