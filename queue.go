@@ -521,9 +521,14 @@ func (q *Queue) dispatch() {
 			q.firedMu.Lock()
 			n := min(len(q.firedQ), maxClaim-len(retry))
 			batch := append(retry, q.firedQ[:n]...)
-			q.firedQ = q.firedQ[n:]
+			all := q.firedQ
+			clear(all[:n])
+			q.firedQ = all[n:]
 			if len(q.firedQ) == 0 {
 				q.firedQ = nil // let a large backlog's array go
+				if cap(all) <= maxClaim {
+					q.firedQ = all[:0] // a small one is reused
+				}
 			}
 			more := len(q.firedQ) > 0
 			q.firedMu.Unlock()

@@ -291,6 +291,10 @@ func YieldWhile(busy func() bool, maxDelay time.Duration) RetrierOption {
 	return func(o *retrierOptions) { o.yield, o.maxDelay = busy, maxDelay }
 }
 
+// reuseQueue is the most items a Retrier moves to the front of its queue
+// after taking a batch; with more it drops the head instead.
+const reuseQueue = 1024
+
 // yieldPoll is how often a yielding retrier asks whether it may send.
 const yieldPoll = time.Millisecond
 
@@ -389,12 +393,17 @@ func (r *Retrier[T]) loop() {
 		}
 		lastSend = time.Now()
 		n := min(len(r.queue), r.cfg.MaxBatch)
-		// The batch is the queue's head (cut to its length, so that the
-		// queue's appends never reach it); a long queue is not moved.
-		batch := r.queue[:n:n]
-		r.queue = r.queue[n:]
-		if len(r.queue) == 0 {
-			r.queue = nil
+		batch := make([]T, n)
+		copy(batch, r.queue)
+		if rest := len(r.queue) - n; rest <= reuseQueue {
+			// Move the few left to the front: the array is reused.
+			copy(r.queue, r.queue[n:])
+			clear(r.queue[rest:])
+			r.queue = r.queue[:rest]
+		} else {
+			// A long queue (a burst) is not moved batch by batch.
+			clear(r.queue[:n])
+			r.queue = r.queue[n:]
 		}
 		r.sending = n
 		r.mu.Unlock()
