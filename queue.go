@@ -46,11 +46,6 @@ const maxClaim = 1024
 // delay the jobs that are starting.
 const settleLinger = time.Millisecond
 
-// settleYieldMax bounds how long outcomes are held back while claims run
-// behind (see claimsBehind): in a burst the jobs start first and their
-// acks follow, instead of the two sharing Redis all along.
-const settleYieldMax = time.Second
-
 // maxClaimLinger bounds how long fired jobs wait to be claimed with others
 // (see claimLinger).
 const maxClaimLinger = time.Millisecond
@@ -198,7 +193,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	sc.Linger = settleLinger
 	q.settles = persist.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
-	}, persist.YieldWhile(q.claimsBehind, settleYieldMax))
+	})
 	return q, nil
 }
 
@@ -550,16 +545,6 @@ func (q *Queue) dispatch() {
 			}
 		}
 	}
-}
-
-// claimsBehind reports whether fired jobs wait to be claimed that are due
-// within a quarter of the claim lead: the claimers are not keeping up (a
-// burst), and outcomes should wait (up to settleYieldMax) so that Redis
-// serves the claims first.
-func (q *Queue) claimsBehind() bool {
-	q.firedMu.Lock()
-	defer q.firedMu.Unlock()
-	return len(q.firedQ) > 0 && q.firedQ[0].due.Sub(q.clock.Now()) < q.cfg.ClaimLead/4
 }
 
 // claimLinger returns how long the dispatcher may wait for more fired jobs

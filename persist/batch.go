@@ -268,45 +268,18 @@ type Retrier[T any] struct {
 	stop     chan struct{} // closed to abandon retries
 	stopOnce sync.Once
 	done     chan struct{}
-	sending  int       // items in the batch being sent
-	firstAt  time.Time // when the oldest queued item came (about)
-
-	yield         func() bool // see YieldWhile
-	yieldMaxDelay time.Duration
-}
-
-// RetrierOption configures a Retrier.
-type RetrierOption func(*retrierOptions)
-
-type retrierOptions struct {
-	yield    func() bool
-	maxDelay time.Duration
-}
-
-// YieldWhile makes the retrier hold its items back while busy reports
-// true (polled every yieldPoll), so that more urgent round trips go
-// first, but never once the oldest held item has waited maxDelay, nor
-// while the retrier is closing.
-func YieldWhile(busy func() bool, maxDelay time.Duration) RetrierOption {
-	return func(o *retrierOptions) { o.yield, o.maxDelay = busy, maxDelay }
+	sending  int // items in the batch being sent
 }
 
 // reuseQueue is the most items a Retrier moves to the front of its queue
 // after taking a batch; with more it drops the head instead.
 const reuseQueue = 1024
 
-// yieldPoll is how often a yielding retrier asks whether it may send.
-const yieldPoll = time.Millisecond
-
 // NewRetrier starts a retrier. onError (optional) is told of each failed
 // attempt and how many items wait.
-func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int), opts ...RetrierOption) *Retrier[T] {
+func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
 	cfg.fill()
-	var o retrierOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError, yield: o.yield, yieldMaxDelay: o.maxDelay,
+	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError,
 		kick: make(chan struct{}, 1), closeCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
 	return r
@@ -319,9 +292,6 @@ func (r *Retrier[T]) Add(items ...T) error {
 	if r.closing {
 		r.mu.Unlock()
 		return ErrClosed
-	}
-	if len(r.queue) == 0 {
-		r.firstAt = time.Now()
 	}
 	r.queue = append(r.queue, items...)
 	r.mu.Unlock()
@@ -357,19 +327,6 @@ func (r *Retrier[T]) loop() {
 			select {
 			case <-r.kick:
 			case <-r.stop:
-				return
-			}
-			r.mu.Lock()
-		}
-		for r.yield != nil && !r.closing && time.Since(r.firstAt) < r.yieldMaxDelay && r.yield() {
-			r.mu.Unlock()
-			linger.Reset(yieldPoll)
-			select {
-			case <-linger.C:
-			case <-r.closeCh:
-				linger.Stop()
-			case <-r.stop:
-				linger.Stop()
 				return
 			}
 			r.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,51 +391,6 @@ func TestRetrierLinger(t *testing.T) {
 	defer cancel()
 	require.NoError(t, r.Close(ctx), "Close ends the linger")
 	require.Equal(t, [][]int{{1}, {2, 3}}, batches)
-}
-
-// TestRetrierYield: items wait while busy reports true, go once it turns
-// false, and go anyway once the oldest has waited maxDelay, or at Close.
-func TestRetrierYield(t *testing.T) {
-	t.Parallel()
-	var busy atomic.Bool
-	busy.Store(true)
-	sent := make(chan []int, 10)
-	exec := func(_ context.Context, items []int) error {
-		sent <- slices.Clone(items)
-		return nil
-	}
-	r := NewRetrier(BatchConfig{}, exec, nil, YieldWhile(busy.Load, time.Hour))
-	require.NoError(t, r.Add(1, 2))
-	select {
-	case got := <-sent:
-		t.Fatalf("sent %v while busy", got)
-	case <-time.After(30 * time.Millisecond):
-	}
-	require.Equal(t, 2, r.Pending())
-	busy.Store(false)
-	select {
-	case got := <-sent:
-		require.Equal(t, []int{1, 2}, got)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not sent once no longer busy")
-	}
-	busy.Store(true)
-	require.NoError(t, r.Add(3))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, r.Close(ctx), "Close does not yield")
-	require.Equal(t, []int{3}, <-sent)
-
-	// Busy for ever: an item waits no longer than maxDelay.
-	r = NewRetrier(BatchConfig{}, exec, nil, YieldWhile(func() bool { return true }, 20*time.Millisecond))
-	defer func() { _ = r.Close(ctx) }()
-	require.NoError(t, r.Add(4))
-	select {
-	case got := <-sent:
-		require.Equal(t, []int{4}, got)
-	case <-time.After(10 * time.Second):
-		t.Fatal("held beyond maxDelay")
-	}
 }
 
 func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {
