@@ -577,20 +577,20 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 	out := make([]ClaimResult, len(reqs))
 	for i := range reqs {
 		arr, _ := replies[c.call[part[i]]].([]any)
-		if where[i] >= len(arr) {
+		at := 2 * where[i] // two entries per job
+		if at+1 >= len(arr) {
 			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
 		}
-		pair, ok := arr[where[i]].([]any)
-		if !ok || len(pair) != 2 {
+		if arr[at] == nil { // false: gone
 			out[i].Gone = true
 			continue
 		}
-		due, err := scoreOf(pair[0])
+		due, err := scoreOf(arr[at])
 		if err != nil {
 			return nil, err
 		}
 		out[i].Due = due
-		switch v := pair[1].(type) {
+		switch v := arr[at+1].(type) {
 		case string:
 			out[i].Record = []byte(v)
 		case int64:

@@ -11,15 +11,16 @@
 --            n, then n groups of 2: job key, revision the caller holds
 --            ("" if none)
 --
--- Returns an array with one entry per job, in order:
---   false            the job is gone (done, cancelled or dead)
---   {score, 0}       still pending at score, but a run of it is claimed
+-- Returns a flat array with two entries per job, in order (flat: a
+-- nested array per job costs Redis and the client more than the job):
+--   false, false     the job is gone (done, cancelled or dead)
+--   score, 0         still pending at score, but a run of it is claimed
 --                    already by another owner (busy): do not run it now.
 --                    The caller's own mark is no obstacle: a claim whose
 --                    reply was lost (Redis died) is claimed again; the
 --                    caller keeps track of its own runs in progress.
---   {score, 1}       still pending at score; the caller's revision is current
---   {score, record}  still pending at score; here is the current record
+--   score, 1         still pending at score; the caller's revision is current
+--   score, record    still pending at score; here is the current record
 -- The caller runs a job only when score is the due time it fired for;
 -- otherwise the job was rescheduled and is armed again at score. A job
 -- returned as pending is marked running until settle.lua (op "a", "r", "d"
@@ -82,15 +83,19 @@ for _, pt in ipairs(parts) do
       local score, rec, rev = scores[j], recs[j], ARGV[first + 2 * (j - 1) + 1]
       if not score or not rec then
         out[#out + 1] = false
+        out[#out + 1] = false
       elseif (marks[j] or tok) ~= tok then
-        out[#out + 1] = {score, 0}
+        out[#out + 1] = score
+        out[#out + 1] = 0
       else
         mark[#mark + 1] = keys[j]
         mark[#mark + 1] = tok
         if rev ~= '' and string.sub(rec, 2, 5) == rev then
-          out[#out + 1] = {score, 1}
+          out[#out + 1] = score
+          out[#out + 1] = 1
         else
-          out[#out + 1] = {score, rec}
+          out[#out + 1] = score
+          out[#out + 1] = rec
         end
       end
     end
