@@ -973,9 +973,16 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		for _, t := range held {
 			q.unclaim(t)
 		}
-		// The wheel is stopped: nothing sends on work any more.
-		for len(q.work) > 0 {
-			q.unclaim(<-q.work)
+		// The wheel and the claimers are stopped: nothing sends on work
+		// any more. (A worker may still take a task; so never block.)
+	drain:
+		for {
+			select {
+			case t := <-q.work:
+				q.unclaim(t)
+			default:
+				break drain
+			}
 		}
 		done := make(chan struct{})
 		go func() { q.workers.Wait(); close(done) }()
