@@ -18,6 +18,8 @@ var (
 	scheduleLua string
 	//go:embed lua/settle.lua
 	settleLua string
+	//go:embed lua/lib.lua
+	libLua string
 	//go:embed lua/claim.lua
 	claimLua string
 	//go:embed lua/cancel.lua
@@ -80,8 +82,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		cluster:    cluster,
 		ns:         opts.Namespace,
 		schedule:   redis.NewScript(scheduleLua),
-		settle:     redis.NewScript(settleLua),
-		claim:      redis.NewScript(claimLua),
+		settle:     redis.NewScript(libLua + settleLua),
+		claim:      redis.NewScript(libLua + claimLua),
 		cancel:     redis.NewScript(cancelLua),
 		reschedule: redis.NewScript(rescheduleLua),
 		requeue:    redis.NewScript(requeueLua),

@@ -32,29 +32,7 @@
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
 -- HMGET, HSET; Redis >= 6.2) rather than three commands each: in Lua each
 -- call costs about a microsecond of its own, more than the lookups.
-
--- many runs cmd over key and args, at most 1000 arguments per call, and
--- returns the replies joined (a table, or the sum of integer replies).
-local function many(cmd, key, args)
-  if #args <= 1000 then
-    return redis.call(cmd, key, unpack(args))
-  end
-  local res, sum = {}, 0
-  for i = 1, #args, 1000 do
-    local part = redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
-    if type(part) == 'table' then
-      for j = 1, #part do
-        res[#res + 1] = part[j]
-      end
-    else
-      sum = sum + part
-    end
-  end
-  if #res > 0 then
-    return res
-  end
-  return sum
-end
+-- many() is lib.lua's, which the store puts before this script.
 
 -- Fencing first, for every partition, so that a refusal changes nothing.
 local parts, a = {}, 1
