@@ -92,13 +92,17 @@ type Queue struct {
 
 	// held holds claimed tasks waiting in the wheel (under "/"+key) for
 	// their exact due time; startQ the keys whose time has come.
-	heldMu     sync.Mutex
-	held       map[string]*task // guarded by heldMu
-	startQ     []string         // guarded by heldMu
-	startSig   chan struct{}
-	workers    sync.WaitGroup
-	hardCtx    context.Context
-	hardCancel context.CancelFunc
+	heldMu sync.Mutex
+	held   map[string]*task // guarded by heldMu
+	startQ []string         // guarded by heldMu
+	// starterHolds says the starter has taken a task off startQ and is
+	// handing it to a worker (guarded by heldMu): until then no task may
+	// pass it, so that tasks start in the order their time came.
+	starterHolds bool
+	startSig     chan struct{}
+	workers      sync.WaitGroup
+	hardCtx      context.Context
+	hardCancel   context.CancelFunc
 
 	isClosing atomic.Bool // set once Shutdown begins; read on the Schedule path
 	running   atomic.Int64
@@ -467,10 +471,9 @@ func (q *Queue) onFire(batch []wheel.Fired) {
 		if key, ok := strings.CutPrefix(f.ID, startPrefix); ok {
 			q.heldMu.Lock()
 			if t, held := q.held[key]; held {
-				select {
-				case q.work <- t: // room for it: no hop through the starter
+				if q.startNowLocked(t) { // room for it: no hop through the starter
 					delete(q.held, key)
-				default:
+				} else {
 					q.startQ = append(q.startQ, key)
 					starts = true
 				}
@@ -689,11 +692,9 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 func (q *Queue) hold(t *task) {
 	q.heldMu.Lock()
 	if !t.due.After(q.clock.Now()) {
-		select {
-		case q.work <- t:
+		if q.startNowLocked(t) {
 			q.heldMu.Unlock()
 			return
-		default:
 		}
 		q.held[t.key] = t
 		q.startQ = append(q.startQ, t.key)
@@ -721,9 +722,24 @@ func (q *Queue) unhold(key string) (*task, bool) {
 	return t, ok
 }
 
-// starter hands held tasks to the workers when their time comes and the
-// work channel was full when the wheel fired them. (Workers that finish a
-// run take such tasks themselves; the starter wakes idle ones.)
+// startNowLocked hands t to an idle worker if one can take it without
+// passing a task whose time came earlier; it reports whether it did. The
+// caller holds heldMu.
+func (q *Queue) startNowLocked(t *task) bool {
+	if len(q.startQ) > 0 || q.starterHolds {
+		return false
+	}
+	select {
+	case q.work <- t:
+		return true
+	default:
+		return false
+	}
+}
+
+// starter hands held tasks to the workers when their time comes and no
+// worker could take them at once. (Workers that finish a run take such
+// tasks themselves; the starter wakes idle ones.)
 func (q *Queue) starter() {
 	defer close(q.starterDone)
 	for {
@@ -732,21 +748,49 @@ func (q *Queue) starter() {
 		case <-q.stopDispatch:
 			return
 		}
-		for t := q.nextStart(); t != nil; t = q.nextStart() {
+		for {
+			q.heldMu.Lock()
+			t := q.popStartLocked()
+			q.starterHolds = t != nil
+			q.heldMu.Unlock()
+			if t == nil {
+				break
+			}
 			select {
 			case q.work <- t:
 			case <-q.stopDispatch:
 				q.unclaim(t)
 				return
 			}
+			q.heldMu.Lock()
+			q.starterHolds = false
+			q.heldMu.Unlock()
 		}
 	}
 }
 
-// nextStart takes the first task of the start queue, if there is one.
+// nextStart gives a free worker the task whose time came first: one in
+// the work channel, else the first of the start queue. While the starter
+// hands a task over it gives none (the worker then receives that one from
+// the work channel, in order). Under heldMu, with the starter idle, no one
+// else can send on the channel, so what is in it is older than the queue.
 func (q *Queue) nextStart() *task {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
+	if q.starterHolds {
+		return nil
+	}
+	select {
+	case t := <-q.work:
+		return t
+	default:
+	}
+	return q.popStartLocked()
+}
+
+// popStartLocked takes the first task of the start queue, if there is
+// one. The caller holds heldMu.
+func (q *Queue) popStartLocked() *task {
 	for len(q.startQ) > 0 {
 		key := q.startQ[0]
 		q.startQ[0] = ""
@@ -802,14 +846,8 @@ func (q *Queue) worker() {
 			return
 		default:
 		}
-		// Tasks handed over first, then the start queue: a worker that
-		// just finished a run takes its next task without parking.
-		select {
-		case t := <-q.work:
-			q.run(t)
-			continue
-		default:
-		}
+		// A worker that just finished a run takes its next task without
+		// parking.
 		if t := q.nextStart(); t != nil {
 			q.run(t)
 			continue

@@ -76,8 +76,14 @@ func TestReloadAfterRestart(t *testing.T) {
 	b := setup(t, Config{})
 	require.NoError(t, b.q.Shutdown(b.ctx)) // the process "died"
 	producer := b.newQueue(t, Config{})     // never started: writes only
-	for i := range 10 {
-		_, err := producer.Schedule(b.ctx, "r", nil, ID(fmt.Sprintf("due-%d", i)), At(time.Now().Add(-time.Duration(10-i)*time.Second)))
+	// More overdue jobs than the one worker's channel holds, so that most
+	// wait in the start queue.
+	const n = 200
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("due-%03d", i)
+		want = append(want, id)
+		_, err := producer.Schedule(b.ctx, "r", nil, ID(id), At(time.Now().Add(-time.Duration(n-i)*10*time.Millisecond)))
 		require.NoError(t, err)
 	}
 	_, err := producer.Schedule(b.ctx, "r", nil, ID("far"), After(2*time.Hour))
@@ -88,11 +94,10 @@ func TestReloadAfterRestart(t *testing.T) {
 	require.NoError(t, second.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
 	require.NoError(t, second.Start(b.ctx))
 	var got []string
-	for range 10 {
+	for range n {
 		got = append(got, r.next(t).ID)
 	}
-	require.Equal(t, []string{"due-0", "due-1", "due-2", "due-3", "due-4", "due-5", "due-6", "due-7", "due-8", "due-9"}, got,
-		"overdue jobs run oldest first")
+	require.Equal(t, want, got, "overdue jobs run oldest first")
 	r.none(t, 100*time.Millisecond)
 	st, err := second.Stats(b.ctx)
 	require.NoError(t, err)
