@@ -30,8 +30,8 @@
 -- partition never starts one of its jobs.
 --
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
--- HMGET, HSET; Redis >= 6.2) rather than three commands each: in Lua each
--- call costs about a microsecond of its own, more than the lookups.
+-- HMGET, HSET; Redis >= 6.2) rather than three commands each (fewer calls
+-- out of Lua, and one reply table per command instead of per job).
 -- many() is lib.lua's, which the store puts before this script.
 
 -- Fencing first, for every partition, so that a refusal changes nothing.

@@ -23,8 +23,7 @@
 -- Returns an array with one integer per outcome, in order: 1 applied,
 -- 0 skipped. Outcomes apply in order, as if one by one; the claim
 -- markers, the records and the acks are handled with multi-key commands
--- (HDEL, HMGET, ZREM), since in Lua each call costs about a microsecond
--- of its own. Fails with "WHEELQ_FENCED", changing nothing, when a
+-- (HDEL, HMGET, ZREM), not one call per job. Fails with "WHEELQ_FENCED", changing nothing, when a
 -- token is not its partition's lease's. many() is lib.lua's, which the
 -- store puts before this script.
 
