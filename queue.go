@@ -626,17 +626,19 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 	if err != nil {
 		q.stats.redisErrors.Add(1)
 		q.log.Warn("wheelq: claim failed; running cached jobs unverified", "err", err, "jobs", len(owned))
+		now := q.clock.Now()
 		for i, f := range owned {
 			if cached[i] == nil {
 				notRun(f.key)
 				retry = append(retry, f)
 				continue
 			}
-			q.hold(&task{key: f.key, rec: cached[i], due: f.due})
+			q.hold(&task{key: f.key, rec: cached[i], due: f.due}, now)
 		}
 		return retry
 	}
-	nowUs = q.clock.Now().UnixMicro()
+	now := q.clock.Now()
+	nowUs = now.UnixMicro()
 	var unclaim []persist.Outcome
 	tasks := make([]task, 0, len(owned))
 	for i, f := range owned {
@@ -680,7 +682,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 		_ = q.settles.Add(unclaim...)
 	}
 	for i := range tasks {
-		q.hold(&tasks[i]) // one allocation for the batch's tasks
+		q.hold(&tasks[i], now) // one allocation for the batch's tasks
 	}
 	return nil
 }
@@ -688,10 +690,11 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 // hold keeps a claimed task until its exact due time, when the wheel
 // fires its start entry. A task due already (a backlog, or a claim that
 // came late) starts at once, as onFire would start it, without a round
-// through the wheel.
-func (q *Queue) hold(t *task) {
+// through the wheel. now is the caller's reading of the clock, taken once
+// for a batch: it only ever trails the clock, so no task starts early.
+func (q *Queue) hold(t *task, now time.Time) {
 	q.heldMu.Lock()
-	if !t.due.After(q.clock.Now()) {
+	if !t.due.After(now) {
 		if q.startNowLocked(t) {
 			q.heldMu.Unlock()
 			return

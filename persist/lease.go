@@ -37,7 +37,7 @@ func (s *Store) LeaseAll(ctx context.Context, parts []int, op LeaseOp, token str
 	for _, p := range parts {
 		args[p] = append(startCall(s.leaseHead, p, 3), string(op), token, ttl.Milliseconds())
 	}
-	replies, err := s.runPartitioned(ctx, args)
+	replies, err := s.runCalls(ctx, args)
 	if err != nil {
 		return nil, err
 	}

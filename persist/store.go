@@ -235,12 +235,12 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per i
 	return c
 }
 
-// runPartitioned sends script calls in a pipeline: calls[i] is a whole
-// call (from startCall or layoutCalls; nil to skip). extra, if set, adds
-// more commands to the same pipeline. It returns each call's reply (nil
-// where skipped). A server that lost
-// its script cache (a restart) is reloaded once.
-func (s *Store) runPartitioned(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
+// runCalls sends script calls in a pipeline: calls[i] is a whole call
+// (from startCall or layoutCalls; nil to skip). extra, if set, adds more
+// commands to the same pipeline. It returns each call's reply (nil where
+// skipped). A server that lost its script cache (a restart) is reloaded
+// once.
+func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	for try := 0; ; try++ {
 		pipe := s.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(calls))
@@ -419,7 +419,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			_ = pipe.Process(ctx, st)
 		}
 	}
-	replies, err := s.runPartitioned(ctx, args, addPlain)
+	replies, err := s.runCalls(ctx, args, addPlain)
 	if err != nil {
 		return nil, err
 	}
@@ -516,7 +516,7 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 		where[i] = c.next[p]
 		c.next[p]++
 	}
-	replies, err := s.runPartitioned(ctx, c.args)
+	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
@@ -572,7 +572,7 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 		where[i] = c.next[p]
 		c.next[p]++
 	}
-	replies, err := s.runPartitioned(ctx, c.args)
+	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}

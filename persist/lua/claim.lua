@@ -32,17 +32,12 @@
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
 -- HMGET, HSET; Redis >= 6.2) rather than three commands each (fewer calls
 -- out of Lua, and one reply table per command instead of per job).
--- many() is lib.lua's, which the store puts before this script.
+-- partitions() and many() are lib.lua's, which the store puts before
+-- this script.
 
--- Fencing first, for every partition, so that a refusal changes nothing.
-local parts, a = {}, 1
-for k = 1, #KEYS, 4 do
-  local tok, n = ARGV[a], tonumber(ARGV[a + 1])
-  if tok ~= '' and redis.call('GET', KEYS[k + 2]) ~= tok then
-    return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
-  end
-  parts[#parts + 1] = {k, tok, a + 2, n}
-  a = a + 2 + 2 * n
+local parts, fenced = partitions(4, 2, 1, 2)
+if fenced then
+  return fenced
 end
 
 local out = {}

@@ -1,6 +1,15 @@
 -- lib.lua: helpers that the store puts before the scripts that use them
 -- (claim.lua, settle.lua): a script sent to Redis is one text.
 --
+-- partitions(stride, lease, a, per) walks a call's partitions: KEYS in
+-- groups of stride, one per partition, the lease STRING at offset lease
+-- of a group; ARGV from a on, per partition its token, its count n and n
+-- groups of per arguments. It checks every token first ("" skips the
+-- check) and returns nil and a WHEELQ_FENCED error reply if one is not
+-- its lease's, so that a refusal changes nothing; else a list, per
+-- partition, of {index of its first key, token, index of its first item's
+-- first argument, n}.
+--
 -- many(cmd, key, args) runs the multi-key command cmd on key with args,
 -- at most 1000 arguments per call (so that unpack stays far from Lua's
 -- stack limit), and returns the replies joined: a table, or the sum of
@@ -27,3 +36,16 @@ local function many(cmd, key, args)
   return sum
 end
 
+
+local function partitions(stride, lease, a, per)
+  local parts = {}
+  for k = 1, #KEYS, stride do
+    local tok, n = ARGV[a], tonumber(ARGV[a + 1])
+    if tok ~= '' and redis.call('GET', KEYS[k + lease]) ~= tok then
+      return nil, redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
+    end
+    parts[#parts + 1] = {k, tok, a + 2, n}
+    a = a + 2 + per * n
+  end
+  return parts
+end

@@ -23,24 +23,19 @@
 -- Returns an array with one integer per outcome, in order: 1 applied,
 -- 0 skipped. Outcomes apply in order, as if one by one; the claim
 -- markers, the records and the acks are handled with multi-key commands
--- (HDEL, HMGET, ZREM), not one call per job. Fails with "WHEELQ_FENCED", changing nothing, when a
--- token is not its partition's lease's. many() is lib.lua's, which the
--- store puts before this script.
+-- (HDEL, HMGET, ZREM), not one call per job. Fails with "WHEELQ_FENCED",
+-- changing nothing, when a token is not its partition's lease's.
+-- partitions() and many() are lib.lua's, which the store puts before this
+-- script.
 
--- Fencing first, for every partition, so that a refusal changes nothing.
-local parts, a = {}, 2
-for k = 1, #KEYS, 5 do
-  local tok, n = ARGV[a], tonumber(ARGV[a + 1])
-  if tok ~= '' and redis.call('GET', KEYS[k + 3]) ~= tok then
-    return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
-  end
-  parts[#parts + 1] = {k, a + 2, n}
-  a = a + 2 + 5 * n
+local parts, fenced = partitions(5, 3, 2, 5)
+if fenced then
+  return fenced
 end
 
 local out = {}
 for _, pt in ipairs(parts) do
-  local k, first, n = pt[1], pt[2], pt[3]
+  local k, first, n = pt[1], pt[3], pt[4]
   local pending, jobs, dead, running = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 4]
   if n > 0 then
     local keys = {}
