@@ -490,8 +490,18 @@ func (q *Queue) onFire(batch []wheel.Fired) {
 	}
 }
 
+// claimBufs are a dispatcher's slices for claiming a batch, reused from
+// batch to batch (at most maxClaim long) so that a claim leaves little
+// garbage. Nothing of them is kept after claimAndRun returns.
+type claimBufs struct {
+	batch, owned []firedJob
+	reqs         []persist.ClaimRequest
+	cached       []*persist.Record
+}
+
 // dispatch claims fired jobs in Redis and hands them to the workers.
 func (q *Queue) dispatch() {
+	var bufs claimBufs
 	var retry []firedJob
 	backoff := 10 * time.Millisecond
 	timer := time.NewTimer(time.Hour)
@@ -518,7 +528,7 @@ func (q *Queue) dispatch() {
 		for {
 			q.firedMu.Lock()
 			n := min(len(q.firedQ), maxClaim-len(retry))
-			batch := append(retry, q.firedQ[:n]...)
+			batch := append(append(bufs.batch[:0], retry...), q.firedQ[:n]...)
 			all := q.firedQ
 			clear(all[:n])
 			q.firedQ = all[n:]
@@ -536,7 +546,9 @@ func (q *Queue) dispatch() {
 			if more {
 				signal(q.firedSig) // the other claimer takes the next batch
 			}
-			retry = q.claimAndRun(batch)
+			retry = q.claimAndRun(batch, &bufs)
+			clear(batch) // drop the keys
+			bufs.batch = batch[:0]
 			if len(retry) > 0 {
 				timer.Reset(backoff)
 				backoff = min(2*backoff, time.Second)
@@ -571,9 +583,15 @@ func (q *Queue) claimLinger() time.Duration {
 }
 
 // claimAndRun claims a batch of fired jobs and holds the claimed ones until
-// their due time. It returns the jobs to claim again later (Redis errors).
-func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
-	owned := make([]firedJob, 0, len(batch))
+// their due time. It returns the jobs to claim again later (Redis errors),
+// in a slice of their own. bufs are the dispatcher's (batch is not one of
+// them).
+func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs) (retry []firedJob) {
+	owned := bufs.owned[:0]
+	defer func() {
+		clear(owned)
+		bufs.owned = owned[:0]
+	}()
 	var busy []firedJob
 	q.inflightMu.Lock()
 	for _, f := range batch {
@@ -603,8 +621,13 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 		delete(q.inflight, key)
 		q.inflightMu.Unlock()
 	}
-	reqs := make([]persist.ClaimRequest, len(owned))
-	cached := make([]*persist.Record, len(owned))
+	reqs := slices.Grow(bufs.reqs[:0], len(owned))[:len(owned)]
+	cached := slices.Grow(bufs.cached[:0], len(owned))[:len(owned)]
+	defer func() {
+		clear(reqs)
+		clear(cached)
+		bufs.reqs, bufs.cached = reqs[:0], cached[:0]
+	}()
 	for i, f := range owned {
 		reqs[i].Key = f.key
 		if rec, ok := q.cache.Peek(f.key); ok {
@@ -621,7 +644,7 @@ func (q *Queue) claimAndRun(batch []firedJob) (retry []firedJob) {
 		for _, f := range owned {
 			notRun(f.key)
 		}
-		return owned
+		return slices.Clone(owned)
 	}
 	if err != nil {
 		q.stats.redisErrors.Add(1)
