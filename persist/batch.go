@@ -276,7 +276,8 @@ type Retrier[T any] struct {
 const reuseQueue = 1024
 
 // NewRetrier starts a retrier. onError (optional) is told of each failed
-// attempt and how many items wait.
+// attempt and how many items wait. exec must not keep the slice of items
+// it is given (the retrier reuses it).
 func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
 	cfg.fill()
 	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError,
@@ -316,6 +317,7 @@ func (r *Retrier[T]) loop() {
 	linger.Stop()
 	defer linger.Stop()
 	var lastSend time.Time
+	var buf []T // the batch's array, reused: exec must not keep it
 	for {
 		r.mu.Lock()
 		for len(r.queue) == 0 {
@@ -350,8 +352,7 @@ func (r *Retrier[T]) loop() {
 		}
 		lastSend = time.Now()
 		n := min(len(r.queue), r.cfg.MaxBatch)
-		batch := make([]T, n)
-		copy(batch, r.queue)
+		batch := append(buf[:0], r.queue[:n]...)
 		if rest := len(r.queue) - n; rest <= reuseQueue {
 			// Move the few left to the front: the array is reused.
 			copy(r.queue, r.queue[n:])
@@ -387,6 +388,8 @@ func (r *Retrier[T]) loop() {
 			}
 			backoff = min(2*backoff, 2*time.Second)
 		}
+		clear(batch)
+		buf = batch[:0]
 		r.mu.Lock()
 		r.sending = 0
 		r.mu.Unlock()

@@ -63,6 +63,8 @@ type Store struct {
 	// (*[]any): a fired job's claim and settle would otherwise leave about
 	// 200 bytes of garbage in them.
 	argBufs sync.Pool
+	// callsPool holds the bookkeeping of claim and settle calls (*calls).
+	callsPool sync.Pool
 }
 
 // New returns a store on rdb. It does no I/O.
@@ -193,22 +195,30 @@ func startCall(heads [][]any, p, n int) []any {
 // args[call[p]], finds its result at next[p] in that call's reply, and
 // moves at[p] on by per and next[p] by one.
 type calls struct {
-	args [][]any  // by call
-	bufs []*[]any // by call: where args came from (see release)
-	call []int    // by partition: its call (-1: none)
-	at   []int    // by partition: where its next item goes in its call
-	next []int    // by partition: its next item's index in its call's reply
+	args    [][]any  // by call
+	bufs    []*[]any // by call: where args came from (see release)
+	touched []int    // the partitions with items
+	call    []int    // by partition: its call (-1: none)
+	at      []int    // by partition: where its next item goes in its call
+	next    []int    // by partition: its next item's index in its call's reply
 }
 
-func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per int, fixed ...any) calls {
-	c := calls{call: make([]int, len(s.parts)), at: make([]int, len(s.parts)), next: make([]int, len(s.parts))}
-	var touched []int
+// The calls come from a pool; release gives them back.
+func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per int, fixed ...any) *calls {
+	c, _ := s.callsPool.Get().(*calls)
+	if c == nil {
+		c = &calls{}
+	}
+	np := len(s.parts)
+	c.call, c.at, c.next = resize(c.call, np), resize(c.at, np), resize(c.next, np)
+	touched := c.touched[:0]
 	for p, n := range count {
 		c.call[p] = -1
 		if n > 0 {
 			touched = append(touched, p)
 		}
 	}
+	c.touched = touched
 	build := func(ps []int) {
 		nkeys, size := 0, len(fixed)
 		for _, p := range ps {
@@ -235,13 +245,21 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per i
 		c.bufs = append(c.bufs, buf)
 	}
 	if s.cluster {
-		for _, p := range touched {
-			build([]int{p})
+		for i := range touched {
+			build(touched[i : i+1])
 		}
 	} else if len(touched) > 0 {
 		build(touched)
 	}
 	return c
+}
+
+// resize returns a of length n, reusing its array when it can.
+func resize(a []int, n int) []int {
+	if cap(a) < n {
+		return make([]int, n)
+	}
+	return a[:n]
 }
 
 // argBuf returns a slice with room for n arguments, from argBufs.
@@ -259,7 +277,7 @@ const maxArgBuf = 1 << 14
 // release gives the argument slices of c back for reuse. The calls must
 // be done with: go-redis keeps a command's arguments only until its
 // pipeline has run.
-func (s *Store) release(c calls) {
+func (s *Store) release(c *calls) {
 	for i, b := range c.bufs {
 		if cap(*b) > maxArgBuf {
 			continue
@@ -268,6 +286,10 @@ func (s *Store) release(c calls) {
 		*b = (*b)[:0]
 		s.argBufs.Put(b)
 	}
+	clear(c.args)
+	clear(c.bufs)
+	c.args, c.bufs = c.args[:0], c.bufs[:0]
+	s.callsPool.Put(c)
 }
 
 // runCalls sends script calls in a pipeline: calls[i] is a whole call
@@ -558,6 +580,7 @@ type Outcome struct {
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
 	part, count := s.partitionsOf(len(os), func(i int) string { return os[i].Key })
 	c := s.layoutCalls(s.settleHead, tokens, count, 5, now)
+	defer s.release(c)            // once the replies are read: c.call is needed for them
 	where := make([]int, len(os)) // index in its call's reply
 	for i, o := range os {
 		p := part[i]
@@ -568,7 +591,6 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 		c.next[p]++
 	}
 	replies, err := s.runCalls(ctx, c.args)
-	s.release(c)
 	if err != nil {
 		return nil, err
 	}
@@ -612,6 +634,7 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 	part, count := s.partitionsOf(len(reqs), func(i int) string { return reqs[i].Key })
 	c := s.layoutCalls(s.claimHead, tokens, count, 2)
 	where := make([]int, len(reqs)) // index in its call's reply
+	defer s.release(c)              // once the replies are read: c.call is needed for them
 	for i, r := range reqs {
 		p := part[i]
 		rev := ""
@@ -625,7 +648,6 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 		c.next[p]++
 	}
 	replies, err := s.runCalls(ctx, c.args)
-	s.release(c)
 	if err != nil {
 		return nil, err
 	}
