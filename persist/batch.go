@@ -22,7 +22,8 @@ type BatchConfig struct {
 	// batches grow on their own while the previous round trips are in
 	// flight.
 	Linger time.Duration
-	// InFlight is the most round trips in flight at once. Default 2.
+	// InFlight is the most round trips of batches in flight at once (a
+	// lone request sent directly, see Batcher.Do, comes on top). Default 2.
 	InFlight int
 	// Timeout bounds one round trip. Default 5s.
 	Timeout time.Duration
@@ -66,7 +67,7 @@ type call[T, R any] struct {
 // result. It owns InFlight flushing goroutines, each of which takes a
 // request, adds what else is queued, and runs the batch; Close stops them.
 // While every flusher is busy, requests queue up, so batches grow with the
-// load on their own.
+// load on their own. A lone request skips the flushers (see Do).
 type Batcher[T, R any] struct {
 	cfg  BatchConfig
 	exec func(ctx context.Context, reqs []T) ([]R, error)
@@ -103,16 +104,29 @@ func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs [
 
 // Do submits req and waits for its result. If ctx ends first, Do returns
 // ctx.Err(), but the request may still be carried out.
+//
+// A lone request (none other outstanding, and no others lately) is sent
+// at once from the caller's goroutine, bounded by ctx and Timeout: there
+// is nothing to gather it with, and handing it to a flusher and its
+// result back would cost two goroutine wake-ups (half again a loopback
+// round trip on a 2-core VM).
 func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 	var zero R
-	c := b.pool.Get().(*call[T, R])
-	c.req = req
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
-		b.pool.Put(c)
 		return zero, ErrClosed
 	}
+	if b.peak.Load() <= 1 && b.outstanding.CompareAndSwap(0, 1) {
+		b.peak.Store(max(b.peak.Load(), 1))
+		b.wg.Add(1) // Close waits for it as for a flusher
+		b.mu.RUnlock()
+		defer b.wg.Done()
+		defer b.outstanding.Add(-1)
+		return b.direct(ctx, req)
+	}
+	c := b.pool.Get().(*call[T, R])
+	c.req = req
 	if n := b.outstanding.Add(1); n > b.peak.Load() {
 		b.peak.Store(n) // racy max: good enough for a batching target
 	}
@@ -134,6 +148,25 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 	case <-ctx.Done():
 		return zero, ctx.Err() // c is abandoned to the flusher and the GC
 	}
+}
+
+// direct runs a lone request as a batch of its own.
+func (b *Batcher[T, R]) direct(ctx context.Context, req T) (R, error) {
+	var zero R
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	one := [1]T{req}
+	res, err := b.exec(ctx, one[:])
+	if err == nil && len(res) != 1 {
+		err = errors.New("persist: batch returned a wrong number of results")
+	}
+	if err != nil {
+		return zero, err
+	}
+	return res[0], nil
 }
 
 func (b *Batcher[T, R]) flusher() {

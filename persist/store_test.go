@@ -291,6 +291,7 @@ func TestBatcherGroupsCalls(t *testing.T) {
 		}
 		return out, nil
 	})
+	b.peak.Store(100) // as if callers had been many: none takes the lone path
 	var wg sync.WaitGroup
 	results := make([]int, 100)
 	for i := range 100 {
@@ -321,6 +322,74 @@ func TestBatcherGroupsCalls(t *testing.T) {
 	require.Less(t, len(sizes), 100, "calls were grouped")
 	_, err := b.Do(context.Background(), 1)
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestBatcherLoneRequest: a request with none other outstanding is run
+// from the caller's goroutine under the caller's context (a value of it
+// reaches exec, and cancelling it ends the round trip); one that comes
+// while another is outstanding goes through a flusher, as does every
+// request while callers have lately been many.
+func TestBatcherLoneRequest(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	type seen struct {
+		reqs   []int
+		caller any
+	}
+	calls := make(chan seen, 10)
+	block := make(chan struct{})
+	b := NewBatcher(BatchConfig{InFlight: 1}, func(ctx context.Context, reqs []int) ([]int, error) {
+		calls <- seen{slices.Clone(reqs), ctx.Value(key{})}
+		switch reqs[0] {
+		case -1:
+			<-block
+		case -2: // only the caller's context ends it
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return reqs, nil
+	})
+	defer b.Close()
+	ctx := context.WithValue(context.Background(), key{}, "caller")
+
+	v, err := b.Do(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	require.Equal(t, seen{[]int{1}, "caller"}, <-calls, "a lone request runs in the caller's context")
+
+	// While a lone request is in flight, the next goes to a flusher.
+	lone := make(chan error, 1)
+	go func() { _, err := b.Do(ctx, -1); lone <- err }()
+	require.Equal(t, seen{[]int{-1}, "caller"}, <-calls)
+	v, err = b.Do(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, v)
+	require.Equal(t, seen{[]int{2}, nil}, <-calls, "with another outstanding, a flusher runs it")
+	close(block)
+	require.NoError(t, <-lone)
+
+	// Cancelling the caller's context ends its lone round trip. (Two
+	// callers were outstanding just now; after a lull one is lone again.)
+	b.peak.Store(1)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := b.Do(cctx, -2); done <- err }()
+	<-calls
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancelled lone request did not return")
+	}
+
+	// After many callers, requests go through the flushers until a lull.
+	b.peak.Store(32)
+	b.lastFlush.Store(time.Now().UnixNano())
+	v, err = b.Do(ctx, 3)
+	require.NoError(t, err)
+	require.Equal(t, 3, v)
+	require.Equal(t, seen{[]int{3}, nil}, <-calls)
 }
 
 func TestBatcherError(t *testing.T) {
