@@ -66,6 +66,7 @@ type Queue struct {
 	recov   *recovery.Recoverer
 	cache   *lru.Cache[string, *persist.Record]
 	writes  *persist.Batcher[persist.Write, persist.WriteResult]
+	cancels *persist.Batcher[string, persist.Change]
 	settles *persist.Retrier[persist.Outcome]
 	fence   []string // our token for every partition: claims and settles are always fenced
 
@@ -193,6 +194,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.writes = persist.NewBatcher(bc, func(ctx context.Context, ws []persist.Write) ([]persist.WriteResult, error) {
 		return store.Write(ctx, q.recov.Tokens(), ws)
 	})
+	q.cancels = persist.NewBatcher(bc, store.CancelMany)
 	sc := bc
 	sc.Linger = settleLinger
 	q.settles = persist.NewRetrier(sc, q.execSettle, func(err error, pending int) {
@@ -385,9 +387,14 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return err
 	}
 	key := persist.JobKey(topic, id)
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	defer cancel()
-	ch, err := q.store.Cancel(ctx, key)
+	// Concurrent cancels share a round trip, as Schedule calls do. After
+	// Shutdown (the batcher closed) a cancel still goes to Redis, alone.
+	ch, err := q.cancels.Do(ctx, key)
+	if errors.Is(err, persist.ErrClosed) {
+		wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+		ch, err = q.store.Cancel(wctx, key)
+		cancel()
+	}
 	if err != nil {
 		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
 	}
@@ -1025,6 +1032,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 
 	var errs []error
 	q.writes.Close()
+	q.cancels.Close()
 	q.sched.Stop()
 	if prev == stateStarted {
 		close(q.stopDispatch)

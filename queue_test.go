@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,6 +362,87 @@ func TestCancelAndReschedule(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), info.Due, time.Minute)
 	_, err = b.q.Lookup(b.ctx, "c", "drop")
 	require.ErrorIs(t, err, ErrNotFound)
+}
+
+// scriptTrips counts the round trips that carry a script call while on.
+type scriptTrips struct {
+	on    atomic.Bool
+	trips atomic.Int64
+}
+
+func (h *scriptTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (h *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds)
+		return next(ctx, cmds)
+	}
+}
+func (h *scriptTrips) count(cmds []redis.Cmder) {
+	if !h.on.Load() {
+		return
+	}
+	for _, c := range cmds {
+		if name := c.Name(); name == "evalsha" || name == "eval" {
+			h.trips.Add(1)
+			return
+		}
+	}
+}
+
+// TestConcurrentCancelsShareRoundTrips: cancels from many goroutines at
+// once are group-committed like Schedule calls — far fewer script round
+// trips than cancels — and each caller gets its own result.
+func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	hook := &scriptTrips{}
+	rdb := srv.Client(t)
+	rdb.AddHook(hook) // before any use of the client
+	b := &bundle{srv: srv, rdb: rdb, ctx: context.Background()}
+	b.q = b.newQueue(t, Config{})
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	r := newRuns()
+	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	const n, callers = 400, 50
+	for i := range n {
+		_, err := b.q.Schedule(b.ctx, "c", nil, ID(fmt.Sprint(i)), After(time.Second))
+		require.NoError(t, err)
+	}
+	hook.on.Store(true)
+	var wg sync.WaitGroup
+	errs := make([]error, n+callers)
+	for g := range callers {
+		wg.Go(func() {
+			for i := g; i < n; i += callers {
+				errs[i] = b.q.Cancel(b.ctx, "c", fmt.Sprint(i))
+			}
+			// and one that does not exist
+			errs[n+g] = b.q.Cancel(b.ctx, "c", fmt.Sprint("missing-", g))
+		})
+	}
+	wg.Wait()
+	hook.on.Store(false)
+	for i, err := range errs {
+		if i < n {
+			require.NoError(t, err, "cancel %d", i)
+		} else {
+			require.ErrorIs(t, err, ErrNotFound, "cancel of a missing job")
+		}
+	}
+	trips := hook.trips.Load()
+	t.Logf("%d cancels in %d script round trips", n+callers, trips)
+	require.Less(t, trips, int64((n+callers)/4), "cancels share round trips")
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	r.none(t, 1500*time.Millisecond) // past their due time: none runs
 }
 
 func TestCancelWhileRunning(t *testing.T) {

@@ -57,7 +57,7 @@ type Store struct {
 	cluster                                                           bool // keys of different partitions may not share a command
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
-	scheduleHead, settleHead, claimHead, leaseHead [][]any
+	scheduleHead, settleHead, claimHead, cancelHead, leaseHead [][]any
 
 	// argBufs holds argument slices of claim and settle calls for reuse
 	// (*[]any): a fired job's claim and settle would otherwise leave about
@@ -92,7 +92,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		schedule:   redis.NewScript(scheduleLua),
 		settle:     redis.NewScript(libLua + settleLua),
 		claim:      redis.NewScript(libLua + claimLua),
-		cancel:     redis.NewScript(cancelLua),
+		cancel:     redis.NewScript(libLua + cancelLua),
 		reschedule: redis.NewScript(rescheduleLua),
 		requeue:    redis.NewScript(requeueLua),
 		lease:      redis.NewScript(leaseLua),
@@ -104,6 +104,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s.scheduleHead = callHeads(s.schedule, s.parts, keysWrite)
 	s.settleHead = callHeads(s.settle, s.parts, keysSettle)
 	s.claimHead = callHeads(s.claim, s.parts, keysClaim)
+	s.cancelHead = callHeads(s.cancel, s.parts, keysCancel)
 	s.leaseHead = callHeads(s.lease, s.parts, func(k Keys) []string { return []string{k.Lease} })
 	return s, nil
 }
@@ -345,7 +346,8 @@ func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.
 func keysWrite(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
 }
-func keysClaim(k Keys) []string { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
+func keysClaim(k Keys) []string  { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
+func keysCancel(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Running} }
 
 // token returns tokens[p], or "" for a nil slice.
 func token(tokens []string, p int) string {
@@ -693,12 +695,41 @@ const (
 
 // Cancel deletes a job, pending or dead.
 func (s *Store) Cancel(ctx context.Context, key string) (Change, error) {
-	k := s.parts[s.PartitionOf(key)]
-	n, err := s.cancel.Run(ctx, s.rdb, []string{k.Pending, k.Jobs, k.Dead, k.Running}, key).Int()
+	chs, err := s.CancelMany(ctx, []string{key})
 	if err != nil {
-		return NotFound, wrap(err)
+		return NotFound, err
 	}
-	return Change(n), nil
+	return chs[0], nil
+}
+
+// CancelMany deletes jobs, pending or dead, in one round trip (outside a
+// cluster; one per partition in it). The i-th Change is keys[i]'s; a key
+// given twice is NotFound the second time, as if cancelled one by one.
+func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error) {
+	part, count := s.partitionsOf(len(keys), func(i int) string { return keys[i] })
+	c := s.layoutCalls(s.cancelHead, nil, count, 1)
+	defer s.release(c)              // once the replies are read: c.call is needed for them
+	where := make([]int, len(keys)) // index in its call's reply
+	for i, key := range keys {
+		p := part[i]
+		c.args[c.call[p]][c.at[p]] = key
+		c.at[p]++
+		where[i] = c.next[p]
+		c.next[p]++
+	}
+	replies, err := s.runCalls(ctx, c.args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Change, len(keys))
+	for i := range keys {
+		v, err := intAt(replies[c.call[part[i]]], where[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Change(v)
+	}
+	return out, nil
 }
 
 // Reschedule moves a pending job to due (unix µs) and gives it revision

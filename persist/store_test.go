@@ -879,3 +879,74 @@ func TestArgBuffersReleasedClean(t *testing.T) {
 	// quarter of the time); most rounds still get their buffer back.
 	require.Positive(t, reused)
 }
+
+// TestCancelManyAcrossPartitions cancels, in one call, jobs of every
+// partition in every state: pending, dead, claimed (a run in progress),
+// unknown, and one key twice; then a batch larger than one multi-key
+// command takes (arguments split). Both layouts: one call for the batch,
+// and one per partition as in a cluster.
+func TestCancelManyAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		b := setup(t, 4)
+		b.store.cluster = cluster
+		var ws []Write
+		var keys []string
+		for i := range 12 {
+			key := fmt.Sprintf("m/%d", i)
+			keys = append(keys, key)
+			ws = append(ws, Write{Key: key, Due: int64(100 + i), Record: rec("p"), Replace: true, Fresh: true})
+		}
+		_, err := b.store.Write(b.ctx, nil, ws)
+		require.NoError(t, err)
+		seen := map[int]bool{}
+		for _, k := range keys {
+			seen[b.store.PartitionOf(k)] = true
+		}
+		require.Len(t, seen, 4, "the batch spans every partition")
+		// m/0 goes to the dead set; m/1 is claimed (running).
+		applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Dead, Key: "m/0", Rev: 1, Record: rec("p")}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "m/1"}})
+		require.NoError(t, err)
+
+		batch := append([]string{"m/3", "none/1"}, keys...) // m/3 twice: first, and again in keys
+		chs, err := b.store.CancelMany(b.ctx, batch)
+		require.NoError(t, err, "cluster=%v", cluster)
+		want := []Change{Changed, NotFound, Changed, ChangedWhileRunning}
+		for range keys[2:] {
+			want = append(want, Changed)
+		}
+		want[2+3] = NotFound // m/3's second cancel
+		require.Equal(t, want, chs, "cluster=%v", cluster)
+		pending, dead, err := b.store.Counts(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, pending)
+		require.Zero(t, dead)
+		for p := range 4 {
+			n, err := b.rdb.HLen(b.ctx, b.store.parts[p].Jobs).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "no record left in partition %d", p)
+		}
+
+		// 6,000 jobs, about 1,500 a partition: each partition's multi-key
+		// commands are split (at most 1,000 arguments each).
+		ws, keys = ws[:0], keys[:0]
+		for i := range 6000 {
+			key := fmt.Sprintf("big/%d", i)
+			keys = append(keys, key)
+			ws = append(ws, Write{Key: key, Due: 5, Record: rec("p"), Replace: true, Fresh: true})
+		}
+		_, err = b.store.Write(b.ctx, nil, ws)
+		require.NoError(t, err)
+		chs, err = b.store.CancelMany(b.ctx, keys)
+		require.NoError(t, err)
+		for i, ch := range chs {
+			require.Equal(t, Changed, ch, "job %d", i)
+		}
+		pending, _, err = b.store.Counts(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, pending)
+	}
+}

@@ -1,5 +1,5 @@
 -- lib.lua: helpers that the store puts before the scripts that use them
--- (claim.lua, settle.lua): a script sent to Redis is one text.
+-- (claim.lua, settle.lua, cancel.lua): a script sent to Redis is one text.
 --
 -- partitions(stride, lease, a, per) walks a call's partitions: KEYS in
 -- groups of stride, one per partition, the lease STRING at offset lease
