@@ -186,15 +186,14 @@ func startCall(heads [][]any, p, n int) []any {
 	return a
 }
 
-// calls lays out the script calls of a batch whose items fall count[p]
-// to partition p: outside a cluster one call for all the partitions, in a
-// cluster one per partition (a call may touch one slot only). A call is
-// heads' EVALSHA, the number of keys and the keys of its partitions, the
-// fixed arguments, then per partition its token, its count and room for
-// its items (per arguments each). layoutCalls fills the heads and the
-// counts; the caller puts each item of partition p at at[p] in
-// args[call[p]], finds its result at next[p] in that call's reply, and
-// moves at[p] on by per and next[p] by one.
+// calls are the script calls of a batch of n items (claims, outcomes,
+// cancels), each item the job of one key: outside a cluster one call for
+// all the partitions the keys fall in, in a cluster one per partition (a
+// call may touch one slot only). A call is heads' EVALSHA, the number of
+// keys and the keys of its partitions, the fixed arguments, then per
+// partition its token, its count of items and room for them (per
+// arguments each). layoutCalls fills all but the items; the caller puts
+// them in with item, in order, and finds each one's result with reply.
 type calls struct {
 	args    [][]any  // by call
 	bufs    []*[]any // by call: where args came from (see release)
@@ -202,20 +201,32 @@ type calls struct {
 	call    []int    // by partition: its call (-1: none)
 	at      []int    // by partition: where its next item goes in its call
 	next    []int    // by partition: its next item's index in its call's reply
+	count   []int    // by partition: its items
+	part    []int    // by item: its partition
+	where   []int    // by item: its index in its call's reply
+	per     int
 }
 
-// The calls come from a pool; release gives them back.
-func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per int, fixed ...any) *calls {
+// layoutCalls lays out the calls of a batch of n items whose keys key
+// gives. The calls come from a pool; release gives them back.
+func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int) string, per int, fixed ...any) *calls {
 	c, _ := s.callsPool.Get().(*calls)
 	if c == nil {
 		c = &calls{}
 	}
 	np := len(s.parts)
-	c.call, c.at, c.next = resize(c.call, np), resize(c.at, np), resize(c.next, np)
+	c.call, c.at, c.next, c.count = resize(c.call, np), resize(c.at, np), resize(c.next, np), resize(c.count, np)
+	c.part, c.where, c.per = resize(c.part, n), resize(c.where, n), per
+	clear(c.count)
+	for i := range n {
+		p := s.PartitionOf(key(i)) // each key hashed once
+		c.part[i] = p
+		c.count[p]++
+	}
 	touched := c.touched[:0]
-	for p, n := range count {
+	for p, k := range c.count {
 		c.call[p] = -1
-		if n > 0 {
+		if k > 0 {
 			touched = append(touched, p)
 		}
 	}
@@ -224,7 +235,7 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per i
 		nkeys, size := 0, len(fixed)
 		for _, p := range ps {
 			nkeys += len(heads[p]) - 3
-			size += 2 + per*int(count[p])
+			size += 2 + per*c.count[p]
 		}
 		h := heads[ps[0]]
 		buf := s.argBuf(3 + nkeys + size)
@@ -237,10 +248,10 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per i
 		items := 0
 		for _, p := range ps {
 			c.call[p], c.next[p] = len(c.args), items
-			a = append(a, token(tokens, p), int(count[p]))
+			a = append(a, token(tokens, p), c.count[p])
 			c.at[p] = len(a)
-			a = a[:len(a)+per*int(count[p])]
-			items += int(count[p])
+			a = a[:len(a)+per*c.count[p]]
+			items += c.count[p]
 		}
 		c.args = append(c.args, a)
 		c.bufs = append(c.bufs, buf)
@@ -253,6 +264,23 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, count []int32, per i
 		build(touched)
 	}
 	return c
+}
+
+// item makes room for item i (items come in order: 0, 1, ...): it returns
+// the arguments of its call and where its per arguments go in them.
+func (c *calls) item(i int) ([]any, int) {
+	p := c.part[i]
+	j := c.at[p]
+	c.at[p] += c.per
+	c.where[i] = c.next[p]
+	c.next[p]++
+	return c.args[c.call[p]], j
+}
+
+// reply returns the reply of item i's call, of those runCalls returned,
+// and the item's index in it.
+func (c *calls) reply(replies []any, i int) (any, int) {
+	return replies[c.call[c.part[i]]], c.where[i]
 }
 
 // resize returns a of length n, reusing its array when it can.
@@ -580,17 +608,11 @@ type Outcome struct {
 // replaced or rescheduled since it fired). Fails with ErrFenced when a
 // partition's lease is held by another owner.
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
-	part, count := s.partitionsOf(len(os), func(i int) string { return os[i].Key })
-	c := s.layoutCalls(s.settleHead, tokens, count, 5, now)
-	defer s.release(c)            // once the replies are read: c.call is needed for them
-	where := make([]int, len(os)) // index in its call's reply
+	c := s.layoutCalls(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 5, now)
+	defer s.release(c) // once the replies are read
 	for i, o := range os {
-		p := part[i]
-		a, j := c.args[c.call[p]], c.at[p]
+		a, j := c.item(i)
 		a[j], a[j+1], a[j+2], a[j+3], a[j+4] = o.Op.arg(), o.Key, RevBytes(o.Rev), o.Due, o.Record
-		c.at[p] += 5
-		where[i] = c.next[p]
-		c.next[p]++
 	}
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
@@ -598,7 +620,7 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 	}
 	out := make([]bool, len(os))
 	for i := range os {
-		v, err := intAt(replies[c.call[part[i]]], where[i])
+		v, err := intAt(c.reply(replies, i))
 		if err != nil {
 			return nil, err
 		}
@@ -633,21 +655,15 @@ type ClaimResult struct {
 // returns the records the caller lacks. tokens are as for Settle: a
 // partition whose lease the caller lost fails the claim with ErrFenced.
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
-	part, count := s.partitionsOf(len(reqs), func(i int) string { return reqs[i].Key })
-	c := s.layoutCalls(s.claimHead, tokens, count, 2)
-	where := make([]int, len(reqs)) // index in its call's reply
-	defer s.release(c)              // once the replies are read: c.call is needed for them
+	c := s.layoutCalls(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 2)
+	defer s.release(c) // once the replies are read
 	for i, r := range reqs {
-		p := part[i]
 		rev := ""
 		if r.HaveRev {
 			rev = RevBytes(r.Rev)
 		}
-		a, j := c.args[c.call[p]], c.at[p]
+		a, j := c.item(i)
 		a[j], a[j+1] = r.Key, rev
-		c.at[p] += 2
-		where[i] = c.next[p]
-		c.next[p]++
 	}
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
@@ -655,8 +671,9 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 	}
 	out := make([]ClaimResult, len(reqs))
 	for i := range reqs {
-		arr, _ := replies[c.call[part[i]]].([]any)
-		at := 2 * where[i] // two entries per job
+		reply, w := c.reply(replies, i)
+		arr, _ := reply.([]any)
+		at := 2 * w // two entries per job
 		if at+1 >= len(arr) {
 			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
 		}
@@ -706,16 +723,11 @@ func (s *Store) Cancel(ctx context.Context, key string) (Change, error) {
 // cluster; one per partition in it). The i-th Change is keys[i]'s; a key
 // given twice is NotFound the second time, as if cancelled one by one.
 func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error) {
-	part, count := s.partitionsOf(len(keys), func(i int) string { return keys[i] })
-	c := s.layoutCalls(s.cancelHead, nil, count, 1)
-	defer s.release(c)              // once the replies are read: c.call is needed for them
-	where := make([]int, len(keys)) // index in its call's reply
+	c := s.layoutCalls(s.cancelHead, nil, len(keys), func(i int) string { return keys[i] }, 1)
+	defer s.release(c) // once the replies are read
 	for i, key := range keys {
-		p := part[i]
-		c.args[c.call[p]][c.at[p]] = key
-		c.at[p]++
-		where[i] = c.next[p]
-		c.next[p]++
+		a, j := c.item(i)
+		a[j] = key
 	}
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
@@ -723,7 +735,7 @@ func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error)
 	}
 	out := make([]Change, len(keys))
 	for i := range keys {
-		v, err := intAt(replies[c.call[part[i]]], where[i])
+		v, err := intAt(c.reply(replies, i))
 		if err != nil {
 			return nil, err
 		}

@@ -841,27 +841,46 @@ func TestArgBuffersReleasedClean(t *testing.T) {
 	defer rdb.Close()
 	s, err := New(rdb, Options{Namespace: "t", Partitions: 4})
 	require.NoError(t, err)
+	// Keys of partitions 0 and 2.
+	var of [4][]string
+	for i := 0; len(of[0]) < 3 || len(of[2]) < 2; i++ {
+		k := fmt.Sprintf("k/%d", i)
+		p := s.PartitionOf(k)
+		of[p] = append(of[p], k)
+	}
 	reused := 0
 	for round := range 20 {
-		count := []int32{int32(1 + round%3), 0, 2, 0}
-		c := s.layoutCalls(s.settleHead, nil, count, 5, int64(round))
+		n0 := 1 + round%3
+		keys := append(slices.Clone(of[2][:2]), of[0][:n0]...) // partition 2's first
+		c := s.layoutCalls(s.settleHead, nil, len(keys), func(i int) string { return keys[i] }, 5, int64(round))
 		require.Len(t, c.args, 1)
 		a := c.args[0]
-		for p, n := range count {
-			for range n {
-				j := c.at[p]
-				a[j], a[j+1], a[j+2], a[j+3], a[j+4] = Ack.arg(), "k", RevBytes(1), int64(7), []byte("record")
-				c.at[p] += 5
-			}
+		for i, k := range keys {
+			b, j := c.item(i)
+			b[j], b[j+1], b[j+2], b[j+3], b[j+4] = Ack.arg(), k, RevBytes(1), int64(7), []byte("record")
 		}
 		// Heads: EVALSHA, sha, the number of keys, the keys of partitions
-		// 0 and 2, now; then per partition its token and count.
+		// 0 and 2, now; then per partition its token, its count, its items.
 		nkeys := 2 * len(keysSettle(s.parts[0]))
 		require.Equal(t, nkeys, a[2])
 		require.Equal(t, int64(round), a[3+nkeys])
-		require.Equal(t, int(count[0]), a[3+nkeys+2])
-		for _, v := range a[3+nkeys+3 : 3+nkeys+3+5*int(count[0])] {
+		require.Equal(t, n0, a[3+nkeys+2])
+		for x, v := range a[3+nkeys+3 : 3+nkeys+3+5*n0] {
 			require.NotNil(t, v, "an item slot left empty")
+			if x%5 == 1 {
+				require.Equal(t, of[0][x/5], v, "partition 0's items in order")
+			}
+		}
+		require.Equal(t, 2, a[3+nkeys+3+5*n0+1], "partition 2's count")
+		replies := []any{"the call's reply"}
+		for i := range keys {
+			r, w := c.reply(replies, i)
+			require.Equal(t, "the call's reply", r)
+			if i < 2 {
+				require.Equal(t, n0+i, w, "partition 2's items come after partition 0's in the reply")
+			} else {
+				require.Equal(t, i-2, w)
+			}
 		}
 		backing := &a[:cap(a)][cap(a)-1]
 		s.release(c)
