@@ -75,8 +75,17 @@ type Queue struct {
 	handlers map[string]Handler // guarded by mu
 	closed   chan struct{}      // closed when Shutdown finished
 
-	firedMu sync.Mutex
-	firedQ  []firedJob // guarded by firedMu
+	firedMu  sync.Mutex
+	firedQ   []firedJob // guarded by firedMu
+	claimSeq uint64     // guarded by firedMu: the turn of the next batch taken off firedQ
+
+	// The claimers' batches may be in flight at once, and a later one's
+	// claim may come back first; their tasks are held in turn, in the
+	// order the batches were taken, so that overdue jobs start oldest
+	// first. heldSeq is the turn whose tasks may be held now.
+	turnMu  sync.Mutex
+	turn    *sync.Cond // on turnMu
+	heldSeq uint64     // guarded by turnMu
 
 	// inflight holds the keys this process has claimed (or is claiming) and
 	// whose outcome is not yet stored: such a job must not run again here,
@@ -160,6 +169,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		held:         map[string]*task{},
 		startSig:     make(chan struct{}, 1),
 	}
+	q.turn = sync.NewCond(&q.turnMu)
 	token := base64.RawURLEncoding.EncodeToString(tok[:])
 	q.fence = make([]string, cfg.Partitions)
 	for i := range q.fence {
@@ -221,7 +231,8 @@ func (q *Queue) Handle(topic string, h Handler) error {
 // Start checks the namespace in Redis, takes the leases of the partitions
 // no other live process holds, reloads their pending jobs and starts
 // running them; jobs that came due while no process ran fire at once,
-// oldest first, through the same bounded pool of handlers. The reload goes
+// oldest first, through the same bounded pool of handlers (a batch of them
+// whose claim in Redis fails is run after the batches behind it). The reload goes
 // on in the background; see Ready. Start after Start does nothing; Start
 // after Shutdown returns ErrClosed.
 func (q *Queue) Start(ctx context.Context) error {
@@ -546,6 +557,11 @@ func (q *Queue) dispatch() {
 				}
 			}
 			more := len(q.firedQ) > 0
+			var seq uint64
+			if len(batch) > 0 {
+				seq = q.claimSeq
+				q.claimSeq++
+			}
 			q.firedMu.Unlock()
 			if len(batch) == 0 {
 				break
@@ -553,7 +569,7 @@ func (q *Queue) dispatch() {
 			if more {
 				signal(q.firedSig) // the other claimer takes the next batch
 			}
-			retry = q.claimAndRun(batch, &bufs)
+			retry = q.claimAndRun(batch, &bufs, seq)
 			clear(batch) // drop the keys
 			bufs.batch = batch[:0]
 			if len(retry) > 0 {
@@ -590,10 +606,19 @@ func (q *Queue) claimLinger() time.Duration {
 }
 
 // claimAndRun claims a batch of fired jobs and holds the claimed ones until
-// their due time. It returns the jobs to claim again later (Redis errors),
-// in a slice of their own. bufs are the dispatcher's (batch is not one of
-// them).
-func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs) (retry []firedJob) {
+// their due time, in the batch's turn seq (see turn). It returns the jobs
+// to claim again later (Redis errors), in a slice of their own. bufs are
+// the dispatcher's (batch is not one of them).
+func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retry []firedJob) {
+	var toHold []task // one allocation for the batch's tasks
+	defer func() {    // on every return: the next batch waits for this one
+		q.awaitTurn(seq)
+		now := q.clock.Now()
+		for i := range toHold {
+			q.hold(&toHold[i], now)
+		}
+		q.passTurn()
+	}()
 	owned := bufs.owned[:0]
 	defer func() {
 		clear(owned)
@@ -656,14 +681,13 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs) (retry []firedJob
 	if err != nil {
 		q.stats.redisErrors.Add(1)
 		q.log.Warn("wheelq: claim failed; running cached jobs unverified", "err", err, "jobs", len(owned))
-		now := q.clock.Now()
 		for i, f := range owned {
 			if cached[i] == nil {
 				notRun(f.key)
 				retry = append(retry, f)
 				continue
 			}
-			q.hold(&task{key: f.key, rec: cached[i], due: f.due}, now)
+			toHold = append(toHold, task{key: f.key, rec: cached[i], due: f.due})
 		}
 		return retry
 	}
@@ -711,10 +735,26 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs) (retry []firedJob
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)
 	}
-	for i := range tasks {
-		q.hold(&tasks[i], now) // one allocation for the batch's tasks
-	}
+	toHold = tasks
 	return nil
+}
+
+// awaitTurn waits until the tasks of the batch taken in turn seq may be
+// held: those of every batch taken before it are.
+func (q *Queue) awaitTurn(seq uint64) {
+	q.turnMu.Lock()
+	for q.heldSeq != seq {
+		q.turn.Wait()
+	}
+	q.turnMu.Unlock()
+}
+
+// passTurn lets the next batch's tasks be held.
+func (q *Queue) passTurn() {
+	q.turnMu.Lock()
+	q.heldSeq++
+	q.turnMu.Unlock()
+	q.turn.Broadcast()
 }
 
 // hold keeps a claimed task until its exact due time, when the wheel
