@@ -23,17 +23,7 @@ import (
 func BenchmarkSchedule(b *testing.B) {
 	for _, g := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			srv := redistest.Start(b, redistest.Options{})
-			q, err := New(srv.Client(b), Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if err := q.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = q.Shutdown(ctx) }()
-			<-q.Ready()
+			q, ctx := benchQueue(b)
 			payload := make([]byte, 64)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -51,17 +41,7 @@ func BenchmarkSchedule(b *testing.B) {
 func BenchmarkCancel(b *testing.B) {
 	for _, g := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			srv := redistest.Start(b, redistest.Options{})
-			q, err := New(srv.Client(b), Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if err := q.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = q.Shutdown(ctx) }()
-			<-q.Ready()
+			q, ctx := benchQueue(b)
 			var next atomic.Int64
 			runGoroutines(b, 32, func() error { // not timed: the jobs to cancel
 				_, err := q.Schedule(ctx, "t", nil, ID(strconv.FormatInt(next.Add(1), 10)), After(time.Hour))
@@ -75,6 +55,24 @@ func BenchmarkCancel(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchQueue starts a queue on a redis-server of its own, ready, shut
+// down when b ends.
+func benchQueue(b *testing.B) (*Queue, context.Context) {
+	b.Helper()
+	srv := redistest.Start(b, redistest.Options{})
+	q, err := New(srv.Client(b), Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := q.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = q.Shutdown(ctx) })
+	<-q.Ready()
+	return q, ctx
 }
 
 // runGoroutines calls f b.N times in all from g goroutines.

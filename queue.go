@@ -517,6 +517,15 @@ type claimBufs struct {
 	cached       []*persist.Record
 }
 
+// reset empties the slices for the next batch, dropping what they point to.
+func (b *claimBufs) reset() {
+	clear(b.batch)
+	clear(b.owned)
+	clear(b.reqs)
+	clear(b.cached)
+	b.batch, b.owned, b.reqs, b.cached = b.batch[:0], b.owned[:0], b.reqs[:0], b.cached[:0]
+}
+
 // dispatch claims fired jobs in Redis and hands them to the workers.
 func (q *Queue) dispatch() {
 	var bufs claimBufs
@@ -569,9 +578,9 @@ func (q *Queue) dispatch() {
 			if more {
 				signal(q.firedSig) // the other claimer takes the next batch
 			}
+			bufs.batch = batch
 			retry = q.claimAndRun(batch, &bufs, seq)
-			clear(batch) // drop the keys
-			bufs.batch = batch[:0]
+			bufs.reset()
 			if len(retry) > 0 {
 				timer.Reset(backoff)
 				backoff = min(2*backoff, time.Second)
@@ -607,8 +616,8 @@ func (q *Queue) claimLinger() time.Duration {
 
 // claimAndRun claims a batch of fired jobs and holds the claimed ones until
 // their due time, in the batch's turn seq (see turn). It returns the jobs
-// to claim again later (Redis errors), in a slice of their own. bufs are
-// the dispatcher's (batch is not one of them).
+// to claim again later (Redis errors), in a slice of their own. It keeps
+// its slices in bufs, the dispatcher's, which resets them after.
 func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retry []firedJob) {
 	var toHold []task // one allocation for the batch's tasks
 	defer func() {    // on every return: the next batch waits for this one
@@ -620,10 +629,6 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 		q.passTurn()
 	}()
 	owned := bufs.owned[:0]
-	defer func() {
-		clear(owned)
-		bufs.owned = owned[:0]
-	}()
 	var busy []firedJob
 	q.inflightMu.Lock()
 	for _, f := range batch {
@@ -638,6 +643,7 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 		owned = append(owned, f)
 	}
 	q.inflightMu.Unlock()
+	bufs.owned = owned
 	nowUs := q.clock.Now().UnixMicro()
 	for _, f := range busy {
 		// Armed again while a run of it is in progress here: look again
@@ -655,11 +661,7 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 	}
 	reqs := slices.Grow(bufs.reqs[:0], len(owned))[:len(owned)]
 	cached := slices.Grow(bufs.cached[:0], len(owned))[:len(owned)]
-	defer func() {
-		clear(reqs)
-		clear(cached)
-		bufs.reqs, bufs.cached = reqs[:0], cached[:0]
-	}()
+	bufs.reqs, bufs.cached = reqs, cached
 	for i, f := range owned {
 		reqs[i].Key = f.key
 		if rec, ok := q.cache.Peek(f.key); ok {

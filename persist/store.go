@@ -283,6 +283,20 @@ func (c *calls) reply(replies []any, i int) (any, int) {
 	return replies[c.call[c.part[i]]], c.where[i]
 }
 
+// intReplies reads the integer reply of each of the n items of c, as f
+// makes it.
+func intReplies[T any](c *calls, replies []any, n int, f func(int64) T) ([]T, error) {
+	out := make([]T, n)
+	for i := range out {
+		v, err := intAt(c.reply(replies, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = f(v)
+	}
+	return out, nil
+}
+
 // resize returns a of length n, reusing its array when it can.
 func resize(a []int, n int) []int {
 	if cap(a) < n {
@@ -618,15 +632,7 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 	if err != nil {
 		return nil, err
 	}
-	out := make([]bool, len(os))
-	for i := range os {
-		v, err := intAt(c.reply(replies, i))
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v == 1
-	}
-	return out, nil
+	return intReplies(c, replies, len(os), func(v int64) bool { return v == 1 })
 }
 
 // ClaimRequest asks whether a fired job is still pending.
@@ -733,15 +739,7 @@ func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Change, len(keys))
-	for i := range keys {
-		v, err := intAt(c.reply(replies, i))
-		if err != nil {
-			return nil, err
-		}
-		out[i] = Change(v)
-	}
-	return out, nil
+	return intReplies(c, replies, len(keys), func(v int64) Change { return Change(v) })
 }
 
 // Reschedule moves a pending job to due (unix µs) and gives it revision

@@ -14,8 +14,8 @@
 -- is not retried). Cancels apply in order, as if one by one: a key
 -- repeated in a call is gone after its first cancel (0). The jobs are read
 -- and deleted with multi-key commands (HMGET, HDEL, ZREM), not one call
--- per job. partitions() and many() are lib.lua's, which the store puts
--- before this script.
+-- per job. partitions(), column() and many() are lib.lua's, which the
+-- store puts before this script.
 
 local parts = partitions(4, 0, 1, 1)
 local out = {}
@@ -23,10 +23,7 @@ for _, pt in ipairs(parts) do
   local k, first, n = pt[1], pt[3], pt[4]
   local pending, jobs, dead, running = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   if n > 0 then
-    local keys = {}
-    for j = 1, n do
-      keys[j] = ARGV[first + j - 1]
-    end
+    local keys = column(first, n, 1, 0)
     local recs = many('HMGET', jobs, keys)
     local runs = many('HMGET', running, keys)
     many('HDEL', jobs, keys)

@@ -32,8 +32,8 @@
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
 -- HMGET, HSET; Redis >= 6.2) rather than three commands each (fewer calls
 -- out of Lua, and one reply table per command instead of per job).
--- partitions() and many() are lib.lua's, which the store puts before
--- this script.
+-- partitions(), column() and many() are lib.lua's, which the store puts
+-- before this script.
 
 local parts, fenced = partitions(4, 2, 1, 2)
 if fenced then
@@ -44,10 +44,7 @@ local out = {}
 for _, pt in ipairs(parts) do
   local k, tok, first, n = pt[1], pt[2], pt[3], pt[4]
   if n > 0 then
-    local keys = {}
-    for j = 1, n do
-      keys[j] = ARGV[first + 2 * (j - 1)]
-    end
+    local keys = column(first, n, 2, 0)
     local scores = many('ZMSCORE', KEYS[k], keys)
     local recs = many('HMGET', KEYS[k + 1], keys)
     local marks = many('HMGET', KEYS[k + 3], keys)

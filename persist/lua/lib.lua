@@ -10,6 +10,10 @@
 -- partition, of {index of its first key, token, index of its first item's
 -- first argument, n}.
 --
+-- column(first, n, per, off) returns, of n items of per arguments each
+-- from ARGV[first] on, every item's argument at offset off (a partition's
+-- job keys, say).
+--
 -- many(cmd, key, args) runs the multi-key command cmd on key with args,
 -- at most 1000 arguments per call (so that unpack stays far from Lua's
 -- stack limit), and returns the replies joined: a table, or the sum of
@@ -48,4 +52,12 @@ local function partitions(stride, lease, a, per)
     a = a + 2 + per * n
   end
   return parts
+end
+
+local function column(first, n, per, off)
+  local t = {}
+  for j = 1, n do
+    t[j] = ARGV[first + per * (j - 1) + off]
+  end
+  return t
 end

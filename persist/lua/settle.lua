@@ -25,8 +25,8 @@
 -- markers, the records and the acks are handled with multi-key commands
 -- (HDEL, HMGET, ZREM), not one call per job. Fails with "WHEELQ_FENCED",
 -- changing nothing, when a token is not its partition's lease's.
--- partitions() and many() are lib.lua's, which the store puts before this
--- script.
+-- partitions(), column() and many() are lib.lua's, which the store puts
+-- before this script.
 
 local parts, fenced = partitions(5, 3, 2, 5)
 if fenced then
@@ -38,10 +38,7 @@ for _, pt in ipairs(parts) do
   local k, first, n = pt[1], pt[3], pt[4]
   local pending, jobs, dead, running = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 4]
   if n > 0 then
-    local keys = {}
-    for j = 1, n do
-      keys[j] = ARGV[first + 5 * (j - 1) + 1]
-    end
+    local keys = column(first, n, 5, 1)
     many('HDEL', running, keys)
     local curs = many('HMGET', jobs, keys)
     local acks = {}
