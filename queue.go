@@ -67,6 +67,7 @@ type Queue struct {
 	cache   *lru.Cache[string, *persist.Record]
 	writes  *persist.Batcher[persist.Write, persist.WriteResult]
 	cancels *persist.Batcher[string, persist.Change]
+	moves   *persist.Batcher[persist.Move, persist.Change] // reschedules
 	settles *persist.Retrier[persist.Outcome]
 	fence   []string // our token for every partition: claims and settles are always fenced
 
@@ -205,6 +206,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return store.Write(ctx, q.recov.Tokens(), ws)
 	})
 	q.cancels = persist.NewBatcher(bc, store.CancelMany)
+	q.moves = persist.NewBatcher(bc, func(ctx context.Context, ms []persist.Move) ([]persist.Change, error) {
+		return store.RescheduleMany(ctx, q.recov.Tokens(), ms)
+	})
 	sc := bc
 	sc.Linger = settleLinger
 	q.settles = persist.NewRetrier(sc, q.execSettle, func(err error, pending int) {
@@ -444,9 +448,13 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	p := q.store.PartitionOf(key)
 	rev := rand.Uint32()
 	dueUs := ceilMicro(due)
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	defer cancel()
-	ch, err := q.store.Reschedule(ctx, q.recov.Tokens()[p], key, dueUs, rev)
+	// Concurrent reschedules share a round trip, as cancels do.
+	ch, err := q.moves.Do(ctx, persist.Move{Key: key, Due: dueUs, Rev: rev})
+	if errors.Is(err, persist.ErrClosed) {
+		wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+		ch, err = q.store.Reschedule(wctx, q.recov.Tokens()[p], key, dueUs, rev)
+		cancel()
+	}
 	if err != nil {
 		// It may have moved: be armed at the new time too; the claim
 		// re-arms it at its stored time if it did not.
@@ -1075,6 +1083,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	var errs []error
 	q.writes.Close()
 	q.cancels.Close()
+	q.moves.Close()
 	q.sched.Stop()
 	if prev == stateStarted {
 		close(q.stopDispatch)

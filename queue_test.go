@@ -395,11 +395,9 @@ func (h *scriptTrips) count(cmds []redis.Cmder) {
 	}
 }
 
-// TestConcurrentCancelsShareRoundTrips: cancels from many goroutines at
-// once are group-committed like Schedule calls — far fewer script round
-// trips than cancels — and each caller gets its own result.
-func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
-	t.Parallel()
+// setupCounted is setup with a client that counts script round trips.
+func setupCounted(t *testing.T) (*bundle, *scriptTrips) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	hook := &scriptTrips{}
 	rdb := srv.Client(t)
@@ -408,6 +406,66 @@ func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
 	b.q = b.newQueue(t, Config{})
 	require.NoError(t, b.q.Start(b.ctx))
 	<-b.q.Ready()
+	return b, hook
+}
+
+// TestConcurrentReschedulesShareRoundTrips: reschedules from many
+// goroutines at once share round trips too; every moved job runs once, at
+// its new time, none early; a job not pending is reported as such.
+func TestConcurrentReschedulesShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	b, hook := setupCounted(t)
+	r := newRuns()
+	require.NoError(t, b.q.Handle("m", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	const n, callers = 400, 50
+	for i := range n {
+		_, err := b.q.Schedule(b.ctx, "m", nil, ID(fmt.Sprint(i)), After(time.Hour))
+		require.NoError(t, err)
+	}
+	due := time.Now().Add(500 * time.Millisecond)
+	hook.on.Store(true)
+	var wg sync.WaitGroup
+	errs := make([]error, n+callers)
+	for g := range callers {
+		wg.Go(func() {
+			for i := g; i < n; i += callers {
+				errs[i] = b.q.Reschedule(b.ctx, "m", fmt.Sprint(i), due)
+			}
+			errs[n+g] = b.q.Reschedule(b.ctx, "m", fmt.Sprint("missing-", g), due)
+		})
+	}
+	wg.Wait()
+	hook.on.Store(false)
+	for i, err := range errs {
+		if i < n {
+			require.NoError(t, err, "reschedule %d", i)
+		} else {
+			require.ErrorIs(t, err, ErrNotFound, "reschedule of a missing job")
+		}
+	}
+	trips := hook.trips.Load()
+	t.Logf("%d reschedules in %d script round trips", n+callers, trips)
+	require.Less(t, trips, int64((n+callers)/4), "reschedules share round trips")
+	ran := map[string]bool{}
+	for range n {
+		j := r.next(t)
+		require.False(t, ran[j.ID], "job %s ran twice", j.ID)
+		ran[j.ID] = true
+	}
+	r.none(t, 200*time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, at := range r.at {
+		require.False(t, at.Before(due), "job %s ran %v early", r.jobs[i].ID, due.Sub(at))
+	}
+}
+
+// TestConcurrentCancelsShareRoundTrips: cancels from many goroutines at
+// once are group-committed like Schedule calls — far fewer script round
+// trips than cancels — and each caller gets its own result.
+func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	b, hook := setupCounted(t)
 	r := newRuns()
 	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
 	const n, callers = 400, 50

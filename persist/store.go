@@ -57,7 +57,7 @@ type Store struct {
 	cluster                                                           bool // keys of different partitions may not share a command
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
-	scheduleHead, settleHead, claimHead, cancelHead, leaseHead [][]any
+	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead [][]any
 
 	// argBufs holds argument slices of claim and settle calls for reuse
 	// (*[]any): a fired job's claim and settle would otherwise leave about
@@ -93,7 +93,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		settle:     redis.NewScript(libLua + settleLua),
 		claim:      redis.NewScript(libLua + claimLua),
 		cancel:     redis.NewScript(libLua + cancelLua),
-		reschedule: redis.NewScript(rescheduleLua),
+		reschedule: redis.NewScript(libLua + rescheduleLua),
 		requeue:    redis.NewScript(requeueLua),
 		lease:      redis.NewScript(leaseLua),
 		poll:       redis.NewScript(pollLua),
@@ -105,6 +105,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s.settleHead = callHeads(s.settle, s.parts, keysSettle)
 	s.claimHead = callHeads(s.claim, s.parts, keysClaim)
 	s.cancelHead = callHeads(s.cancel, s.parts, keysCancel)
+	s.rescheduleHead = callHeads(s.reschedule, s.parts, keysReschedule)
 	s.leaseHead = callHeads(s.lease, s.parts, func(k Keys) []string { return []string{k.Lease} })
 	return s, nil
 }
@@ -390,6 +391,9 @@ func keysWrite(k Keys) []string {
 }
 func keysClaim(k Keys) []string  { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
 func keysCancel(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Running} }
+func keysReschedule(k Keys) []string {
+	return []string{k.Pending, k.Jobs, k.Lease, k.Loaded, k.Inbox, k.Running}
+}
 
 // token returns tokens[p], or "" for a nil slice.
 func token(tokens []string, p int) string {
@@ -745,13 +749,40 @@ func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error)
 // Reschedule moves a pending job to due (unix µs) and gives it revision
 // rev. tok is the caller's lease token of the job's partition, or "".
 func (s *Store) Reschedule(ctx context.Context, tok, key string, due int64, rev uint32) (Change, error) {
-	k := s.parts[s.PartitionOf(key)]
-	n, err := s.reschedule.Run(ctx, s.rdb, []string{k.Pending, k.Jobs, k.Lease, k.Loaded, k.Inbox, k.Running},
-		tok, key, due, RevBytes(rev)).Int()
+	tokens := make([]string, len(s.parts))
+	tokens[s.PartitionOf(key)] = tok
+	chs, err := s.RescheduleMany(ctx, tokens, []Move{{Key: key, Due: due, Rev: rev}})
 	if err != nil {
-		return NotFound, wrap(err)
+		return NotFound, err
 	}
-	return Change(n), nil
+	return chs[0], nil
+}
+
+// Move asks for a pending job to be moved to Due (unix µs), with revision
+// Rev.
+type Move struct {
+	Key string
+	Due int64
+	Rev uint32
+}
+
+// RescheduleMany moves pending jobs in one round trip (outside a cluster;
+// one per partition in it), in order; the i-th Change is ms[i]'s. tokens
+// are the caller's lease tokens by partition ("" or a nil slice: none):
+// not a fence here, they tell whether the caller arms a moved job itself
+// or the job goes to its owner's inbox.
+func (s *Store) RescheduleMany(ctx context.Context, tokens []string, ms []Move) ([]Change, error) {
+	c := s.layoutCalls(s.rescheduleHead, tokens, len(ms), func(i int) string { return ms[i].Key }, 3)
+	defer s.release(c) // once the replies are read
+	for i, m := range ms {
+		a, j := c.item(i)
+		a[j], a[j+1], a[j+2] = m.Key, m.Due, RevBytes(m.Rev)
+	}
+	replies, err := s.runCalls(ctx, c.args)
+	if err != nil {
+		return nil, err
+	}
+	return intReplies(c, replies, len(ms), func(v int64) Change { return Change(v) })
 }
 
 // State is where a job stands in the store.

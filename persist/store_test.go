@@ -969,3 +969,82 @@ func TestCancelManyAcrossPartitions(t *testing.T) {
 		require.Zero(t, pending)
 	}
 }
+
+// TestRescheduleManyAcrossPartitions moves, in one call, jobs of every
+// partition: pending, claimed (a run in progress), dead, unknown, and one
+// key twice (both moves apply, in order); a move within the owner's
+// announced window goes to the inbox when the caller is not the owner,
+// and not when it is. Both layouts.
+func TestRescheduleManyAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		b := setup(t, 4)
+		b.store.cluster = cluster
+		ownAndAnnounce(t, b, 4, 10_000) // owner "O" of every partition, loaded until 10,000
+		var ws []Write
+		var keys []string
+		for i := range 12 {
+			key := fmt.Sprintf("v/%d", i)
+			keys = append(keys, key)
+			ws = append(ws, Write{Key: key, Due: int64(100 + i), Record: rec("p"), Replace: true, Fresh: true})
+		}
+		_, err := b.store.Write(b.ctx, []string{"O", "O", "O", "O"}, ws)
+		require.NoError(t, err)
+		seen := map[int]bool{}
+		for _, k := range keys {
+			seen[b.store.PartitionOf(k)] = true
+		}
+		require.Len(t, seen, 4, "the batch spans every partition")
+		applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Dead, Key: "v/0", Rev: 1, Record: rec("p")}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "v/1"}})
+		require.NoError(t, err)
+
+		// Not the owner: every job moved within the window (<= 10,000) goes
+		// to its partition's inbox; v/3 moves twice, last to 20,000.
+		ms := []Move{
+			{Key: "v/0", Due: 500, Rev: 7},    // dead: not pending
+			{Key: "none/1", Due: 500, Rev: 7}, // unknown
+			{Key: "v/1", Due: 600, Rev: 7},    // claimed: moved, a run goes on
+			{Key: "v/3", Due: 700, Rev: 8},    // within the window
+			{Key: "v/3", Due: 20_000, Rev: 9}, // then beyond it
+		}
+		for _, k := range keys[4:] {
+			ms = append(ms, Move{Key: k, Due: 900, Rev: 7})
+		}
+		chs, err := b.store.RescheduleMany(b.ctx, nil, ms)
+		require.NoError(t, err, "cluster=%v", cluster)
+		want := []Change{NotFound, NotFound, ChangedWhileRunning, Changed, Changed}
+		for range keys[4:] {
+			want = append(want, Changed)
+		}
+		require.Equal(t, want, chs)
+		r, st, err := b.store.Get(b.ctx, "v/3")
+		require.NoError(t, err)
+		require.Equal(t, Pending, st)
+		require.Equal(t, uint32(9), r.Rev, "the second move applied last")
+		require.Equal(t, int64(20_000), r.Due.UnixMicro())
+		var inboxed []string
+		for p := range 4 {
+			l, err := b.rdb.LRange(b.ctx, b.store.parts[p].Inbox, 0, -1).Result()
+			require.NoError(t, err)
+			inboxed = append(inboxed, l...)
+		}
+		wantInbox := append([]string{"v/1", "v/3"}, keys[4:]...)
+		require.ElementsMatch(t, wantInbox, inboxed, "moves within the window by a non-owner reach the inbox")
+
+		// The owner moving its own jobs arms them itself: no inbox.
+		for p := range 4 {
+			require.NoError(t, b.rdb.Del(b.ctx, b.store.parts[p].Inbox).Err())
+		}
+		chs, err = b.store.RescheduleMany(b.ctx, []string{"O", "O", "O", "O"}, []Move{{Key: "v/5", Due: 800, Rev: 10}, {Key: "v/6", Due: 800, Rev: 10}})
+		require.NoError(t, err)
+		require.Equal(t, []Change{Changed, Changed}, chs)
+		for p := range 4 {
+			n, err := b.rdb.LLen(b.ctx, b.store.parts[p].Inbox).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "the owner's moves stay out of the inbox")
+		}
+	}
+}

@@ -1,14 +1,15 @@
 -- lib.lua: helpers that the store puts before the scripts that use them
--- (claim.lua, settle.lua, cancel.lua): a script sent to Redis is one text.
+-- (claim.lua, settle.lua, cancel.lua, reschedule.lua): a script sent to
+-- Redis is one text.
 --
--- partitions(stride, lease, a, per) walks a call's partitions: KEYS in
--- groups of stride, one per partition, the lease STRING at offset lease
--- of a group; ARGV from a on, per partition its token, its count n and n
--- groups of per arguments. It checks every token first ("" skips the
--- check) and returns nil and a WHEELQ_FENCED error reply if one is not
--- its lease's, so that a refusal changes nothing; else a list, per
--- partition, of {index of its first key, token, index of its first item's
--- first argument, n}.
+-- partitions(stride, lease, a, per, unfenced) walks a call's partitions:
+-- KEYS in groups of stride, one per partition, the lease STRING at offset
+-- lease of a group; ARGV from a on, per partition its token, its count n
+-- and n groups of per arguments. Unless unfenced, it checks every token
+-- first ("" skips the check) and returns nil and a WHEELQ_FENCED error
+-- reply if one is not its lease's, so that a refusal changes nothing. It
+-- returns a list, per partition, of {index of its first key, token, index
+-- of its first item's first argument, n}.
 --
 -- column(first, n, per, off) returns, of n items of per arguments each
 -- from ARGV[first] on, every item's argument at offset off (a partition's
@@ -41,11 +42,11 @@ local function many(cmd, key, args)
 end
 
 
-local function partitions(stride, lease, a, per)
+local function partitions(stride, lease, a, per, unfenced)
   local parts = {}
   for k = 1, #KEYS, stride do
     local tok, n = ARGV[a], tonumber(ARGV[a + 1])
-    if tok ~= '' and redis.call('GET', KEYS[k + lease]) ~= tok then
+    if not unfenced and tok ~= '' and redis.call('GET', KEYS[k + lease]) ~= tok then
       return nil, redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
     end
     parts[#parts + 1] = {k, tok, a + 2, n}
