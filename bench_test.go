@@ -39,11 +39,27 @@ func BenchmarkSchedule(b *testing.B) {
 // timer starts, with ids, due in an hour) from 1 and from 32 goroutines,
 // against a real redis-server. ns/op is per cancelled job.
 func BenchmarkCancel(b *testing.B) {
+	benchmarkChange(b, func(ctx context.Context, q *Queue, id string) error {
+		return q.Cancel(ctx, "t", id)
+	})
+}
+
+// BenchmarkReschedule is BenchmarkCancel for Reschedule (each job moved
+// to two hours ahead).
+func BenchmarkReschedule(b *testing.B) {
+	benchmarkChange(b, func(ctx context.Context, q *Queue, id string) error {
+		return q.Reschedule(ctx, "t", id, time.Now().Add(2*time.Hour))
+	})
+}
+
+// benchmarkChange times change on b.N pending jobs, from 1 and from 32
+// goroutines.
+func benchmarkChange(b *testing.B, change func(context.Context, *Queue, string) error) {
 	for _, g := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			q, ctx := benchQueue(b)
 			var next atomic.Int64
-			runGoroutines(b, 32, func() error { // not timed: the jobs to cancel
+			runGoroutines(b, 32, func() error { // not timed: the jobs to change
 				_, err := q.Schedule(ctx, "t", nil, ID(strconv.FormatInt(next.Add(1), 10)), After(time.Hour))
 				return err
 			})
@@ -51,7 +67,7 @@ func BenchmarkCancel(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			runGoroutines(b, g, func() error {
-				return q.Cancel(ctx, "t", strconv.FormatInt(next.Add(1), 10))
+				return change(ctx, q, strconv.FormatInt(next.Add(1), 10))
 			})
 		})
 	}
