@@ -409,45 +409,59 @@ func setupCounted(t *testing.T) (*bundle, *scriptTrips) {
 	return b, hook
 }
 
-// TestConcurrentReschedulesShareRoundTrips: reschedules from many
-// goroutines at once share round trips too; every moved job runs once, at
-// its new time, none early; a job not pending is reported as such.
-func TestConcurrentReschedulesShareRoundTrips(t *testing.T) {
-	t.Parallel()
-	b, hook := setupCounted(t)
-	r := newRuns()
-	require.NoError(t, b.q.Handle("m", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	const n, callers = 400, 50
+// changeConcurrently schedules concurrentJobs jobs of topic, due after
+// after, then changes them (and one missing job per caller) from 50
+// goroutines at once with change, counting the script round trips: every
+// change of a job succeeds, every one of a missing job is ErrNotFound, and
+// the changes share round trips (fewer than a quarter of them).
+func changeConcurrently(t *testing.T, b *bundle, hook *scriptTrips, topic string, after time.Duration, change func(id string) error) {
+	t.Helper()
+	const n, callers = concurrentJobs, 50
 	for i := range n {
-		_, err := b.q.Schedule(b.ctx, "m", nil, ID(fmt.Sprint(i)), After(time.Hour))
+		_, err := b.q.Schedule(b.ctx, topic, nil, ID(fmt.Sprint(i)), After(after))
 		require.NoError(t, err)
 	}
-	due := time.Now().Add(500 * time.Millisecond)
 	hook.on.Store(true)
 	var wg sync.WaitGroup
 	errs := make([]error, n+callers)
 	for g := range callers {
 		wg.Go(func() {
 			for i := g; i < n; i += callers {
-				errs[i] = b.q.Reschedule(b.ctx, "m", fmt.Sprint(i), due)
+				errs[i] = change(fmt.Sprint(i))
 			}
-			errs[n+g] = b.q.Reschedule(b.ctx, "m", fmt.Sprint("missing-", g), due)
+			errs[n+g] = change(fmt.Sprint("missing-", g))
 		})
 	}
 	wg.Wait()
 	hook.on.Store(false)
 	for i, err := range errs {
 		if i < n {
-			require.NoError(t, err, "reschedule %d", i)
+			require.NoError(t, err, "change %d", i)
 		} else {
-			require.ErrorIs(t, err, ErrNotFound, "reschedule of a missing job")
+			require.ErrorIs(t, err, ErrNotFound, "change of a missing job")
 		}
 	}
 	trips := hook.trips.Load()
-	t.Logf("%d reschedules in %d script round trips", n+callers, trips)
-	require.Less(t, trips, int64((n+callers)/4), "reschedules share round trips")
+	t.Logf("%d changes in %d script round trips", n+callers, trips)
+	require.Less(t, trips, int64((n+callers)/4), "changes share round trips")
+}
+
+const concurrentJobs = 400
+
+// TestConcurrentReschedulesShareRoundTrips: reschedules from many
+// goroutines at once share round trips; every moved job runs once, at
+// its new time, none early.
+func TestConcurrentReschedulesShareRoundTrips(t *testing.T) {
+	t.Parallel()
+	b, hook := setupCounted(t)
+	r := newRuns()
+	require.NoError(t, b.q.Handle("m", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	due := time.Now().Add(time.Second)
+	changeConcurrently(t, b, hook, "m", time.Hour, func(id string) error {
+		return b.q.Reschedule(b.ctx, "m", id, due)
+	})
 	ran := map[string]bool{}
-	for range n {
+	for range concurrentJobs {
 		j := r.next(t)
 		require.False(t, ran[j.ID], "job %s ran twice", j.ID)
 		ran[j.ID] = true
@@ -461,42 +475,16 @@ func TestConcurrentReschedulesShareRoundTrips(t *testing.T) {
 }
 
 // TestConcurrentCancelsShareRoundTrips: cancels from many goroutines at
-// once are group-committed like Schedule calls — far fewer script round
-// trips than cancels — and each caller gets its own result.
+// once are group-committed like Schedule calls, and each caller gets its
+// own result; no cancelled job runs.
 func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
 	t.Parallel()
 	b, hook := setupCounted(t)
 	r := newRuns()
 	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	const n, callers = 400, 50
-	for i := range n {
-		_, err := b.q.Schedule(b.ctx, "c", nil, ID(fmt.Sprint(i)), After(time.Second))
-		require.NoError(t, err)
-	}
-	hook.on.Store(true)
-	var wg sync.WaitGroup
-	errs := make([]error, n+callers)
-	for g := range callers {
-		wg.Go(func() {
-			for i := g; i < n; i += callers {
-				errs[i] = b.q.Cancel(b.ctx, "c", fmt.Sprint(i))
-			}
-			// and one that does not exist
-			errs[n+g] = b.q.Cancel(b.ctx, "c", fmt.Sprint("missing-", g))
-		})
-	}
-	wg.Wait()
-	hook.on.Store(false)
-	for i, err := range errs {
-		if i < n {
-			require.NoError(t, err, "cancel %d", i)
-		} else {
-			require.ErrorIs(t, err, ErrNotFound, "cancel of a missing job")
-		}
-	}
-	trips := hook.trips.Load()
-	t.Logf("%d cancels in %d script round trips", n+callers, trips)
-	require.Less(t, trips, int64((n+callers)/4), "cancels share round trips")
+	changeConcurrently(t, b, hook, "c", time.Second, func(id string) error {
+		return b.q.Cancel(b.ctx, "c", id)
+	})
 	st, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)

@@ -899,6 +899,33 @@ func TestArgBuffersReleasedClean(t *testing.T) {
 	require.Positive(t, reused)
 }
 
+// everyState writes 12 jobs topic/0 … topic/11 (due 100 + i) that span
+// the 4 partitions of b, then dead-letters topic/0 and claims topic/1 (a
+// run in progress). It returns their keys.
+func everyState(t *testing.T, b *bundle, topic string, tokens []string) []string {
+	t.Helper()
+	var ws []Write
+	var keys []string
+	for i := range 12 {
+		key := fmt.Sprintf("%s/%d", topic, i)
+		keys = append(keys, key)
+		ws = append(ws, Write{Key: key, Due: int64(100 + i), Record: rec("p"), Replace: true, Fresh: true})
+	}
+	_, err := b.store.Write(b.ctx, tokens, ws)
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for _, k := range keys {
+		seen[b.store.PartitionOf(k)] = true
+	}
+	require.Len(t, seen, 4, "the jobs span every partition")
+	applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Dead, Key: keys[0], Rev: 1, Record: rec("p")}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, applied)
+	_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: keys[1]}})
+	require.NoError(t, err)
+	return keys
+}
+
 // TestCancelManyAcrossPartitions cancels, in one call, jobs of every
 // partition in every state: pending, dead, claimed (a run in progress),
 // unknown, and one key twice; then a batch larger than one multi-key
@@ -909,26 +936,7 @@ func TestCancelManyAcrossPartitions(t *testing.T) {
 	for _, cluster := range []bool{false, true} {
 		b := setup(t, 4)
 		b.store.cluster = cluster
-		var ws []Write
-		var keys []string
-		for i := range 12 {
-			key := fmt.Sprintf("m/%d", i)
-			keys = append(keys, key)
-			ws = append(ws, Write{Key: key, Due: int64(100 + i), Record: rec("p"), Replace: true, Fresh: true})
-		}
-		_, err := b.store.Write(b.ctx, nil, ws)
-		require.NoError(t, err)
-		seen := map[int]bool{}
-		for _, k := range keys {
-			seen[b.store.PartitionOf(k)] = true
-		}
-		require.Len(t, seen, 4, "the batch spans every partition")
-		// m/0 goes to the dead set; m/1 is claimed (running).
-		applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Dead, Key: "m/0", Rev: 1, Record: rec("p")}})
-		require.NoError(t, err)
-		require.Equal(t, []bool{true}, applied)
-		_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "m/1"}})
-		require.NoError(t, err)
+		keys := everyState(t, b, "m", nil)
 
 		batch := append([]string{"m/3", "none/1"}, keys...) // m/3 twice: first, and again in keys
 		chs, err := b.store.CancelMany(b.ctx, batch)
@@ -951,7 +959,8 @@ func TestCancelManyAcrossPartitions(t *testing.T) {
 
 		// 6,000 jobs, about 1,500 a partition: each partition's multi-key
 		// commands are split (at most 1,000 arguments each).
-		ws, keys = ws[:0], keys[:0]
+		var ws []Write
+		keys = keys[:0]
 		for i := range 6000 {
 			key := fmt.Sprintf("big/%d", i)
 			keys = append(keys, key)
@@ -981,25 +990,7 @@ func TestRescheduleManyAcrossPartitions(t *testing.T) {
 		b := setup(t, 4)
 		b.store.cluster = cluster
 		ownAndAnnounce(t, b, 4, 10_000) // owner "O" of every partition, loaded until 10,000
-		var ws []Write
-		var keys []string
-		for i := range 12 {
-			key := fmt.Sprintf("v/%d", i)
-			keys = append(keys, key)
-			ws = append(ws, Write{Key: key, Due: int64(100 + i), Record: rec("p"), Replace: true, Fresh: true})
-		}
-		_, err := b.store.Write(b.ctx, []string{"O", "O", "O", "O"}, ws)
-		require.NoError(t, err)
-		seen := map[int]bool{}
-		for _, k := range keys {
-			seen[b.store.PartitionOf(k)] = true
-		}
-		require.Len(t, seen, 4, "the batch spans every partition")
-		applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Dead, Key: "v/0", Rev: 1, Record: rec("p")}})
-		require.NoError(t, err)
-		require.Equal(t, []bool{true}, applied)
-		_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "v/1"}})
-		require.NoError(t, err)
+		keys := everyState(t, b, "v", []string{"O", "O", "O", "O"})
 
 		// Not the owner: every job moved within the window (<= 10,000) goes
 		// to its partition's inbox; v/3 moves twice, last to 20,000.
