@@ -3,7 +3,8 @@
 // unless the user undoes it". It is precise, durable and fast at once:
 // jobs fire from an in-process hierarchical timing wheel within a fraction
 // of a millisecond of their due time, every job is in Redis before
-// Schedule returns, and writes are group-committed.
+// Schedule returns, and writes (schedules, cancels, reschedules, acks)
+// are group-committed.
 //
 // # Basics
 //

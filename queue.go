@@ -396,7 +396,9 @@ func (s *sink) Release(int) {}
 // the job never starts. If a run of it had already been claimed (it is
 // starting or running, here or in another process), Cancel still deletes
 // it, so it will not be retried, and returns ErrRunning: that run goes on.
-// A job that does not exist gives ErrNotFound.
+// A job that does not exist gives ErrNotFound. Concurrent cancels share
+// Redis round trips; if ctx ends first, Cancel returns its error and the
+// cancel may still be carried out.
 func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if err := validTopic(topic); err != nil {
 		return err
@@ -436,7 +438,10 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 // Reschedule moves a pending job to a new due time, durably first. A job
 // that is not pending (unknown, done or dead-lettered) gives ErrNotFound;
 // one with a run in progress is moved, and ErrRunning says that run goes
-// on (it will run again at the new time).
+// on (it will run again at the new time). Concurrent reschedules share
+// Redis round trips; if ctx ends first, Reschedule returns its error and
+// the move may still be carried out (the job is armed at the new time
+// either way; a claim finds where it really is).
 func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
 	if err := validTopic(topic); err != nil {
 		return err
