@@ -59,11 +59,12 @@ type Store struct {
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
 	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead [][]any
 
-	// argBufs holds argument slices of claim and settle calls for reuse
-	// (*[]any): a fired job's claim and settle would otherwise leave about
-	// 200 bytes of garbage in them.
+	// argBufs holds the argument slices of the batched script calls
+	// (claim, settle, cancel, reschedule) for reuse (*[]any): a fired job's
+	// claim and settle would otherwise leave about 200 bytes of garbage in
+	// them.
 	argBufs sync.Pool
-	// callsPool holds the bookkeeping of claim and settle calls (*calls).
+	// callsPool holds the bookkeeping of those calls (*calls).
 	callsPool sync.Pool
 }
 
@@ -122,16 +123,15 @@ func (s *Store) Keys(p int) Keys { return s.parts[p] }
 // PartitionOf returns the partition of a job key.
 func (s *Store) PartitionOf(key string) int { return partitionOf(key, len(s.parts)) }
 
-// partitionsOf hashes the n keys of a batch once. It returns each key's
-// partition and how many keys each partition has.
-func (s *Store) partitionsOf(n int, key func(int) string) (part []int, count []int32) {
-	part = make([]int, n)
-	count = make([]int32, len(s.parts))
+// partitionsOf hashes the keys of a batch once, key(i) for every i of
+// part: it sets part[i] to key i's partition and count[p] to how many keys
+// partition p has (count holds one entry per partition).
+func (s *Store) partitionsOf(part, count []int, key func(int) string) {
+	clear(count)
 	for i := range part {
 		part[i] = s.PartitionOf(key(i))
 		count[part[i]]++
 	}
-	return part, count
 }
 
 // Init checks (or, on first use, records) the namespace's partition count,
@@ -188,7 +188,7 @@ func startCall(heads [][]any, p, n int) []any {
 }
 
 // calls are the script calls of a batch of n items (claims, outcomes,
-// cancels), each item the job of one key: outside a cluster one call for
+// cancels, moves), each item the job of one key: outside a cluster one call for
 // all the partitions the keys fall in, in a cluster one per partition (a
 // call may touch one slot only). A call is heads' EVALSHA, the number of
 // keys and the keys of its partitions, the fixed arguments, then per
@@ -218,12 +218,7 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 	np := len(s.parts)
 	c.call, c.at, c.next, c.count = resize(c.call, np), resize(c.at, np), resize(c.next, np), resize(c.count, np)
 	c.part, c.where, c.per = resize(c.part, n), resize(c.where, n), per
-	clear(c.count)
-	for i := range n {
-		p := s.PartitionOf(key(i)) // each key hashed once
-		c.part[i] = p
-		c.count[p]++
-	}
+	s.partitionsOf(c.part, c.count, key)
 	touched := c.touched[:0]
 	for p, k := range c.count {
 		c.call[p] = -1
@@ -439,7 +434,8 @@ type Write struct {
 func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]WriteResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
-	part, count := s.partitionsOf(len(ws), func(i int) string { return ws[i].Key })
+	part, count := make([]int, len(ws)), make([]int, len(s.parts))
+	s.partitionsOf(part, count, func(i int) string { return ws[i].Key })
 	var plainWrites []int
 	for i, w := range ws {
 		p := part[i]
@@ -448,7 +444,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			continue
 		}
 		if args[p] == nil {
-			args[p] = append(startCall(s.scheduleHead, p, 1+4*int(count[p])), token(tokens, p))
+			args[p] = append(startCall(s.scheduleHead, p, 1+4*count[p]), token(tokens, p))
 		}
 		where[i] = (len(args[p]) - len(s.scheduleHead[p]) - 1) / 4
 		args[p] = append(args[p], "r", w.Key, w.Due, w.Record)
