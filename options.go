@@ -65,6 +65,18 @@ type Config struct {
 	// Clock is the source of time. Default wheel.RealClock(); tests inject
 	// a wheel.FakeClock.
 	Clock wheel.Clock
+	// RunWhileRedisDown is an availability mode, off by default. Off, a job
+	// starts only after Redis confirmed its claim, so every promise holds
+	// whatever fails. On, a job whose claim cannot reach Redis (an error or
+	// a timeout) runs from the payload cache all the same, as long as this
+	// process's lease on its partition is still valid by its own clock.
+	// The weaker guarantee that buys: a job that another process cancelled
+	// or rescheduled (both returned nil) shortly before Redis became
+	// unreachable from here may still run at its old time, and a run whose
+	// ack cannot be stored before the lease lapses runs again elsewhere.
+	RunWhileRedisDown bool
+
+	test testHooks // set by this package's tests only
 }
 
 func (c *Config) fill() error {

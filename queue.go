@@ -59,7 +59,7 @@ const busyRecheck = 250 * time.Millisecond
 // Schedule, Cancel and Reschedule (a producer), but runs nothing.
 type Queue struct {
 	cfg     Config
-	store   *persist.Store
+	store   engineStore
 	clock   wheel.Clock
 	log     *slog.Logger
 	sched   *wheel.Scheduler
@@ -106,6 +106,11 @@ type Queue struct {
 	heldMu sync.Mutex
 	held   map[string]*task // guarded by heldMu
 	startQ []string         // guarded by heldMu
+	// leaseWait holds tasks whose time came while their partition's lease
+	// was owned but its validity had run out (a renewal late): they start
+	// once a renewal confirms the lease (sink.Renewed), or are dropped
+	// with the partition (sink.Release). Guarded by heldMu.
+	leaseWait []*task
 	// starterHolds says the starter has taken a task off startQ and is
 	// handing it to a worker (guarded by heldMu): until then no task may
 	// pass it, so that tasks start in the order their time came.
@@ -129,8 +134,10 @@ type firedJob struct {
 type task struct {
 	key      string
 	rec      *persist.Record
-	due      time.Time
-	verified bool // claimed in Redis (false: run from the cache while Redis was down)
+	due      time.Time // the stored due time: a wall-clock reading
+	part     int       // the job's partition
+	epoch    uint64    // the partition's lease epoch before the claim was sent
+	verified bool      // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
 }
 
 // New returns a queue on the Redis client rdb, which may be a standalone,
@@ -143,9 +150,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	store, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions})
+	pstore, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions})
 	if err != nil {
 		return nil, err
+	}
+	var store engineStore = pstore
+	if cfg.test.wrapStore != nil {
+		store = cfg.test.wrapStore(store)
 	}
 	cache, err := lru.New[string, *persist.Record](cfg.CacheSize)
 	if err != nil {
@@ -195,6 +206,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		Horizon:      cfg.Horizon,
 		PollInterval: cfg.PollInterval,
 		LeaseTTL:     cfg.LeaseTTL,
+		CallTimeout:  min(cfg.WriteTimeout, cfg.LeaseTTL/3),
 		Clock:        pollClock,
 		Logger:       cfg.Logger,
 	})
@@ -289,7 +301,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	now := q.clock.Now()
+	_, now := wheel.Readings(q.clock) // due times are wall-clock readings
 	due := now.Add(o.after)
 	if o.hasAt {
 		due = o.at
@@ -362,13 +374,19 @@ func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
 		c.Payload = bytes.Clone(rec.Payload)
 		q.cache.Add(key, &c)
 	}
-	q.armAt(key, dueUs)
+	now, wall := wheel.Readings(q.clock)
+	q.armAt(key, dueUs, now, wall)
 }
 
 // armAt puts key in the wheel ClaimLead before its due time, so that the
-// claim's round trip is done by then (see starter).
-func (q *Queue) armAt(key string, dueUs int64) {
-	if _, err := q.sched.Add(key, time.UnixMicro(dueUs).Add(-q.cfg.ClaimLead)); err != nil && !errors.Is(err, wheel.ErrStopped) {
+// claim's round trip is done by then (see starter). The due time is a wall
+// reading (stored, shared across hosts); the wheel runs on the monotonic
+// clock, so it is converted with the clock's readings now and wall, taken
+// at the moment of arming: a later step of the wall clock does not move the
+// entry (the claim and the start gate check the wall clock again).
+func (q *Queue) armAt(key string, dueUs int64, now, wall time.Time) {
+	at := wheel.AtWall(now, wall, time.UnixMicro(dueUs)).Add(-q.cfg.ClaimLead)
+	if _, err := q.sched.Add(key, at); err != nil && !errors.Is(err, wheel.ErrStopped) {
 		q.log.Error("wheelq: arm", "key", key, "err", err)
 	}
 }
@@ -382,15 +400,64 @@ type sink Queue
 
 func (s *sink) Arm(es []persist.Entry) {
 	q := (*Queue)(s)
+	now, wall := wheel.Readings(q.clock)
 	for _, e := range es {
-		q.armAt(e.Key, e.Due)
+		q.armAt(e.Key, e.Due, now, wall)
 	}
 }
 
-// Release: jobs of a lost partition stay in the wheel until they fire and
-// are dropped then (the dispatcher checks ownership), which costs memory
-// for up to a horizon but no Redis traffic.
-func (s *sink) Release(int) {}
+// Release drops the claimed tasks of a lost partition that have not
+// started: held for their time, or waiting for a renewal. The new owner
+// runs those jobs (a take-over clears the claim marks). Jobs of the
+// partition still in the wheel stay there until they fire and are dropped
+// then (the dispatcher checks ownership), which costs memory for up to a
+// horizon but no Redis traffic.
+func (s *sink) Release(p int) {
+	q := (*Queue)(s)
+	var drop []*task
+	q.heldMu.Lock()
+	for k, t := range q.held {
+		if t.part == p {
+			delete(q.held, k)
+			drop = append(drop, t)
+		}
+	}
+	keep := q.leaseWait[:0]
+	for _, t := range q.leaseWait {
+		if t.part == p {
+			drop = append(drop, t)
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	clear(q.leaseWait[len(keep):])
+	q.leaseWait = keep
+	q.heldMu.Unlock()
+	for _, t := range drop {
+		q.sched.Cancel(startPrefix + t.key)
+		q.dropTask(t)
+	}
+	if len(drop) > 0 {
+		q.log.Warn("wheelq: partition lost; its claimed jobs will not start here", "partition", p, "jobs", len(drop))
+	}
+}
+
+// Renewed: tasks that waited for a renewal go through the start gate
+// again.
+func (s *sink) Renewed() {
+	q := (*Queue)(s)
+	q.heldMu.Lock()
+	waiting := q.leaseWait
+	q.leaseWait = nil
+	q.heldMu.Unlock()
+	if len(waiting) == 0 {
+		return
+	}
+	now, wall := wheel.Readings(q.clock)
+	for _, t := range waiting {
+		q.hold(t, now, wall)
+	}
+}
 
 // Cancel deletes a job, pending or dead-lettered. After Cancel returns nil
 // the job never starts. If a run of it had already been claimed (it is
@@ -446,8 +513,8 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	if err := validTopic(topic); err != nil {
 		return err
 	}
-	if d := due.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
-		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+	if _, wall := wheel.Readings(q.clock); due.Sub(wall) > q.cfg.MaxDelay {
+		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, due.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
 	}
 	key := persist.JobKey(topic, id)
 	p := q.store.PartitionOf(key)
@@ -528,6 +595,7 @@ type claimBufs struct {
 	batch, owned []firedJob
 	reqs         []persist.ClaimRequest
 	cached       []*persist.Record
+	epochs       []uint64
 }
 
 // reset empties the slices for the next batch, dropping what they point to.
@@ -536,7 +604,7 @@ func (b *claimBufs) reset() {
 	clear(b.owned)
 	clear(b.reqs)
 	clear(b.cached)
-	b.batch, b.owned, b.reqs, b.cached = b.batch[:0], b.owned[:0], b.reqs[:0], b.cached[:0]
+	b.batch, b.owned, b.reqs, b.cached, b.epochs = b.batch[:0], b.owned[:0], b.reqs[:0], b.cached[:0], b.epochs[:0]
 }
 
 // dispatch claims fired jobs in Redis and hands them to the workers.
@@ -635,9 +703,9 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 	var toHold []task // one allocation for the batch's tasks
 	defer func() {    // on every return: the next batch waits for this one
 		q.awaitTurn(seq)
-		now := q.clock.Now()
+		now, wall := wheel.Readings(q.clock)
 		for i := range toHold {
-			q.hold(&toHold[i], now)
+			q.hold(&toHold[i], now, wall)
 		}
 		q.passTurn()
 	}()
@@ -657,12 +725,13 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 	}
 	q.inflightMu.Unlock()
 	bufs.owned = owned
-	nowUs := q.clock.Now().UnixMicro()
+	_, wall := wheel.Readings(q.clock)
+	recheckUs := wall.Add(busyRecheck).UnixMicro()
 	for _, f := range busy {
 		// Armed again while a run of it is in progress here: look again
 		// once that run has settled.
 		q.stats.skipped.Add(1)
-		q.arm(f.key, max(ceilMicro(f.due), nowUs+busyRecheck.Microseconds()), nil)
+		q.arm(f.key, recheckUs, nil)
 	}
 	if len(owned) == 0 {
 		return nil
@@ -682,6 +751,13 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 			reqs[i].Rev, reqs[i].HaveRev = rec.Rev, true
 		}
 	}
+	// The lease epochs before the claim is sent: a task starts only in the
+	// epoch its claim was made in (see mayStart).
+	epochs := bufs.epochs[:0]
+	for _, f := range owned {
+		epochs = append(epochs, q.recov.Epoch(q.store.PartitionOf(f.key)))
+	}
+	bufs.epochs = epochs
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
 	res, err := q.store.Claim(ctx, q.fence, reqs)
 	cancel()
@@ -695,25 +771,45 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 	}
 	if err != nil {
 		q.stats.redisErrors.Add(1)
-		q.log.Warn("wheelq: claim failed; running cached jobs unverified", "err", err, "jobs", len(owned))
+		if !q.cfg.RunWhileRedisDown {
+			// No start without a confirmed claim: claim them again later.
+			q.log.Warn("wheelq: claim failed; claiming again", "err", err, "jobs", len(owned))
+			for _, f := range owned {
+				notRun(f.key)
+			}
+			return slices.Clone(owned)
+		}
+		q.log.Warn("wheelq: claim failed; running cached jobs unverified (RunWhileRedisDown)", "err", err, "jobs", len(owned))
+		now, wall := wheel.Readings(q.clock)
 		for i, f := range owned {
 			if cached[i] == nil {
 				notRun(f.key)
 				retry = append(retry, f)
 				continue
 			}
-			toHold = append(toHold, task{key: f.key, rec: cached[i], due: f.due})
+			p := q.store.PartitionOf(f.key)
+			due := wall.Add(f.due.Sub(now)) // f.due is on the wheel's timeline
+			toHold = append(toHold, task{key: f.key, rec: cached[i], due: due, part: p, epoch: epochs[i]})
 		}
 		return retry
 	}
-	now := q.clock.Now()
-	nowUs = now.UnixMicro()
+	_, wall = wheel.Readings(q.clock)
+	// A job whose stored due time is more than the claim lead away is not
+	// due: it was rescheduled since it was armed, or the wall clock stepped
+	// back since. It is armed again at its stored time.
+	notDueUs := wall.Add(q.cfg.ClaimLead).UnixMicro()
 	var unclaim []persist.Outcome
+	var deferred []firedJob
 	tasks := make([]task, 0, len(owned))
 	for i, f := range owned {
 		r := res[i]
-		if r.Gone || r.Busy {
+		if r.Gone || r.Busy || r.Deferred {
 			notRun(f.key)
+		}
+		if r.Deferred {
+			// Past the claim's byte budget: claimed in a call of its own.
+			deferred = append(deferred, f)
+			continue
 		}
 		if r.Gone {
 			q.stats.skipped.Add(1)
@@ -725,11 +821,10 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 			// rescheduled while running. Look again shortly: by then the
 			// run has settled, and the job is gone or due anew.
 			q.stats.skipped.Add(1)
-			q.arm(f.key, max(r.Due, nowUs+busyRecheck.Microseconds()), nil)
+			q.arm(f.key, max(r.Due, recheckUs), nil)
 			continue
 		}
-		if r.Due != ceilMicro(f.due) && r.Due > nowUs {
-			// Rescheduled elsewhere since it was armed: arm it again.
+		if r.Due > notDueUs {
 			unclaim = append(unclaim, persist.Outcome{Op: persist.Unclaim, Key: f.key})
 			q.arm(f.key, r.Due, nil)
 			continue
@@ -745,13 +840,26 @@ func (q *Queue) claimAndRun(batch []firedJob, bufs *claimBufs, seq uint64) (retr
 			rec = &dec
 			q.cache.Add(f.key, rec)
 		}
-		tasks = append(tasks, task{key: f.key, rec: rec, due: time.UnixMicro(r.Due), verified: true})
+		p := q.store.PartitionOf(f.key)
+		tasks = append(tasks, task{key: f.key, rec: rec, due: time.UnixMicro(r.Due), part: p, epoch: epochs[i], verified: true})
 	}
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)
 	}
+	if len(deferred) > 0 {
+		q.refire(deferred)
+	}
 	toHold = tasks
 	return nil
+}
+
+// refire puts fired jobs back at the front of the fired queue, to be
+// claimed at once (they are older than the jobs queued behind them).
+func (q *Queue) refire(fs []firedJob) {
+	q.firedMu.Lock()
+	q.firedQ = append(slices.Clone(fs), q.firedQ...)
+	q.firedMu.Unlock()
+	signal(q.firedSig)
 }
 
 // awaitTurn waits until the tasks of the batch taken in turn seq may be
@@ -775,11 +883,12 @@ func (q *Queue) passTurn() {
 // hold keeps a claimed task until its exact due time, when the wheel
 // fires its start entry. A task due already (a backlog, or a claim that
 // came late) starts at once, as onFire would start it, without a round
-// through the wheel. now is the caller's reading of the clock, taken once
-// for a batch: it only ever trails the clock, so no task starts early.
-func (q *Queue) hold(t *task, now time.Time) {
+// through the wheel. now and wall are the caller's readings of the clock
+// (wheel.Readings), taken once for a batch: they only ever trail the clock,
+// so no task starts early.
+func (q *Queue) hold(t *task, now, wall time.Time) {
 	q.heldMu.Lock()
-	if !t.due.After(now) {
+	if !t.due.After(wall) {
 		if q.startNowLocked(t) {
 			q.heldMu.Unlock()
 			return
@@ -792,7 +901,7 @@ func (q *Queue) hold(t *task, now time.Time) {
 	}
 	q.held[t.key] = t
 	q.heldMu.Unlock()
-	if _, err := q.sched.Add(startPrefix+t.key, t.due); err != nil {
+	if _, err := q.sched.Add(startPrefix+t.key, wheel.AtWall(now, wall, t.due)); err != nil {
 		// Stopped: the task is unclaimed at shutdown with the others.
 		q.log.Debug("wheelq: hold", "key", t.key, "err", err)
 	}
@@ -949,11 +1058,56 @@ func (q *Queue) worker() {
 	}
 }
 
+// mayStart is the start gate, passed by every task just before its
+// handler is called. A task starts only when the wall clock has reached its
+// due time (it stepped back since the task was held: hold it again), and
+// only while this process owns the partition by its own conservative
+// clock, in the lease epoch its claim was made in. A task of a lost
+// partition (or of an epoch gone by) is dropped: the partition's owner runs
+// the job. A task whose partition is owned but whose lease validity has run
+// out (a renewal is late: a pause, a slow Redis, a cut network) waits for a
+// renewal and is dropped with the partition if none comes.
+func (q *Queue) mayStart(t *task, now, wall time.Time) bool {
+	if wall.Before(t.due) {
+		q.hold(t, now, wall)
+		return false
+	}
+	if q.recov.Epoch(t.part) != t.epoch {
+		q.dropTask(t)
+		return false
+	}
+	if q.recov.Owns(t.part, now) {
+		return true
+	}
+	q.heldMu.Lock()
+	q.leaseWait = append(q.leaseWait, t)
+	q.heldMu.Unlock()
+	// A renewal may have come between the check and the wait: look again.
+	if q.recov.Owns(t.part, q.clock.Now()) {
+		(*sink)(q).Renewed()
+	}
+	return false
+}
+
+// dropTask forgets a claimed task that will not start here because its
+// partition is no longer (surely) this process's. Nothing is sent to
+// Redis: the partition's next owner clears the claim marks when it takes
+// the partition over.
+func (q *Queue) dropTask(t *task) {
+	q.stats.dropped.Add(1)
+	q.inflightMu.Lock()
+	delete(q.inflight, t.key)
+	q.inflightMu.Unlock()
+}
+
 func (q *Queue) run(t *task) {
+	now, wall := wheel.Readings(q.clock)
+	if !q.mayStart(t, now, wall) {
+		return
+	}
 	q.running.Add(1)
 	defer q.running.Add(-1)
-	start := q.clock.Now()
-	q.late.record(start.Sub(t.due))
+	q.late.record(wall.Sub(t.due))
 	q.stats.fired.Add(1)
 	attempt := t.rec.Attempt + 1
 	job := &Job{
@@ -1011,7 +1165,8 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		rec := *t.rec
 		rec.Rev, rec.Attempt, rec.LastError = rand.Uint32(), attempt, truncate(err.Error(), 2048)
 		o.Record = rec.Encode()
-		o.Due = ceilMicro(q.clock.Now().Add(delay))
+		_, wall := wheel.Readings(q.clock)
+		o.Due = ceilMicro(wall.Add(delay))
 		q.cache.Add(t.key, &rec)
 		q.stats.retried.Add(1)
 	}
@@ -1041,7 +1196,8 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	var applied []bool
 	if len(kept) > 0 {
 		var err error
-		applied, err = q.store.Settle(ctx, q.fence, q.clock.Now().UnixMicro(), kept)
+		_, wall := wheel.Readings(q.clock)
+		applied, err = q.store.Settle(ctx, q.fence, wall.UnixMicro(), kept)
 		if err != nil {
 			q.stats.redisErrors.Add(1)
 			return err
@@ -1097,8 +1253,13 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.heldMu.Lock()
 		held := q.held
 		q.held = map[string]*task{}
+		waiting := q.leaseWait
+		q.leaseWait = nil
 		q.heldMu.Unlock()
 		for _, t := range held {
+			q.unclaim(t)
+		}
+		for _, t := range waiting {
 			q.unclaim(t)
 		}
 		// The wheel and the claimers are stopped: nothing sends on work

@@ -619,7 +619,9 @@ func TestRedisDownAndBack(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
 	srv.RequireReal(t)
 	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	b.q = b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute})
+	// The availability mode: jobs this process holds in memory run while
+	// Redis is down (off by default; see RunWhileRedisDown).
+	b.q = b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute, RunWhileRedisDown: true})
 	require.NoError(t, b.q.Start(b.ctx))
 	<-b.q.Ready() // the window is announced: Schedule arms what it writes
 	r := newRuns()

@@ -24,6 +24,10 @@ type Stats struct {
 	Skipped uint64
 	// RedisErrors counts failed round trips of the fire and ack paths.
 	RedisErrors uint64
+	// Dropped counts claimed jobs that did not start here because the
+	// partition's lease was lost (or could not be confirmed) before their
+	// time: the partition's next owner runs them.
+	Dropped uint64
 
 	// InMemory is the number of jobs armed in the wheel.
 	InMemory int
@@ -67,6 +71,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		DeadLettered:     q.stats.dead.Load(),
 		Cancelled:        q.stats.cancelled.Load(),
 		Skipped:          q.stats.skipped.Load(),
+		Dropped:          q.stats.dropped.Load(),
 		RedisErrors:      q.stats.redisErrors.Load(),
 		InMemory:         q.sched.Len(),
 		Running:          int(q.running.Load()),
@@ -82,7 +87,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 }
 
 type counters struct {
-	scheduled, fired, succeeded, retried, dead, cancelled, skipped, redisErrors atomic.Uint64
+	scheduled, fired, succeeded, retried, dead, cancelled, skipped, dropped, redisErrors atomic.Uint64
 }
 
 // latency is a log-linear histogram of durations: 32 sub-buckets per power

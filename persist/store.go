@@ -33,6 +33,8 @@ var (
 	leaseLua string
 	//go:embed lua/poll.lua
 	pollLua string
+	//go:embed lua/range.lua
+	rangeLua string
 )
 
 // Options configures a Store.
@@ -53,8 +55,8 @@ type Store struct {
 	ns    string
 	parts []Keys
 
-	schedule, settle, claim, cancel, reschedule, requeue, lease, poll *redis.Script
-	cluster                                                           bool // keys of different partitions may not share a command
+	schedule, settle, claim, cancel, reschedule, requeue, lease, poll, rangeSc *redis.Script
+	cluster                                                                    bool // keys of different partitions may not share a command
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
 	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead [][]any
@@ -66,6 +68,8 @@ type Store struct {
 	argBufs sync.Pool
 	// callsPool holds the bookkeeping of those calls (*calls).
 	callsPool sync.Pool
+	// maxClaimBytes is MaxClaimBytes (tests lower it), boxed once.
+	maxClaimBytes any
 }
 
 // New returns a store on rdb. It does no I/O.
@@ -87,17 +91,19 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Store{
-		rdb:        rdb,
-		cluster:    cluster,
-		ns:         opts.Namespace,
-		schedule:   redis.NewScript(scheduleLua),
-		settle:     redis.NewScript(libLua + settleLua),
-		claim:      redis.NewScript(libLua + claimLua),
-		cancel:     redis.NewScript(libLua + cancelLua),
-		reschedule: redis.NewScript(libLua + rescheduleLua),
-		requeue:    redis.NewScript(requeueLua),
-		lease:      redis.NewScript(leaseLua),
-		poll:       redis.NewScript(pollLua),
+		rdb:           rdb,
+		cluster:       cluster,
+		ns:            opts.Namespace,
+		schedule:      redis.NewScript(scheduleLua),
+		settle:        redis.NewScript(libLua + settleLua),
+		claim:         redis.NewScript(libLua + claimLua),
+		cancel:        redis.NewScript(libLua + cancelLua),
+		reschedule:    redis.NewScript(libLua + rescheduleLua),
+		requeue:       redis.NewScript(requeueLua),
+		lease:         redis.NewScript(leaseLua),
+		poll:          redis.NewScript(pollLua),
+		rangeSc:       redis.NewScript(rangeLua),
+		maxClaimBytes: MaxClaimBytes,
 	}
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
@@ -153,7 +159,7 @@ func (s *Store) Init(ctx context.Context) error {
 }
 
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll} {
+	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("persist: load scripts: %w", err)
 		}
@@ -655,13 +661,24 @@ type ClaimResult struct {
 	Due int64
 	// Record is the current record, or nil when the caller's is current.
 	Record []byte
+	// Deferred is true when the job is still pending but was left
+	// unclaimed because the call's records already filled its byte budget
+	// (MaxClaimBytes): claim it again, in a call of its own.
+	Deferred bool
 }
+
+// MaxClaimBytes bounds the records one claim call returns: past it, jobs
+// whose records the caller lacks are Deferred. The first record of a call
+// is always returned, whatever its size. Bounded so that a claim's reply
+// fits well within a read timeout even on a slow link (4 MiB: ~35 ms at
+// 1 Gbit/s) and a batch of large payloads cannot be retried forever.
+const MaxClaimBytes = 4 << 20
 
 // Claim checks in one round trip that fired jobs are still pending, and
 // returns the records the caller lacks. tokens are as for Settle: a
 // partition whose lease the caller lost fails the claim with ErrFenced.
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
-	c := s.layoutCalls(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 2)
+	c := s.layoutCalls(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 2, s.maxClaimBytes)
 	defer s.release(c) // once the replies are read
 	for i, r := range reqs {
 		rev := ""
@@ -697,6 +714,7 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 			out[i].Record = []byte(v)
 		case int64:
 			out[i].Busy = v == 0
+			out[i].Deferred = v == 2
 		}
 	}
 	return out, nil
@@ -841,12 +859,15 @@ type Entry struct {
 	Due int64 // unix µs (for the dead set: time of death)
 }
 
-// Cursor pages through a sorted set by score without missing or repeating
-// members that share a score.
+// Cursor pages through a sorted set in (score, member) order: the next
+// page starts after the last member returned, wherever it now stands, so
+// that members removed meanwhile (acked, cancelled) make no page skip one
+// that was not read, and members that share a score are neither missed nor
+// repeated. The zero Cursor starts a range.
 type Cursor struct {
-	Score int64 // the last score returned
-	Skip  int64 // how many members with that score were returned
-	Done  bool
+	Score  int64  // the last score returned
+	Member string // the last member returned ("": none yet)
+	Done   bool
 }
 
 // RangePending returns up to limit pending jobs of partition p with
@@ -861,28 +882,30 @@ func (s *Store) RangeDead(ctx context.Context, p int, cur Cursor, limit int) ([]
 }
 
 func (s *Store) rangeSet(ctx context.Context, key string, after, until int64, cur Cursor, limit int) ([]Entry, Cursor, error) {
-	min, offset := "("+strconv.FormatInt(after, 10), int64(0)
-	if cur.Skip > 0 {
-		min, offset = strconv.FormatInt(cur.Score, 10), cur.Skip
+	if limit < 1 {
+		return nil, cur, fmt.Errorf("persist: range limit %d < 1", limit)
 	}
-	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
-		Min: min, Max: strconv.FormatInt(until, 10), Offset: offset, Count: int64(limit),
-	}).Result()
+	if cur.Member == "" {
+		cur.Score = after
+	}
+	v, err := s.rangeSc.Run(ctx, s.rdb, []string{key}, cur.Score, cur.Member, until, limit).Slice()
 	if err != nil {
 		return nil, cur, wrap(err)
 	}
-	out := make([]Entry, 0, len(zs))
-	for _, z := range zs {
-		k, _ := z.Member.(string)
-		sc := int64(z.Score)
-		if sc == cur.Score && cur.Skip > 0 {
-			cur.Skip++
-		} else {
-			cur.Score, cur.Skip = sc, 1
+	out := make([]Entry, 0, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		k, ok := v[i].(string)
+		if !ok {
+			return nil, cur, fmt.Errorf("%w: range reply member %T", ErrCorrupt, v[i])
+		}
+		sc, err := scoreOf(v[i+1])
+		if err != nil {
+			return nil, cur, err
 		}
 		out = append(out, Entry{Key: k, Due: sc})
+		cur.Score, cur.Member = sc, k
 	}
-	cur.Done = len(zs) < limit
+	cur.Done = len(out) < limit
 	return out, cur, nil
 }
 

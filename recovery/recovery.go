@@ -55,6 +55,9 @@ type Sink interface {
 	// Release tells that partition p is no longer owned: none of its jobs
 	// may start here any more.
 	Release(p int)
+	// Renewed tells that the leases were renewed: Owns may say yes again
+	// for partitions whose validity had run out while the renewal was late.
+	Renewed()
 }
 
 // Config configures a Recoverer. A zero field means its default.
@@ -85,9 +88,26 @@ type Config struct {
 	// job twice. Default 10s; SweepAge default 5s.
 	SweepInterval time.Duration
 	SweepAge      time.Duration
+	// CallTimeout bounds every Redis call of the poller (leases, polls,
+	// scans), so that a call whose reply never comes cannot hold the
+	// poller. Default LeaseTTL/3.
+	CallTimeout time.Duration
+	// DriftMargin is taken off every lease's validity: a process acts on a
+	// partition only until renewal-sent + LeaseTTL - DriftMargin by its own
+	// monotonic clock, so that its clock may run slower than Redis's by
+	// that much without its validity outlasting the lease in Redis.
+	// Default LeaseTTL/10.
+	DriftMargin time.Duration
 	// OnPass, if set, is called after every poller pass (a test signal).
 	OnPass func()
 }
+
+// wallStepLimit is the largest difference between how far the wall clock
+// and the monotonic clock moved between two passes that is not taken for a
+// step of the wall clock. After a step, every owned partition is scanned
+// again from the start, so that jobs armed before the step are armed anew
+// against the stepped clock.
+const wallStepLimit = 20 * time.Millisecond
 
 // Recoverer owns the leases, the reload and the poller. Start starts its
 // goroutine; Stop stops it and releases the leases.
@@ -97,21 +117,28 @@ type Recoverer struct {
 	cfg   Config
 	log   *slog.Logger
 
-	loaded  []atomic.Int64            // per partition: loaded-until (unix µs) or NotOwned
-	tokens  atomic.Pointer[[]string]  // per partition: Token where owned, else ""
-	renewed []time.Time               // per partition: last successful renewal; poller goroutine only
-	reset   []bool                    // per partition: needs a full reload; poller goroutine only
-	redo    []int64                   // per partition: rescan from here after a failed scan; poller goroutine only
-	ready   chan struct{}             // closed when the first reload finished
-	readyMu sync.Once                 //
-	cancel  context.CancelFunc        //
-	done    chan struct{}             // closed when the goroutine returned
-	mu      sync.Mutex                // guards started
-	started bool                      //
-	armed   atomic.Int64              // jobs armed by reloads and polls
-	owned   atomic.Int32              // partitions owned
-	swept   atomic.Int64              // jobs re-armed by sweeps
-	lastErr atomic.Pointer[errString] //
+	loaded  []atomic.Int64           // per partition: loaded-until (unix µs) or NotOwned
+	tokens  atomic.Pointer[[]string] // per partition: Token where owned, else ""
+	base    time.Time                // the clock's reading at New: validity is counted from it
+	valid   []atomic.Int64           // per partition: owned until base+valid (ns), by this process's clock
+	epoch   []atomic.Uint64          // per partition: counts acquisitions and releases
+	reset   []bool                   // per partition: needs a full reload; poller goroutine only
+	scanned []int64                  // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
+	// nextLease is when the leases are renewed next; poller goroutine only.
+	nextLease time.Time
+	// lastNow, lastWall are the clock's readings at the last pass, to tell
+	// a step of the wall clock; poller goroutine only.
+	lastNow, lastWall time.Time
+	ready             chan struct{}             // closed when the first reload finished
+	readyMu           sync.Once                 //
+	cancel            context.CancelFunc        //
+	done              chan struct{}             // closed when the goroutine returned
+	mu                sync.Mutex                // guards started
+	started           bool                      //
+	armed             atomic.Int64              // jobs armed by reloads and polls
+	owned             atomic.Int32              // partitions owned
+	swept             atomic.Int64              // jobs re-armed by sweeps
+	lastErr           atomic.Pointer[errString] //
 }
 
 type errString struct{ s string }
@@ -139,12 +166,19 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	if cfg.SweepAge == 0 {
 		cfg.SweepAge = 5 * time.Second
 	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = cfg.LeaseTTL / 3
+	}
+	if cfg.DriftMargin == 0 {
+		cfg.DriftMargin = cfg.LeaseTTL / 10
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = wheel.RealClock()
 	}
-	if cfg.Horizon < 0 || cfg.PollInterval < 0 || cfg.LeaseTTL < time.Second || cfg.PageSize < 1 {
-		return nil, fmt.Errorf("recovery: invalid config (horizon %v, poll %v, lease %v, page %d)",
-			cfg.Horizon, cfg.PollInterval, cfg.LeaseTTL, cfg.PageSize)
+	if cfg.Horizon < 0 || cfg.PollInterval < 0 || cfg.LeaseTTL < time.Second || cfg.PageSize < 1 ||
+		cfg.CallTimeout < 0 || cfg.DriftMargin < 0 || cfg.DriftMargin >= cfg.LeaseTTL/2 {
+		return nil, fmt.Errorf("recovery: invalid config (horizon %v, poll %v, lease %v, page %d, call timeout %v, drift margin %v)",
+			cfg.Horizon, cfg.PollInterval, cfg.LeaseTTL, cfg.PageSize, cfg.CallTimeout, cfg.DriftMargin)
 	}
 	if cfg.PollInterval*2 > cfg.Horizon {
 		return nil, fmt.Errorf("recovery: poll interval %v must be at most half the horizon %v", cfg.PollInterval, cfg.Horizon)
@@ -154,9 +188,11 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 		store: store, sink: sink, cfg: cfg,
 		log:     cfg.Logger,
 		loaded:  make([]atomic.Int64, n),
-		renewed: make([]time.Time, n),
+		base:    cfg.Clock.Now(),
+		valid:   make([]atomic.Int64, n),
+		epoch:   make([]atomic.Uint64, n),
 		reset:   make([]bool, n),
-		redo:    make([]int64, n),
+		scanned: make([]int64, n),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -165,7 +201,7 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	}
 	for p := range r.loaded {
 		r.loaded[p].Store(NotOwned)
-		r.redo[p] = math.MaxInt64
+		r.scanned[p] = math.MinInt64 / 2
 	}
 	empty := make([]string, n)
 	r.tokens.Store(&empty)
@@ -176,6 +212,21 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 // p due at or before it must be armed by whoever wrote it, if this process
 // wrote it. It is NotOwned when this process does not own p.
 func (r *Recoverer) LoadedUntil(p int) int64 { return r.loaded[p].Load() }
+
+// Owns reports whether this process owns partition p at now (a reading of
+// the Recoverer's clock) by its own conservative reckoning: it holds the
+// lease, and now is before the lease's validity, counted from when its last
+// successful renewal was sent, less the drift margin. A process starts a
+// job only while it owns the job's partition: a paused or cut-off process
+// stops on its own, before another can take the partition over.
+func (r *Recoverer) Owns(p int, now time.Time) bool {
+	return r.loaded[p].Load() != NotOwned && int64(now.Sub(r.base)) < r.valid[p].Load()
+}
+
+// Epoch returns partition p's lease epoch: it changes whenever this
+// process acquires or releases p. A claim made in one epoch must not start
+// in another: between them another process may have owned p.
+func (r *Recoverer) Epoch(p int) uint64 { return r.epoch[p].Load() }
 
 // Tokens returns, per partition, this process's lease token where it owns
 // the partition and "" elsewhere. The slice must not be modified.
@@ -203,7 +254,7 @@ func (r *Recoverer) Start(ctx context.Context) {
 	r.started = true
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
-	r.leases(ctx, r.cfg.Clock.Now())
+	r.leases(ctx)
 	go r.run(runCtx)
 }
 
@@ -241,18 +292,15 @@ func (r *Recoverer) run(ctx context.Context) {
 	defer sl.Close()
 	stop := context.AfterFunc(ctx, sl.Wake)
 	defer stop()
-	nextLease := r.cfg.Clock.Now().Add(r.cfg.LeaseTTL / 3)
 	nextSweep := r.cfg.Clock.Now().Add(r.cfg.SweepInterval)
 	first := true
 	for ctx.Err() == nil {
-		now := r.cfg.Clock.Now()
-		if !now.Before(nextLease) {
-			r.leases(ctx, now)
-			nextLease = now.Add(r.cfg.LeaseTTL / 3)
-		}
-		r.pass(ctx, now)
+		r.renewIfDue(ctx)
+		now, wall := wheel.Readings(r.cfg.Clock)
+		r.noteWallStep(now, wall)
+		r.pass(ctx, wall)
 		if !now.Before(nextSweep) {
-			r.sweep(ctx, now)
+			r.sweep(ctx, wall)
 			nextSweep = now.Add(r.cfg.SweepInterval)
 		}
 		if first {
@@ -265,12 +313,59 @@ func (r *Recoverer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		sl.Sleep(r.cfg.Clock.Now().Add(r.cfg.PollInterval))
+		sl.Sleep(earliest(r.cfg.Clock.Now().Add(r.cfg.PollInterval), r.nextLease))
 	}
 }
 
-// leases renews the owned partitions and tries to acquire the others.
-func (r *Recoverer) leases(ctx context.Context, now time.Time) {
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// renewIfDue renews the leases when their time has come. The poller calls
+// it between passes and between the pages of a long scan, so that a
+// reload does not hold back a renewal.
+func (r *Recoverer) renewIfDue(ctx context.Context) {
+	if !r.cfg.Clock.Now().Before(r.nextLease) {
+		r.leases(ctx)
+	}
+}
+
+// noteWallStep tells a step of the wall clock since the last pass: the
+// wall reading moved by more (or less) than the monotonic one. Jobs armed
+// before a step would fire early or late by its size, so every owned
+// partition is scanned again from the start; arming converts each due time
+// against the clock as it is now, and moves the entries already armed.
+// (A job that would have fired early is caught by its claim in any case:
+// the store's due time is the truth.)
+func (r *Recoverer) noteWallStep(now, wall time.Time) {
+	prevNow, prevWall := r.lastNow, r.lastWall
+	r.lastNow, r.lastWall = now, wall
+	if prevNow.IsZero() {
+		return
+	}
+	step := wall.Sub(prevWall) - now.Sub(prevNow)
+	if step.Abs() <= wallStepLimit {
+		return
+	}
+	r.log.Warn("wheelq: the wall clock stepped; arming every loaded job again", "step", step)
+	for p := range r.scanned {
+		r.scanned[p] = math.MinInt64 / 2
+	}
+}
+
+// leases renews the owned partitions and tries to acquire the others. A
+// partition's validity is counted from when its call was sent; when a
+// renewal fails and the validity has run out, the partition is released
+// (its lease may have lapsed in Redis and been taken by another process).
+func (r *Recoverer) leases(ctx context.Context) {
+	sent := r.cfg.Clock.Now()
+	r.nextLease = sent.Add(r.cfg.LeaseTTL / 3)
+	validUntil := int64(sent.Sub(r.base) + r.cfg.LeaseTTL - r.cfg.DriftMargin)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
 	var owned, free []int
 	for p := range r.loaded {
 		if r.loaded[p].Load() != NotOwned {
@@ -284,9 +379,11 @@ func (r *Recoverer) leases(ctx context.Context, now time.Time) {
 		held, err := r.store.LeaseAll(ctx, owned, persist.LeaseRenew, r.cfg.Token, ttl)
 		if err != nil {
 			r.noteErr("renew leases", err)
-			// Unsure: keep firing until the lease would have lapsed.
+			// Unsure: the partitions are owned until their validity ends
+			// (Owns says so to every start); past it they are let go.
+			now := int64(r.cfg.Clock.Now().Sub(r.base))
 			for _, p := range owned {
-				if now.Sub(r.renewed[p]) > ttl*2/3 {
+				if now >= r.valid[p].Load() {
 					r.log.Warn("wheelq: lease not renewed in time, releasing", "partition", p)
 					r.release(p)
 				}
@@ -294,12 +391,13 @@ func (r *Recoverer) leases(ctx context.Context, now time.Time) {
 		} else {
 			for i, p := range owned {
 				if held[i] {
-					r.renewed[p] = now
+					r.valid[p].Store(validUntil)
 				} else {
 					r.log.Warn("wheelq: lease lost", "partition", p)
 					r.release(p)
 				}
 			}
+			r.sink.Renewed()
 		}
 	}
 	if len(free) > 0 {
@@ -310,7 +408,8 @@ func (r *Recoverer) leases(ctx context.Context, now time.Time) {
 		}
 		for i, p := range free {
 			if held[i] {
-				r.renewed[p] = now
+				r.valid[p].Store(validUntil)
+				r.epoch[p].Add(1)
 				r.reset[p] = true
 				r.loaded[p].Store(math.MinInt64 + 1) // owned, nothing loaded yet
 				r.owned.Add(1)
@@ -324,6 +423,7 @@ func (r *Recoverer) release(p int) {
 	if r.loaded[p].Swap(NotOwned) == NotOwned {
 		return
 	}
+	r.epoch[p].Add(1)
 	r.owned.Add(-1)
 	r.publishTokens()
 	r.sink.Release(p)
@@ -348,9 +448,16 @@ type scan struct {
 
 // pass announces the new window of every owned partition, drains the
 // inboxes, then scans the windows, a page of each partition in turn (so a
-// reload arms the oldest overdue jobs of every partition first).
-func (r *Recoverer) pass(ctx context.Context, now time.Time) {
-	until := now.Add(r.cfg.Horizon).UnixMicro()
+// reload arms the oldest overdue jobs of every partition first). wall is
+// the clock's wall reading: windows are in stored due times.
+//
+// A window starts where the last window scanned whole ended, by this
+// process's own record (scanned), or earlier where Redis says the last
+// announcement was: a poll whose reply was lost (applied in Redis, so its
+// announcement is "previous" to the next poll) or a scan that failed leaves
+// scanned where it was, and the next window covers what they missed.
+func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
+	until := wall.Add(r.cfg.Horizon).UnixMicro()
 	ttl := r.cfg.LeaseTTL + r.cfg.Horizon
 	var scans []*scan
 	for p := range r.loaded {
@@ -363,7 +470,9 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 		if !r.loaded[p].CompareAndSwap(prevLocal, max(prevLocal, until)) {
 			continue // released meanwhile
 		}
-		res, err := r.store.Poll(ctx, p, r.cfg.Token, until, ttl, r.reset[p], 10*r.cfg.PageSize)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		res, err := r.store.Poll(cctx, p, r.cfg.Token, until, ttl, r.reset[p], 10*r.cfg.PageSize)
+		cancel()
 		if errors.Is(err, persist.ErrFenced) {
 			r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
 			r.release(p)
@@ -379,22 +488,25 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 		}
 		after := int64(math.MinInt64 / 2)
 		if res.HavePrev && !r.reset[p] {
-			after = min(res.Prev, r.redo[p])
+			after = min(res.Prev, r.scanned[p])
 		}
-		r.reset[p], r.redo[p] = false, math.MaxInt64
+		r.reset[p] = false
 		if after < until {
 			scans = append(scans, &scan{p: p, after: after, until: until})
 		}
 	}
 	for len(scans) > 0 && ctx.Err() == nil {
+		r.renewIfDue(ctx)
 		next := scans[:0]
 		var round []persist.Entry
 		for _, s := range scans {
-			es, cur, err := r.store.RangePending(ctx, s.p, s.after, s.until, s.cur, r.cfg.PageSize)
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+			es, cur, err := r.store.RangePending(cctx, s.p, s.after, s.until, s.cur, r.cfg.PageSize)
+			cancel()
 			if err != nil {
-				// The window was announced: scan it again next pass.
+				// The window was announced: scanned stays where it was, so
+				// the next pass scans it again.
 				r.noteErr("scan", err)
-				r.redo[s.p] = min(r.redo[s.p], s.after)
 				continue
 			}
 			if r.loaded[s.p].Load() == NotOwned {
@@ -402,7 +514,9 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 			}
 			round = append(round, es...)
 			s.cur = cur
-			if !cur.Done {
+			if cur.Done {
+				r.scanned[s.p] = s.until
+			} else {
 				next = append(next, s)
 			}
 		}
@@ -418,14 +532,16 @@ func (r *Recoverer) pass(ctx context.Context, now time.Time) {
 
 // sweep re-arms the oldest page of jobs of every owned partition that are
 // overdue by more than SweepAge.
-func (r *Recoverer) sweep(ctx context.Context, now time.Time) {
-	until := now.Add(-r.cfg.SweepAge).UnixMicro()
+func (r *Recoverer) sweep(ctx context.Context, wall time.Time) {
+	until := wall.Add(-r.cfg.SweepAge).UnixMicro()
 	var all []persist.Entry
 	for p := range r.loaded {
 		if r.loaded[p].Load() == NotOwned {
 			continue
 		}
-		es, _, err := r.store.RangePending(ctx, p, math.MinInt64/2, until, persist.Cursor{}, r.cfg.PageSize)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		es, _, err := r.store.RangePending(cctx, p, math.MinInt64/2, until, persist.Cursor{}, r.cfg.PageSize)
+		cancel()
 		if err != nil {
 			r.noteErr("sweep", err)
 			return

@@ -78,20 +78,22 @@ func (f *fakeStore) Poll(_ context.Context, p int, tok string, loaded int64, _ t
 func (f *fakeStore) RangePending(_ context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if cur.Skip == 0 {
+	if cur.Member == "" {
 		f.scans = append(f.scans, [3]int64{int64(p), after, until})
+		cur.Score = after
 	}
 	var out []persist.Entry
-	for _, e := range f.pending[p] {
-		if e.Due > after && e.Due <= until {
+	for _, e := range f.pending[p] { // sorted by (due, key)
+		if (e.Due > cur.Score || (e.Due == cur.Score && cur.Member != "" && e.Key > cur.Member)) && e.Due <= until {
 			out = append(out, e)
 		}
 	}
-	out = out[min(int(cur.Skip), len(out)):]
 	if len(out) > limit {
 		out = out[:limit]
 	}
-	cur.Skip += int64(len(out))
+	if len(out) > 0 {
+		cur.Score, cur.Member = out[len(out)-1].Due, out[len(out)-1].Key
+	}
 	cur.Done = len(out) < limit
 	return out, cur, nil
 }
@@ -100,6 +102,7 @@ type fakeSink struct {
 	mu       sync.Mutex
 	armed    []string
 	released []int
+	renewals int
 }
 
 func (s *fakeSink) Arm(es []persist.Entry) {
@@ -114,6 +117,12 @@ func (s *fakeSink) Release(p int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.released = append(s.released, p)
+}
+
+func (s *fakeSink) Renewed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renewals++
 }
 
 func (s *fakeSink) snapshot() ([]string, []int) {

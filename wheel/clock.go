@@ -15,6 +15,39 @@ type Clock interface {
 	NewSleeper() Sleeper
 }
 
+// WallClock is implemented by a Clock whose wall reading can step apart
+// from the time its Now measures intervals on, as a real system clock's does
+// when it is set (FakeClock.StepWall makes such a step). A Scheduler only
+// ever measures intervals (on Now); a due time that is a wall reading — a
+// time stored in Redis and shared across hosts — is converted to the
+// Scheduler's time through Readings at the moment it is armed.
+type WallClock interface {
+	// Wall returns the clock's wall reading.
+	Wall() time.Time
+}
+
+// Readings returns c's reading for measuring intervals (now: on a real
+// clock it carries the monotonic reading) and its wall reading (wall, with
+// no monotonic reading, so that subtracting it from a stored due time gives
+// the wall-clock distance). For a clock that is not a WallClock, wall is now
+// without its monotonic reading: one read of the clock.
+func Readings(c Clock) (now, wall time.Time) {
+	now = c.Now()
+	if w, ok := c.(WallClock); ok {
+		return now, w.Wall().Round(0)
+	}
+	return now, now.Round(0)
+}
+
+// AtWall returns the time on now's timeline (now from Readings) at which
+// the wall clock, read as wall at the same instant, shows due. Given to
+// Scheduler.Add, it makes an entry fire when the wall clock reaches due, as
+// the clock stood when it was armed; a later step of the wall clock does not
+// move it.
+func AtWall(now, wall, due time.Time) time.Time {
+	return now.Add(due.Sub(wall))
+}
+
 // Sleeper blocks one goroutine until a deadline of its clock, and can be
 // woken early from any goroutine.
 type Sleeper interface {
@@ -98,6 +131,7 @@ type FakeClock struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when a sleeper starts sleeping
 	now      time.Time
+	wallStep time.Duration // Wall() - Now(): moved by StepWall
 	sleepers map[*fakeSleeper]struct{}
 }
 
@@ -113,6 +147,22 @@ func (c *FakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
+}
+
+// Wall returns the clock's wall reading: Now plus every StepWall so far.
+func (c *FakeClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now.Add(c.wallStep)
+}
+
+// StepWall steps the clock's wall reading by d (back when negative), as
+// setting a system's clock does, while the time Now measures intervals on
+// does not move. Sleepers are not woken: they wait on Now.
+func (c *FakeClock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	c.wallStep += d
+	c.mu.Unlock()
 }
 
 // Advance moves the clock forward by d and wakes every sleeper whose

@@ -6,7 +6,10 @@
 -- KEYS     groups of 4, one per partition:
 --            pending ZSET, jobs HASH, lease STRING,
 --            running HASH (claim markers: job key -> lease token)
--- ARGV     per partition, in the order of KEYS:
+-- ARGV[1]  the byte budget: once the records returned by this call reach
+--          it, jobs whose record would be returned are deferred instead
+--          (the first record is returned whatever its size)
+-- ARGV[2..] per partition, in the order of KEYS:
 --            the caller's lease token ("" skips the fencing check),
 --            n, then n groups of 2: job key, revision the caller holds
 --            ("" if none)
@@ -21,6 +24,8 @@
 --                    caller keeps track of its own runs in progress.
 --   score, 1         still pending at score; the caller's revision is current
 --   score, record    still pending at score; here is the current record
+--   score, 2         still pending at score, but deferred (the budget is
+--                    spent): not marked, claim it again in another call
 -- The caller runs a job only when score is the due time it fired for;
 -- otherwise the job was rescheduled and is armed again at score. A job
 -- returned as pending is marked running until settle.lua (op "a", "r", "d"
@@ -35,11 +40,12 @@
 -- partitions(), column() and many() are lib.lua's, which the store puts
 -- before this script.
 
-local parts, fenced = partitions(4, 2, 1, 2)
+local parts, fenced = partitions(4, 2, 2, 2)
 if fenced then
   return fenced
 end
 
+local budget, used = tonumber(ARGV[1]), 0
 local out = {}
 for _, pt in ipairs(parts) do
   local k, tok, first, n = pt[1], pt[2], pt[3], pt[4]
@@ -57,16 +63,20 @@ for _, pt in ipairs(parts) do
       elseif (marks[j] or tok) ~= tok then
         out[#out + 1] = score
         out[#out + 1] = 0
-      else
+      elseif rev ~= '' and string.sub(rec, 2, 5) == rev then
         mark[#mark + 1] = keys[j]
         mark[#mark + 1] = tok
-        if rev ~= '' and string.sub(rec, 2, 5) == rev then
-          out[#out + 1] = score
-          out[#out + 1] = 1
-        else
-          out[#out + 1] = score
-          out[#out + 1] = rec
-        end
+        out[#out + 1] = score
+        out[#out + 1] = 1
+      elseif used > 0 and used + #rec > budget then
+        out[#out + 1] = score
+        out[#out + 1] = 2
+      else
+        used = used + #rec
+        mark[#mark + 1] = keys[j]
+        mark[#mark + 1] = tok
+        out[#out + 1] = score
+        out[#out + 1] = rec
       end
     end
     if #mark > 0 then

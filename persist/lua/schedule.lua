@@ -14,6 +14,10 @@
 -- poller has already scanned past; unless the writer is the owner (and
 -- arms it itself) its key is pushed to the inbox for the owner to arm.
 --
+-- A write sent again (its reply was lost and the client retried it) finds
+-- its own record, byte for byte (a record carries a random revision and
+-- its creation time), and answers 0 again: a replay is not a duplicate.
+--
 -- Returns an array with one integer per job, in order:
 --   0  stored (the key was new)
 --   1  replaced an existing job (mode "p"; a dead job is revived)
@@ -23,17 +27,19 @@ local owner = ARGV[1] ~= '' and redis.call('GET', KEYS[4]) == ARGV[1]
 local out = {}
 for i = 2, #ARGV, 4 do
   local mode, key, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local res = -1
+  local res, replay = -1, false
   if redis.call('HSETNX', KEYS[2], key, rec) == 1 then
     redis.call('ZADD', KEYS[1], score, key)
     res = 0
+  elseif mode == 'r' and redis.call('HGET', KEYS[2], key) == rec then
+    res, replay = 0, true -- applied already (inbox included): nothing to do
   elseif mode == 'p' then
     redis.call('HSET', KEYS[2], key, rec)
     redis.call('ZADD', KEYS[1], score, key)
     redis.call('ZREM', KEYS[3], key)
     res = 1
   end
-  if res >= 0 and loaded and not owner and tonumber(score) <= loaded then
+  if res >= 0 and not replay and loaded and not owner and tonumber(score) <= loaded then
     redis.call('RPUSH', KEYS[6], key)
   end
   out[#out + 1] = res

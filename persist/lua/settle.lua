@@ -18,7 +18,10 @@
 --
 -- An outcome applies only while the stored record still carries the
 -- revision the run started from: a job cancelled, replaced or rescheduled
--- meanwhile is left alone. The claim marker is cleared either way.
+-- meanwhile is left alone. The claim marker is cleared either way. A
+-- retry or dead-letter sent again (its reply was lost, or late past the
+-- caller's timeout) finds its own new record stored and answers 1 again,
+-- so that the caller arms the retry: a replay is told from a skip.
 --
 -- Returns an array with one integer per outcome, in order: 1 applied,
 -- 0 skipped. Outcomes apply in order, as if one by one; the claim
@@ -75,6 +78,8 @@ for _, pt in ipairs(parts) do
           redis.call('ZADD', dead, ARGV[1], key)
         end
         out[#out + 1] = 1
+      elseif cur and op ~= 'a' and cur == rec then
+        out[#out + 1] = 1 -- a replay: this very outcome is stored already
       else
         out[#out + 1] = 0
       end

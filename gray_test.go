@@ -1,0 +1,238 @@
+package wheelq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// The tests of this file inject gray failures (issue 12): a reply lost
+// after its command applied, a client that sends a command again, Redis
+// down around a due time, a stepped wall clock. Each names the scenario
+// it reproduces.
+
+// scriptFault is a go-redis hook that acts on the first pipeline holding a
+// script call that match accepts: it runs the pipeline (the commands apply
+// in Redis) and then either runs it again, as go-redis does when it
+// retries after a lost reply (replay), or reports an error as if the reply
+// had been lost (lose).
+type scriptFault struct {
+	match  func(args []any) bool
+	replay bool
+	fired  atomic.Bool
+}
+
+func (h *scriptFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *scriptFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		hit := false
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 3 && a[0] == "evalsha" && h.match(a) {
+				hit = true
+			}
+		}
+		if !hit || h.fired.Load() || !h.fired.CompareAndSwap(false, true) {
+			return next(ctx, cmds)
+		}
+		err := next(ctx, cmds)
+		if h.replay {
+			return next(ctx, cmds) // the client's retry: the same commands again
+		}
+		if err == nil {
+			err = errors.New("i/o timeout (injected: the reply was lost)")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+		}
+		return err
+	}
+}
+
+// keyAt reports whether script call args have a key at position i (of
+// KEYS) with the suffix.
+func keyAt(args []any, i int, suffix string) bool {
+	if len(args) <= 3+i {
+		return false
+	}
+	s, ok := args[3+i].(string)
+	return ok && strings.HasSuffix(s, suffix)
+}
+
+// TestReplayedScheduleIsNotDuplicate is issue 12's scenario 10: the reply
+// of Schedule's write was lost and the client sent it again (go-redis
+// retries by default). It returned ErrDuplicate for the job it had just
+// created; a replay is now recognised by its record.
+func TestReplayedScheduleIsNotDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	h := &scriptFault{replay: true, match: func(a []any) bool { return keyAt(a, 4, ":loaded") && keyAt(a, 5, ":inbox") }}
+	b.rdb.AddHook(h)
+	r := newRuns()
+	require.NoError(t, b.q.Handle("s", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	id, err := b.q.Schedule(b.ctx, "s", []byte("x"), ID("order-1"), After(20*time.Millisecond))
+	require.True(t, h.fired.Load(), "the write was sent twice")
+	require.NoError(t, err, "a replay of one's own write is no duplicate")
+	require.Equal(t, "order-1", id)
+	require.Equal(t, "order-1", r.next(t).ID)
+	r.none(t, 100*time.Millisecond)
+	_, err = b.q.Schedule(b.ctx, "s", []byte("y"), ID("order-2"))
+	require.NoError(t, err)
+	_, err = b.q.Schedule(b.ctx, "s", []byte("y"), ID("order-2"))
+	require.ErrorIs(t, err, ErrDuplicate, "another write of the same id still is")
+}
+
+// TestRetrySettleReplyLost is issue 12's scenario 7: the settle that
+// stores a retry applied, but its reply was lost; sent again, it answered
+// "not applied", so the retry was never armed (the sweep found it seconds
+// later). On a fake clock no sweep comes: the retry must be armed by the
+// settle itself.
+func TestRetrySettleReplyLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	h := &scriptFault{match: func(a []any) bool {
+		if !keyAt(a, 2, ":dead") || !keyAt(a, 3, ":lease") || !keyAt(a, 4, ":running") { // settle.lua's keys
+			return false
+		}
+		for _, v := range a {
+			if v == "r" {
+				return true
+			}
+		}
+		return false
+	}}
+	b.rdb.AddHook(h)
+	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond))
+	b.q = b.newQueue(t, Config{Clock: clk, Horizon: time.Hour, Backoff: func(int, error) time.Duration { return 30 * time.Minute }})
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	r := newRuns()
+	require.NoError(t, b.q.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error {
+		r.add(j)
+		if j.Attempt == 1 {
+			return errors.New("try later")
+		}
+		return nil
+	})))
+	_, err := b.q.Schedule(b.ctx, "r", nil, ID("j"), After(time.Minute))
+	require.NoError(t, err)
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Minute)
+	require.Equal(t, 1, r.next(t).Attempt)
+	var last string
+	if !assert.Eventually(t, func() bool {
+		info, err := b.q.Lookup(b.ctx, "r", "j")
+		last = fmt.Sprintf("fault fired %v, lookup %+v err %v, %d armed", h.fired.Load(), info, err, b.q.sched.Len())
+		return h.fired.Load() && err == nil && info.Attempts == 1 && b.q.sched.Len() == 1
+	}, wait, 5*time.Millisecond, "retry stored and armed") {
+		t.Fatal(last)
+	}
+	clk.BlockUntilSleeping()
+	clk.Advance(30 * time.Minute)
+	require.Equal(t, 2, r.next(t).Attempt)
+}
+
+// TestRedisDownAroundDueTime is issue 12's scenario 3b: before an outage,
+// another process (a producer) cancelled one job and moved another an hour
+// ahead, both nil; the owner, holding both in memory with their payloads,
+// ran both from its cache when they came due while Redis was down — the
+// cancelled one, and the moved one an hour early. No job may start without
+// a claim that Redis confirmed.
+func TestRedisDownAroundDueTime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute})
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	r := newRuns()
+	require.NoError(t, b.q.Handle("o", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	producer := b.newQueue(t, Config{})
+	for _, id := range []string{"cancelled", "moved"} {
+		_, err := b.q.Schedule(b.ctx, "o", []byte(id), ID(id), After(time.Second))
+		require.NoError(t, err)
+	}
+	require.NoError(t, producer.Cancel(b.ctx, "o", "cancelled"))
+	require.NoError(t, producer.Reschedule(b.ctx, "o", "moved", time.Now().Add(time.Hour)))
+	srv.Kill()
+	r.none(t, 2*time.Second) // both come due meanwhile
+	require.NoError(t, srv.Restart())
+	r.none(t, time.Second)
+	info, err := b.q.Lookup(b.ctx, "o", "moved")
+	require.NoError(t, err)
+	require.Equal(t, 0, info.Attempts)
+}
+
+// TestWallClockSteps is issue 12's scenario 4: the wheel converted due
+// times against the wall clock but advanced on the monotonic clock, so a
+// step back made a job start before its due time by the process's own
+// clock, and a step forward made every job armed before it late by the
+// step, for the life of the process.
+func TestWallClockSteps(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond))
+	b.q = b.newQueue(t, Config{Clock: clk, Horizon: time.Hour})
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	r := newRuns()
+	var mu sync.Mutex
+	startedAt := map[string]time.Time{} // by the process's wall clock
+	require.NoError(t, b.q.Handle("w", HandlerFunc(func(_ context.Context, j *Job) error {
+		mu.Lock()
+		startedAt[j.ID] = clk.Wall()
+		mu.Unlock()
+		r.add(j)
+		return nil
+	})))
+	advance := func(d time.Duration) {
+		for step := 50 * time.Millisecond; d > 0; d -= step {
+			clk.BlockUntilSleeping()
+			clk.Advance(min(step, d))
+		}
+	}
+
+	// Back: due in 1 s, then the wall clock steps back 2 s.
+	_, err := b.q.Schedule(b.ctx, "w", nil, ID("back"), After(time.Second))
+	require.NoError(t, err)
+	clk.StepWall(-2 * time.Second)
+	advance(1500 * time.Millisecond)
+	r.none(t, 100*time.Millisecond)
+	advance(1600 * time.Millisecond)
+	j := r.next(t)
+	require.Equal(t, "back", j.ID)
+	mu.Lock()
+	require.False(t, startedAt["back"].Before(j.Due), "started %v before its due time by the wall clock", j.Due.Sub(startedAt["back"]))
+	mu.Unlock()
+
+	// Forward: due in 3 s, then the wall clock steps 2 s ahead. The job is
+	// due 1 s later by the clock as it now stands.
+	_, err = b.q.Schedule(b.ctx, "w", nil, ID("fwd"), After(3*time.Second))
+	require.NoError(t, err)
+	clk.StepWall(2 * time.Second)
+	advance(1200 * time.Millisecond)
+	j = r.next(t)
+	require.Equal(t, "fwd", j.ID)
+	mu.Lock()
+	late := startedAt["fwd"].Sub(j.Due)
+	mu.Unlock()
+	require.GreaterOrEqual(t, late, time.Duration(0))
+	require.Less(t, late, time.Second, "not late by the step")
+}

@@ -1,0 +1,42 @@
+package wheelq
+
+import (
+	"context"
+
+	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/recovery"
+)
+
+// engineStore is what the engine needs of the Redis store: the seam at
+// which tests inject faults per call (a reply lost after the call applied,
+// a late reply, a refusal). persist.Store is the one implementation; the
+// recoverer sees the same value through recovery.Store.
+type engineStore interface {
+	recovery.Store
+
+	Init(ctx context.Context) error
+	PartitionOf(key string) int
+	Keys(p int) persist.Keys
+
+	Write(ctx context.Context, tokens []string, ws []persist.Write) ([]persist.WriteResult, error)
+	CancelMany(ctx context.Context, keys []string) ([]persist.Change, error)
+	Cancel(ctx context.Context, key string) (persist.Change, error)
+	RescheduleMany(ctx context.Context, tokens []string, ms []persist.Move) ([]persist.Change, error)
+	Reschedule(ctx context.Context, tok, key string, due int64, rev uint32) (persist.Change, error)
+	Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest) ([]persist.ClaimResult, error)
+	Settle(ctx context.Context, tokens []string, now int64, os []persist.Outcome) ([]bool, error)
+
+	Get(ctx context.Context, key string) (persist.Record, persist.State, error)
+	Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error)
+	RangeDead(ctx context.Context, p int, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
+	Records(ctx context.Context, p int, keys []string) ([][]byte, error)
+	Counts(ctx context.Context) (pending, dead int64, err error)
+}
+
+var _ engineStore = (*persist.Store)(nil)
+
+// testHooks are set only by this package's tests (Config.test).
+type testHooks struct {
+	// wrapStore, if set, wraps the store the engine uses.
+	wrapStore func(engineStore) engineStore
+}
