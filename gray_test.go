@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/faultproxy"
 	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -235,4 +236,133 @@ func TestWallClockSteps(t *testing.T) {
 	mu.Unlock()
 	require.GreaterOrEqual(t, late, time.Duration(0))
 	require.Less(t, late, time.Second, "not late by the step")
+}
+
+// runLog records which process ran which job, and when by the wall clock.
+type runLog struct {
+	mu   sync.Mutex
+	runs map[string][]string // job id -> process names, in run order
+	ch   chan struct{}
+}
+
+func newRunLog() *runLog { return &runLog{runs: map[string][]string{}, ch: make(chan struct{}, 1<<12)} }
+
+func (l *runLog) handler(t *testing.T, proc string) Handler {
+	return HandlerFunc(func(_ context.Context, j *Job) error {
+		if now := time.Now(); now.Before(j.Due) {
+			t.Errorf("%s ran %s %v early", proc, j.ID, j.Due.Sub(now))
+		}
+		l.mu.Lock()
+		l.runs[j.ID] = append(l.runs[j.ID], proc)
+		l.mu.Unlock()
+		l.ch <- struct{}{}
+		return nil
+	})
+}
+
+func (l *runLog) snapshot() map[string][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]string{}
+	for k, v := range l.runs {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// TestOneSidedPartition is issue 12's scenario 2: the owner's packets to
+// Redis are dropped while the other process still reaches it. The cut-off
+// owner kept believing it owned its partitions (the lease was checked only
+// between poller passes, and a poll had no deadline) and kept starting jobs
+// from its cache: most jobs ran in both processes, and a job cancelled
+// (nil) through the other process ran. Now the cut-off owner stops starting
+// jobs when its lease validity ends, and the other process takes over.
+func TestOneSidedPartition(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	// No client-side read timeout, and contexts honoured: a call ends only
+	// by its own context's deadline, which every call of the queue must set.
+	cutRdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cutRdb.Close() })
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	cfg := Config{LeaseTTL: 2 * time.Second, WriteTimeout: 300 * time.Millisecond, Partitions: 4}
+	log := newRunLog()
+	owner := (&bundle{srv: srv, rdb: cutRdb, ctx: b.ctx}).newQueue(t, cfg)
+	require.NoError(t, owner.Handle("p", log.handler(t, "owner")))
+	require.NoError(t, owner.Start(b.ctx))
+	<-owner.Ready()
+	other := b.newQueue(t, cfg)
+	require.NoError(t, other.Handle("p", log.handler(t, "other")))
+	require.NoError(t, other.Start(b.ctx))
+	require.Equal(t, 4, owner.recov.Owned())
+
+	const n = 40
+	t0 := time.Now()
+	for i := range n {
+		// Scheduled by the owner: it holds every payload in its cache.
+		_, err := owner.Schedule(b.ctx, "p", []byte("x"), ID(fmt.Sprint(i)), At(t0.Add(1500*time.Millisecond+time.Duration(i)*100*time.Millisecond)))
+		require.NoError(t, err)
+	}
+	time.Sleep(time.Until(t0.Add(time.Second)))
+	proxy.Blackhole(true)
+	// Once the other process owns a partition, cancel one of its jobs
+	// there: it must never run.
+	var cancelled string
+	eventually(t, func() bool { return other.recov.Owned() == 4 }, "the other process took every partition over")
+	for i := n - 1; i >= 0 && cancelled == ""; i-- {
+		if err := other.Cancel(b.ctx, "p", fmt.Sprint(i)); err == nil {
+			cancelled = fmt.Sprint(i)
+		}
+	}
+	require.NotEmpty(t, cancelled, "a job still pending to cancel")
+	for range n - 1 {
+		select {
+		case <-log.ch:
+		case <-time.After(wait):
+			t.Fatalf("only %d runs: %v", len(log.snapshot()), log.snapshot())
+		}
+	}
+	proxy.Blackhole(false)
+	time.Sleep(500 * time.Millisecond) // the owner's claims get through again: fenced
+	for id, procs := range log.snapshot() {
+		require.NotEqual(t, cancelled, id, "cancelled (nil) and ran in %v", procs)
+		require.Len(t, procs, 1, "job %s ran in %v", id, procs)
+	}
+	require.Len(t, log.snapshot(), n-1)
+}
+
+// TestLargeRecordsOnSlowLink is issue 12's scenario 8: jobs with large
+// payloads that another process scheduled, due together, on a slow link. A claim had no byte bound
+// (up to 1,024 jobs): its reply outlasted the timeout and the same batch was
+// claimed again forever; no job ran. Claims are now bounded in bytes.
+func TestLargeRecordsOnSlowLink(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	const n = 40
+	payload := make([]byte, 1<<20)
+	producer := b.newQueue(t, Config{Partitions: 1, MaxPayload: 2 << 20})
+	due := time.Now().Add(2 * time.Second) // fired together: one claim batch
+	for i := range n {
+		_, err := producer.Schedule(b.ctx, "big", payload, ID(fmt.Sprint(i)), At(due))
+		require.NoError(t, err)
+	}
+	proxy := faultproxy.Start(t, srv.Addr)
+	proxy.SetBandwidth(16 << 20) // 40 MiB take 2.5 s; a claim may take 1 s
+	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = slow.Close() })
+	q := (&bundle{srv: srv, rdb: slow, ctx: b.ctx}).newQueue(t, Config{Partitions: 1, MaxPayload: 2 << 20, WriteTimeout: time.Second})
+	var ran atomic.Int32
+	require.NoError(t, q.Handle("big", HandlerFunc(func(_ context.Context, j *Job) error {
+		if len(j.Payload) != len(payload) {
+			return Permanent(fmt.Errorf("payload of %d bytes", len(j.Payload)))
+		}
+		ran.Add(1)
+		return nil
+	})))
+	require.NoError(t, q.Start(b.ctx))
+	eventually(t, func() bool { return ran.Load() == n }, "every large job ran")
 }

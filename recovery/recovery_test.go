@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ type fakeStore struct {
 	scans   [][3]int64              // partition, after, until
 	fenced  map[int]bool
 	renewOK bool
+	// losePoll makes the next Poll apply and then fail, as a poll whose
+	// reply was lost (or came after the caller's deadline) does.
+	losePoll bool
 }
 
 func newFakeStore(t *testing.T) *fakeStore {
@@ -68,6 +72,10 @@ func (f *fakeStore) Poll(_ context.Context, p int, tok string, loaded int64, _ t
 	require.GreaterOrEqual(f.t, f.r.LoadedUntil(p), loaded, "Poll before the in-memory announcement")
 	prev, had := f.loaded[p]
 	f.loaded[p] = max(prev, loaded)
+	if f.losePoll {
+		f.losePoll = false
+		return persist.PollResult{}, errors.New("i/o timeout (injected: the poll applied, its reply was lost)")
+	}
 	res := persist.PollResult{Prev: prev, HavePrev: had && !reset}
 	if !reset {
 		res.Inbox, f.inbox[p] = f.inbox[p], nil
@@ -228,4 +236,35 @@ func TestFencedAndLostLeasesAreReleased(t *testing.T) {
 	require.Zero(t, r.Owned())
 	require.NoError(t, r.Stop(context.Background()))
 	require.NoError(t, r.Stop(context.Background()), "idempotent")
+}
+
+// TestPollReplyLost is issue 12's scenario 6: a poll applied in Redis (its
+// window announced) but its reply was lost; the next poll took the new
+// value as "previous", so that window was never scanned and a job in it
+// ran only when the sweep found it, late. The window now starts where this
+// process last scanned whole.
+func TestPollReplyLost(t *testing.T) {
+	t.Parallel()
+	r, store, sink, clk, passes := setup(t)
+	now := clk.Now()
+	us := func(d time.Duration) int64 { return now.Add(d).UnixMicro() }
+	store.pending[0] = []persist.Entry{{Key: "a/mid", Due: us(90 * time.Second)}}
+	r.Start(context.Background())
+	<-r.Ready()
+	<-passes // scanned up to +1m: a/mid is beyond it
+
+	store.mu.Lock()
+	store.losePoll = true
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(40 * time.Second) // announces +1m40s; the reply is lost
+	<-passes
+	armed, _ := sink.snapshot()
+	require.NotContains(t, armed, "a/mid")
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second)
+	<-passes
+	armed, _ = sink.snapshot()
+	require.Contains(t, armed, "a/mid", "the window whose poll reply was lost is scanned")
+	require.NoError(t, r.Stop(context.Background()))
 }
