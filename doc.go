@@ -58,8 +58,13 @@
 // Due times are absolute wall-clock times, stored as unix microseconds:
 // the process that runs a job compares them with its own clock, so clocks
 // of the processes of a namespace should agree within the lateness you can
-// accept (NTP keeps them within milliseconds). Within one process the
-// wheel runs on the monotonic clock.
+// accept (NTP keeps them within milliseconds); a host whose clock is ahead
+// runs jobs early by the skew, as that host reckons them. Within one
+// process the wheel runs on the monotonic clock: a due time is converted
+// when it is armed, and a job starts only once the process's wall clock
+// shows its due time, so a step of the wall clock never makes a job early
+// by the process's own clock (a step forward is noticed by the poller,
+// which arms every loaded job again against the stepped clock).
 //
 // # Failures
 //
@@ -68,14 +73,31 @@
 // then the job moves to the dead-letter set, where DeadJobs lists it and
 // Requeue or Cancel handles it. RetryAfter and Permanent let a handler
 // choose. While Redis is unreachable, Schedule fails fast with the cause,
-// jobs already in memory still fire (unverified, from the payload cache),
-// and their outcomes are retried until Redis is back, never dropped.
+// no job starts (a job starts only after Redis confirmed its claim), and
+// outcomes of runs already made are retried until Redis is back, never
+// dropped. Config.RunWhileRedisDown trades that for availability: jobs in
+// memory run from the payload cache while their lease is valid, with the
+// weaker guarantee written on the field.
+//
+// A reply lost after its command applied, and a command the client sent
+// again, never become a wrong answer: a replayed Schedule is recognised by
+// its record (not ErrDuplicate), a replayed retry or dead-lettering by its
+// new record (the retry is armed), a lost poll reply leaves no window
+// unscanned, and claims are bounded in bytes so that a slow link cannot
+// make one time out forever.
 //
 // # Partitions
 //
 // Jobs are spread over Config.Partitions partitions by a hash of topic
 // and id; each partition is run by one process at a time, which holds its
-// lease in Redis. Every script that runs or settles a job checks the lease
-// (fencing), so a paused or partitioned process cannot act on a partition
-// it lost.
+// lease in Redis. Every script that claims or settles a job checks the
+// lease (fencing), and a claimed job starts only while its process owns
+// the partition by its own conservative clock: the lease's validity is
+// counted from when its renewal was sent, less a drift margin
+// (LeaseTTL/10), and it must still be the lease the claim was made under.
+// So a process that was paused (GC, VM stall, SIGSTOP) or cut off from
+// Redis past its lease starts nothing more of that partition, and drops
+// what it held; the new owner runs those jobs. The assumption: a
+// process's clock does not run slower than Redis's by more than the
+// margin over a lease.
 package wheelq
