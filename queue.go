@@ -383,7 +383,9 @@ type sink Queue
 func (s *sink) Arm(es []persist.Entry) {
 	q := (*Queue)(s)
 	for _, e := range es {
-		q.armAt(e.Key, e.Due)
+		// A score before the epoch (stored by an older version) is
+		// past: armed at the epoch, it runs at once.
+		q.armAt(e.Key, max(e.Due, 0))
 	}
 }
 
@@ -1140,13 +1142,16 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 }
 
 // ceilMicro returns t in unix microseconds, rounded up, so that a stored
-// due time is never before the requested one.
+// due time is never before the requested one. A time before the Unix
+// epoch (the zero time.Time, say) gives 0: it is past, and runs at once
+// all the same, while the wheel's time of every stored due time stays
+// within a time.Duration of the clock.
 func ceilMicro(t time.Time) int64 {
 	us := t.UnixMicro()
 	if t.Nanosecond()%1000 != 0 {
 		us++
 	}
-	return us
+	return max(us, 0)
 }
 
 func truncate(s string, n int) string {

@@ -1,0 +1,51 @@
+package wheelq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/persist"
+)
+
+// Tests of bad input: each gets a clear error or a dead-letter entry with
+// the reason, never a panic, a hang, a silent default or a silent drop.
+
+// TestPastDueTimesRunAtOnce: a due time before the Unix epoch (the zero
+// time.Time, a date of 1900) runs at once, as any past time does, through
+// Schedule and Reschedule; and a job stored with a score before
+// the epoch (as Schedule stored At(time.Time{}) before) is reloaded at
+// Start and runs.
+func TestPastDueTimesRunAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{})
+	key := persist.JobKey("past", "stored")
+	k := b.q.store.Keys(b.q.store.PartitionOf(key))
+	rec := persist.Record{Rev: 1, MaxAttempts: 3, Created: time.Now()}
+	require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, rec.Encode()).Err())
+	require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: float64(time.Time{}.UnixMicro()), Member: key}).Err())
+	r := newRuns()
+	require.NoError(t, b.q.Handle("past", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+
+	_, err := b.q.Schedule(b.ctx, "past", nil, ID("zero"), At(time.Time{}))
+	require.NoError(t, err)
+	_, err = b.q.Schedule(b.ctx, "past", nil, ID("1900"), At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
+	require.NoError(t, err)
+	_, err = b.q.Schedule(b.ctx, "past", nil, ID("moved"), After(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, b.q.Reschedule(b.ctx, "past", "moved", time.Time{}))
+	ran := map[string]bool{}
+	for range 4 {
+		ran[r.next(t).ID] = true
+	}
+	require.Equal(t, map[string]bool{"stored": true, "zero": true, "1900": true, "moved": true}, ran)
+	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "every job acked")
+}
