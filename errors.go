@@ -16,7 +16,8 @@ var (
 	// ErrInvalidTopic is returned for an empty topic, one longer than 256
 	// bytes, or one containing '/'.
 	ErrInvalidTopic = errors.New("wheelq: invalid topic")
-	// ErrInvalidID is returned for an id longer than 512 bytes.
+	// ErrInvalidID is returned for an empty id (ID("")) or one longer
+	// than 512 bytes, by Schedule and by the calls that name a job by id.
 	ErrInvalidID = errors.New("wheelq: invalid job id")
 	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayload.
 	ErrPayloadTooLarge = errors.New("wheelq: payload too large")

@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,4 +49,25 @@ func TestPastDueTimesRunAtOnce(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"stored": true, "zero": true, "1900": true, "moved": true}, ran)
 	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "every job acked")
+}
+
+// TestEmptyIDIsInvalid: ID("") is an error, not a random id (which would
+// lose the idempotency the caller asked for); the calls that take an id
+// refuse an empty one (or one too long to exist) too.
+func TestEmptyIDIsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	id, err := b.q.Schedule(b.ctx, "t", nil, ID(""))
+	require.ErrorIs(t, err, ErrInvalidID)
+	require.Empty(t, id)
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending, "nothing stored")
+	for _, bad := range []string{"", strings.Repeat("x", 513)} {
+		require.ErrorIs(t, b.q.Cancel(b.ctx, "t", bad), ErrInvalidID)
+		require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", bad, time.Now()), ErrInvalidID)
+		require.ErrorIs(t, b.q.Requeue(b.ctx, "t", bad, time.Now()), ErrInvalidID)
+		_, err = b.q.Lookup(b.ctx, "t", bad)
+		require.ErrorIs(t, err, ErrInvalidID)
+	}
 }

@@ -64,6 +64,9 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	if err := validTopic(topic); err != nil {
 		return JobInfo{}, err
 	}
+	if err := validID(id); err != nil {
+		return JobInfo{}, err
+	}
 	r, st, err := q.store.Get(ctx, persist.JobKey(topic, id))
 	if errors.Is(err, persist.ErrNotFound) {
 		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, persist.JobKey(topic, id))
@@ -122,6 +125,9 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 // attempts reset. A job that is not dead gives ErrNotFound.
 func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
 	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if err := validID(id); err != nil {
 		return err
 	}
 	key := persist.JobKey(topic, id)

@@ -166,6 +166,7 @@ type scheduleOpts struct {
 	after       time.Duration
 	hasAt       bool
 	id          string
+	hasID       bool
 	maxAttempts int
 	dup         DuplicatePolicy
 }
@@ -182,7 +183,7 @@ type (
 
 func (o atOpt) apply(s *scheduleOpts)          { s.at, s.hasAt = time.Time(o), true }
 func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAt = time.Duration(o), false }
-func (o idOpt) apply(s *scheduleOpts)          { s.id = string(o) }
+func (o idOpt) apply(s *scheduleOpts)          { s.id, s.hasID = string(o), true }
 func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts = int(o) }
 func (o dupOpt) apply(s *scheduleOpts)         { s.dup = DuplicatePolicy(o) }
 
@@ -204,10 +205,12 @@ func At(t time.Time) Option { return atOpt(t) }
 func After(d time.Duration) Option { return afterOpt(d) }
 
 // ID gives the job an id of the caller's choosing, so that scheduling is
-// idempotent and the job can be cancelled or rescheduled by that id. By
-// default a random id is made: 12 URL-safe characters with 66 random bits
-// (the last character is chosen so that consecutive new jobs share a
-// partition, which lets a batch of them be written with few commands).
+// idempotent and the job can be cancelled or rescheduled by that id. The
+// id has 1 to 512 bytes: ID("") is an ErrInvalidID, not a request for a
+// random id. Without ID a random id is made: 12 URL-safe characters with
+// 66 random bits (the last character is chosen so that consecutive new
+// jobs share a partition, which lets a batch of them be written with few
+// commands).
 func ID(id string) Option { return idOpt(id) }
 
 // MaxAttempts overrides Config.MaxAttempts for this job.
@@ -215,6 +218,14 @@ func MaxAttempts(n int) Option { return maxAttemptsOpt(n) }
 
 // OnDuplicate sets what happens when the job's id exists.
 func OnDuplicate(p DuplicatePolicy) Option { return dupOpt(p) }
+
+// validID checks a job id given by the caller.
+func validID(id string) error {
+	if id == "" || len(id) > 512 {
+		return fmt.Errorf("%w: %d bytes, want 1 to 512", ErrInvalidID, len(id))
+	}
+	return nil
+}
 
 // validTopic checks a topic.
 func validTopic(topic string) error {

@@ -301,15 +301,15 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrPayloadTooLarge, len(payload), q.cfg.MaxPayload)
 	}
 	id, key := o.id, ""
-	if id == "" {
+	if !o.hasID {
 		// New ids of consecutive calls share a partition, in runs about
 		// as long as a batch: a batch then writes a few partitions with
 		// one HSET and one ZADD each, instead of most of them.
 		part := int(q.idRun.Add(1)/idRunLength) % q.cfg.Partitions
 		key = persist.RandomKey(topic, part, q.cfg.Partitions, rand.Uint64) // the id is its tail: one allocation for both
 		id = key[len(topic)+len(persist.KeySep):]
-	} else if len(id) > 512 {
-		return "", fmt.Errorf("%w: %d bytes, at most 512", ErrInvalidID, len(id))
+	} else if err := validID(id); err != nil {
+		return "", err
 	}
 	maxAttempts := o.maxAttempts
 	if maxAttempts <= 0 {
@@ -330,7 +330,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	dueUs := ceilMicro(due)
 	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
 	// the wait. A random id is new (66 random bits): it takes the plain write.
-	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || o.id == "", Fresh: o.id == ""})
+	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || !o.hasID, Fresh: !o.hasID})
 	if errors.Is(err, persist.ErrClosed) {
 		return "", ErrClosed
 	}
@@ -405,6 +405,9 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if err := validTopic(topic); err != nil {
 		return err
 	}
+	if err := validID(id); err != nil {
+		return err
+	}
 	key := persist.JobKey(topic, id)
 	// Concurrent cancels share a round trip, as Schedule calls do. After
 	// Shutdown (the batcher closed) a cancel still goes to Redis, alone.
@@ -446,6 +449,9 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 // either way; a claim finds where it really is).
 func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
 	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if err := validID(id); err != nil {
 		return err
 	}
 	if d := due.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
