@@ -71,3 +71,21 @@ func TestEmptyIDIsInvalid(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidID)
 	}
 }
+
+// TestMaxAttemptsOutOfRange: MaxAttempts below 1 is an error, not the
+// default; so is one too large to store (more than 2^31-1), in an option
+// or in Config. Nothing is stored.
+func TestMaxAttemptsOutOfRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for _, n := range []int{0, -1, 1 << 31} {
+		_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(n))
+		require.ErrorIs(t, err, ErrInvalidOption, "MaxAttempts(%d)", n)
+	}
+	_, err := b.q.Lookup(b.ctx, "t", "x")
+	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+	_, err = New(b.rdb, Config{MaxAttempts: 1 << 31})
+	require.Error(t, err)
+	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(1<<31-1))
+	require.NoError(t, err, "the largest that can be stored")
+}

@@ -22,7 +22,7 @@ type Config struct {
 	// Concurrency is the number of handlers that run at once. Default 64.
 	Concurrency int
 	// MaxAttempts is the default number of runs of a job before it is
-	// dead-lettered. Default 10.
+	// dead-lettered, at most 2^31-1. Default 10.
 	MaxAttempts int
 	// Backoff returns the delay before the run after a failed run number
 	// attempt (from 1). Default: 1s doubling per attempt up to 1h, each
@@ -107,8 +107,8 @@ func (c *Config) fill() error {
 	switch {
 	case c.Concurrency < 1:
 		return fmt.Errorf("wheelq: concurrency %d < 1", c.Concurrency)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("wheelq: max attempts %d < 1", c.MaxAttempts)
+	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:
+		return fmt.Errorf("wheelq: max attempts %d outside [1, 2^31-1]", c.MaxAttempts)
 	case c.MaxPayload < 1:
 		return fmt.Errorf("wheelq: max payload %d < 1", c.MaxPayload)
 	case c.MaxBatch < 1:
@@ -168,6 +168,7 @@ type scheduleOpts struct {
 	id          string
 	hasID       bool
 	maxAttempts int
+	hasMax      bool
 	dup         DuplicatePolicy
 }
 
@@ -184,7 +185,7 @@ type (
 func (o atOpt) apply(s *scheduleOpts)          { s.at, s.hasAt = time.Time(o), true }
 func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAt = time.Duration(o), false }
 func (o idOpt) apply(s *scheduleOpts)          { s.id, s.hasID = string(o), true }
-func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts = int(o) }
+func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts, s.hasMax = int(o), true }
 func (o dupOpt) apply(s *scheduleOpts)         { s.dup = DuplicatePolicy(o) }
 
 func (o atOpt) String() string          { return fmt.Sprintf("At(%v)", time.Time(o)) }
@@ -213,8 +214,12 @@ func After(d time.Duration) Option { return afterOpt(d) }
 // commands).
 func ID(id string) Option { return idOpt(id) }
 
-// MaxAttempts overrides Config.MaxAttempts for this job.
+// MaxAttempts overrides Config.MaxAttempts for this job: n runs, from 1
+// to 2^31-1; any other n is an ErrInvalidOption.
 func MaxAttempts(n int) Option { return maxAttemptsOpt(n) }
+
+// maxAttemptsLimit is the most attempts a record can store.
+const maxAttemptsLimit = 1<<31 - 1
 
 // OnDuplicate sets what happens when the job's id exists.
 func OnDuplicate(p DuplicatePolicy) Option { return dupOpt(p) }

@@ -311,9 +311,12 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	} else if err := validID(id); err != nil {
 		return "", err
 	}
-	maxAttempts := o.maxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = q.cfg.MaxAttempts
+	maxAttempts := q.cfg.MaxAttempts
+	if o.hasMax {
+		if o.maxAttempts < 1 || o.maxAttempts > maxAttemptsLimit {
+			return "", fmt.Errorf("%w: MaxAttempts(%d), want 1 to 2^31-1", ErrInvalidOption, o.maxAttempts)
+		}
+		maxAttempts = o.maxAttempts
 	}
 	if q.closing() {
 		return "", ErrClosed
