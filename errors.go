@@ -23,8 +23,9 @@ var (
 	ErrPayloadTooLarge = errors.New("wheelq: payload too large")
 	// ErrTooFar is returned for a due time more than Config.MaxDelay away.
 	ErrTooFar = errors.New("wheelq: due time beyond the maximum delay")
-	// ErrInvalidOption is returned for an option out of its range:
-	// MaxAttempts below 1 or above 2^31-1.
+	// ErrInvalidOption is returned for an option out of its range or in
+	// conflict with another: MaxAttempts below 1 or above 2^31-1, At
+	// together with After.
 	ErrInvalidOption = errors.New("wheelq: invalid option")
 )
 

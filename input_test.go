@@ -89,3 +89,19 @@ func TestMaxAttemptsOutOfRange(t *testing.T) {
 	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(1<<31-1))
 	require.NoError(t, err, "the largest that can be stored")
 }
+
+// TestAtWithAfterIsInvalid: At and After together (in either order) are
+// an error, not the last one silently; nothing is stored.
+func TestAtWithAfterIsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for _, opts := range [][]Option{
+		{At(time.Now().Add(time.Hour)), After(time.Minute)},
+		{After(time.Minute), At(time.Now().Add(time.Hour))},
+	} {
+		_, err := b.q.Schedule(b.ctx, "t", nil, append(opts, ID("x"))...)
+		require.ErrorIs(t, err, ErrInvalidOption, "%v", opts)
+	}
+	_, err := b.q.Lookup(b.ctx, "t", "x")
+	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+}

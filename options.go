@@ -155,7 +155,9 @@ const (
 )
 
 // Option configures one Schedule call. The set is sealed: only this
-// package's functions make options.
+// package's functions make options. Of two options of one kind (two
+// MaxAttempts, say) the later wins; At and After are two ways to give the
+// due time, and together they are an error.
 type Option interface {
 	apply(*scheduleOpts)
 	String() string
@@ -165,6 +167,7 @@ type scheduleOpts struct {
 	at          time.Time
 	after       time.Duration
 	hasAt       bool
+	hasAfter    bool
 	id          string
 	hasID       bool
 	maxAttempts int
@@ -183,7 +186,7 @@ type (
 )
 
 func (o atOpt) apply(s *scheduleOpts)          { s.at, s.hasAt = time.Time(o), true }
-func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAt = time.Duration(o), false }
+func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAfter = time.Duration(o), true }
 func (o idOpt) apply(s *scheduleOpts)          { s.id, s.hasID = string(o), true }
 func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts, s.hasMax = int(o), true }
 func (o dupOpt) apply(s *scheduleOpts)         { s.dup = DuplicatePolicy(o) }
@@ -199,10 +202,12 @@ func (o dupOpt) String() string {
 	return "OnDuplicate(Reject)"
 }
 
-// At schedules the job at t. A time in the past runs the job at once.
+// At schedules the job at t. A time in the past runs the job at once. At
+// together with After is an ErrInvalidOption.
 func At(t time.Time) Option { return atOpt(t) }
 
-// After schedules the job d from now (the default is now).
+// After schedules the job d from now (the default is now). After together
+// with At is an ErrInvalidOption.
 func After(d time.Duration) Option { return afterOpt(d) }
 
 // ID gives the job an id of the caller's choosing, so that scheduling is

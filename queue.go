@@ -289,6 +289,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
+	if o.hasAt && o.hasAfter {
+		return "", fmt.Errorf("%w: At and After together", ErrInvalidOption)
+	}
 	now := q.clock.Now()
 	due := now.Add(o.after)
 	if o.hasAt {
