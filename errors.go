@@ -25,7 +25,7 @@ var (
 	ErrTooFar = errors.New("wheelq: due time beyond the maximum delay")
 	// ErrInvalidOption is returned for an option out of its range or in
 	// conflict with another: MaxAttempts below 1 or above 2^31-1, At
-	// together with After.
+	// together with After, a nil Option, an unknown DuplicatePolicy.
 	ErrInvalidOption = errors.New("wheelq: invalid option")
 )
 

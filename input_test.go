@@ -105,3 +105,19 @@ func TestAtWithAfterIsInvalid(t *testing.T) {
 	_, err := b.q.Lookup(b.ctx, "t", "x")
 	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
 }
+
+// TestNilOptionAndUnknownPolicy: a nil Option is an error, not a panic;
+// an OnDuplicate policy that is neither Reject nor Replace is an error,
+// not Reject silently.
+func TestNilOptionAndUnknownPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	var err error
+	require.NotPanics(t, func() { _, err = b.q.Schedule(b.ctx, "t", nil, nil) })
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), OnDuplicate(DuplicatePolicy(7)))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending, "nothing stored")
+}

@@ -196,10 +196,13 @@ func (o afterOpt) String() string       { return fmt.Sprintf("After(%v)", time.D
 func (o idOpt) String() string          { return fmt.Sprintf("ID(%q)", string(o)) }
 func (o maxAttemptsOpt) String() string { return fmt.Sprintf("MaxAttempts(%d)", int(o)) }
 func (o dupOpt) String() string {
-	if DuplicatePolicy(o) == Replace {
+	switch DuplicatePolicy(o) {
+	case Reject:
+		return "OnDuplicate(Reject)"
+	case Replace:
 		return "OnDuplicate(Replace)"
 	}
-	return "OnDuplicate(Reject)"
+	return fmt.Sprintf("OnDuplicate(%d)", int(o))
 }
 
 // At schedules the job at t. A time in the past runs the job at once. At
@@ -226,7 +229,8 @@ func MaxAttempts(n int) Option { return maxAttemptsOpt(n) }
 // maxAttemptsLimit is the most attempts a record can store.
 const maxAttemptsLimit = 1<<31 - 1
 
-// OnDuplicate sets what happens when the job's id exists.
+// OnDuplicate sets what happens when the job's id exists. A policy other
+// than Reject and Replace is an ErrInvalidOption.
 func OnDuplicate(p DuplicatePolicy) Option { return dupOpt(p) }
 
 // validID checks a job id given by the caller.

@@ -287,10 +287,16 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	}
 	var o scheduleOpts
 	for _, opt := range opts {
+		if opt == nil {
+			return "", fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
 		opt.apply(&o)
 	}
-	if o.hasAt && o.hasAfter {
+	switch {
+	case o.hasAt && o.hasAfter:
 		return "", fmt.Errorf("%w: At and After together", ErrInvalidOption)
+	case o.dup != Reject && o.dup != Replace:
+		return "", fmt.Errorf("%w: OnDuplicate(%d)", ErrInvalidOption, int(o.dup))
 	}
 	now := q.clock.Now()
 	due := now.Add(o.after)
