@@ -21,11 +21,13 @@ var (
 	ErrInvalidID = errors.New("wheelq: invalid job id")
 	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayload.
 	ErrPayloadTooLarge = errors.New("wheelq: payload too large")
-	// ErrTooFar is returned for a due time more than Config.MaxDelay away.
+	// ErrTooFar is returned for a due time more than Config.MaxDelay away
+	// (by Schedule, Reschedule and Requeue).
 	ErrTooFar = errors.New("wheelq: due time beyond the maximum delay")
 	// ErrInvalidOption is returned for an option out of its range or in
 	// conflict with another: MaxAttempts below 1 or above 2^31-1, At
-	// together with After, a nil Option, an unknown DuplicatePolicy.
+	// together with After, a nil Option, an unknown DuplicatePolicy; and
+	// by DeadJobs for a negative limit.
 	ErrInvalidOption = errors.New("wheelq: invalid option")
 )
 

@@ -121,3 +121,27 @@ func TestNilOptionAndUnknownPolicy(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.Pending, "nothing stored")
 }
+
+// TestInspectBadArguments: DeadJobs with a negative limit is an error,
+// not a panic (a limit of 0 lists nothing); Requeue beyond MaxDelay is an
+// ErrTooFar, as Schedule and Reschedule are, and leaves the job dead.
+func TestInspectBadArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MaxDelay: time.Hour})
+	var err error
+	require.NotPanics(t, func() { _, err = b.q.DeadJobs(b.ctx, -1) })
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Schedule(b.ctx, "nohandler", nil, ID("d"), MaxAttempts(1))
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		info, err := b.q.Lookup(b.ctx, "nohandler", "d")
+		return err == nil && info.State == StateDead
+	}, "dead-lettered")
+	dead, err := b.q.DeadJobs(b.ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, dead)
+	require.ErrorIs(t, b.q.Requeue(b.ctx, "nohandler", "d", time.Now().Add(2*time.Hour)), ErrTooFar)
+	info, err := b.q.Lookup(b.ctx, "nohandler", "d")
+	require.NoError(t, err)
+	require.Equal(t, StateDead, info.State, "still dead")
+}

@@ -79,8 +79,11 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 
 // DeadJobs returns up to limit dead-lettered jobs, oldest death first. A
 // dead job whose record cannot be decoded is listed with its error as
-// LastError.
+// LastError. A negative limit is an ErrInvalidOption.
 func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("%w: DeadJobs limit %d < 0", ErrInvalidOption, limit)
+	}
 	var out []JobInfo
 	for p := range q.store.Partitions() {
 		var cur persist.Cursor
@@ -122,13 +125,17 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 }
 
 // Requeue moves a dead-lettered job back to pending, due at at, with its
-// attempts reset. A job that is not dead gives ErrNotFound.
+// attempts reset. A job that is not dead gives ErrNotFound; at more than
+// Config.MaxDelay away gives ErrTooFar.
 func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
 	if err := validTopic(topic); err != nil {
 		return err
 	}
 	if err := validID(id); err != nil {
 		return err
+	}
+	if d := at.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
+		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
 	}
 	key := persist.JobKey(topic, id)
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
