@@ -47,7 +47,9 @@ var (
 // Errors of the queue's life cycle.
 var (
 	// ErrClosed is returned by calls on a queue that is shutting down or
-	// has shut down.
+	// has shut down: Start, Schedule, Cancel, Reschedule, Requeue,
+	// Lookup, DeadJobs and Stats (which returns its in-process figures
+	// with it). Such a call changes nothing in Redis.
 	ErrClosed = errors.New("wheelq: queue closed")
 	// ErrNoHandler is the failure recorded for a job whose topic has no
 	// handler in the process that fired it. The job is retried like any

@@ -145,3 +145,32 @@ func TestInspectBadArguments(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StateDead, info.State, "still dead")
 }
+
+// TestCallsAfterShutdownAreErrClosed: after Shutdown every call but Handle
+// and Shutdown returns ErrClosed, as ErrClosed's doc says, and changes
+// nothing in Redis; Stats still gives the process's own figures.
+func TestCallsAfterShutdownAreErrClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), After(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, b.q.Shutdown(b.ctx))
+	_, err = b.q.Schedule(b.ctx, "t", nil, ID("y"))
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, b.q.Cancel(b.ctx, "t", "x"), ErrClosed)
+	require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", "x", time.Now()), ErrClosed)
+	require.ErrorIs(t, b.q.Requeue(b.ctx, "t", "x", time.Now()), ErrClosed)
+	_, err = b.q.Lookup(b.ctx, "t", "x")
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = b.q.DeadJobs(b.ctx, 10)
+	require.ErrorIs(t, err, ErrClosed)
+	st, err := b.q.Stats(b.ctx)
+	require.ErrorIs(t, err, ErrClosed)
+	require.Equal(t, uint64(1), st.Scheduled, "the process's own figures")
+
+	other := b.newQueue(t, Config{})
+	info, err := other.Lookup(b.ctx, "t", "x")
+	require.NoError(t, err)
+	require.Equal(t, StatePending, info.State, "not cancelled")
+	require.Greater(t, time.Until(info.Due), 30*time.Minute, "not rescheduled")
+}

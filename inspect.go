@@ -67,6 +67,9 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	if err := validID(id); err != nil {
 		return JobInfo{}, err
 	}
+	if q.closing() {
+		return JobInfo{}, ErrClosed
+	}
 	r, st, err := q.store.Get(ctx, persist.JobKey(topic, id))
 	if errors.Is(err, persist.ErrNotFound) {
 		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, persist.JobKey(topic, id))
@@ -83,6 +86,9 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("%w: DeadJobs limit %d < 0", ErrInvalidOption, limit)
+	}
+	if q.closing() {
+		return nil, ErrClosed
 	}
 	var out []JobInfo
 	for p := range q.store.Partitions() {
@@ -136,6 +142,9 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	}
 	if d := at.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
 		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+	}
+	if q.closing() {
+		return ErrClosed
 	}
 	key := persist.JobKey(topic, id)
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)

@@ -412,7 +412,8 @@ func (s *sink) Release(int) {}
 // it, so it will not be retried, and returns ErrRunning: that run goes on.
 // A job that does not exist gives ErrNotFound. Concurrent cancels share
 // Redis round trips; if ctx ends first, Cancel returns its error and the
-// cancel may still be carried out.
+// cancel may still be carried out. Once Shutdown has begun, Cancel returns
+// ErrClosed and changes nothing.
 func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if err := validTopic(topic); err != nil {
 		return err
@@ -420,14 +421,14 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
+	if q.closing() {
+		return ErrClosed
+	}
 	key := persist.JobKey(topic, id)
-	// Concurrent cancels share a round trip, as Schedule calls do. After
-	// Shutdown (the batcher closed) a cancel still goes to Redis, alone.
+	// Concurrent cancels share a round trip, as Schedule calls do.
 	ch, err := q.cancels.Do(ctx, key)
 	if errors.Is(err, persist.ErrClosed) {
-		wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		ch, err = q.store.Cancel(wctx, key)
-		cancel()
+		return ErrClosed
 	}
 	if err != nil {
 		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
@@ -458,13 +459,17 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 // on (it will run again at the new time). Concurrent reschedules share
 // Redis round trips; if ctx ends first, Reschedule returns its error and
 // the move may still be carried out (the job is armed at the new time
-// either way; a claim finds where it really is).
+// either way; a claim finds where it really is). Once Shutdown has begun,
+// Reschedule returns ErrClosed and changes nothing.
 func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
 	if err := validTopic(topic); err != nil {
 		return err
 	}
 	if err := validID(id); err != nil {
 		return err
+	}
+	if q.closing() {
+		return ErrClosed
 	}
 	if d := due.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
 		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
@@ -476,9 +481,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	// Concurrent reschedules share a round trip, as cancels do.
 	ch, err := q.moves.Do(ctx, persist.Move{Key: key, Due: dueUs, Rev: rev})
 	if errors.Is(err, persist.ErrClosed) {
-		wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		ch, err = q.store.Reschedule(wctx, q.recov.Tokens()[p], key, dueUs, rev)
-		cancel()
+		return ErrClosed
 	}
 	if err != nil {
 		// It may have moved: be armed at the new time too; the claim
@@ -1080,8 +1083,9 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	return nil
 }
 
-// Shutdown stops the queue gracefully: Schedule fails with ErrClosed, the
-// poller and the wheel stop, no new run starts, running handlers are
+// Shutdown stops the queue gracefully: Schedule and the other calls fail
+// with ErrClosed (see ErrClosed), the poller and the wheel stop, no new
+// run starts, running handlers are
 // waited for until ctx ends (then their contexts are cancelled), their
 // outcomes are flushed to Redis, and the partition leases are released so
 // that another process takes over at once. Jobs not run stay pending in

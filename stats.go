@@ -57,7 +57,8 @@ type Lateness struct {
 }
 
 // Stats returns a snapshot. It reads the pending and dead counts from
-// Redis; on a Redis error it returns the in-process figures and the error.
+// Redis; on a Redis error it returns the in-process figures and the error,
+// and once Shutdown has begun the in-process figures and ErrClosed.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	s := Stats{
 		Scheduled:        q.stats.scheduled.Load(),
@@ -75,6 +76,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Armed:            q.recov.Armed(),
 		Swept:            q.recov.Swept(),
 		Lateness:         q.late.summary(),
+	}
+	if q.closing() {
+		return s, ErrClosed
 	}
 	var err error
 	s.Pending, s.Dead, err = q.store.Counts(ctx)
