@@ -61,6 +61,9 @@ var (
 	// ErrFenced is returned when this process has lost a partition's lease
 	// to another owner; it no longer runs or settles that partition's jobs.
 	ErrFenced = persist.ErrFenced
+	// ErrUnsupportedClient is returned by New for a Redis client that
+	// may send a script's keys to different servers (a *redis.Ring).
+	ErrUnsupportedClient = persist.ErrUnsupportedClient
 )
 
 // RetryError is returned by a handler (through RetryAfter) to ask for the

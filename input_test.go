@@ -174,3 +174,17 @@ func TestCallsAfterShutdownAreErrClosed(t *testing.T) {
 	require.Equal(t, StatePending, info.State, "not cancelled")
 	require.Greater(t, time.Until(info.Due), 30*time.Minute, "not rescheduled")
 }
+
+// TestRingClientRefused: a *redis.Ring shards keys over servers, so the
+// scripts that touch several partitions would reach one shard only; New
+// refuses it with ErrUnsupportedClient instead of a queue that is fenced
+// forever.
+func TestRingClientRefused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
+	t.Cleanup(func() { _ = ring.Close() })
+	q, err := New(ring, Config{})
+	require.ErrorIs(t, err, ErrUnsupportedClient)
+	require.Nil(t, q)
+}

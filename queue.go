@@ -133,9 +133,14 @@ type task struct {
 	verified bool // claimed in Redis (false: run from the cache while Redis was down)
 }
 
-// New returns a queue on the Redis client rdb, which may be a standalone,
-// Sentinel (failover) or Cluster client. The queue never closes rdb. New
-// does no I/O; Start checks the namespace.
+// New returns a queue on the Redis client rdb: a *redis.Client
+// (redis.NewClient for a standalone server, redis.NewFailoverClient for
+// Sentinel) or a *redis.ClusterClient (redis.NewClusterClient, and
+// redis.NewUniversalClient, which makes one of these). A *redis.Ring is
+// refused with ErrUnsupportedClient: it shards keys by name over servers
+// that know nothing of each other, and the calls that touch several
+// partitions would go to one of them. The queue never closes rdb. New does
+// no I/O; Start checks the namespace.
 func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if rdb == nil {
 		return nil, errors.New("wheelq: nil redis client")

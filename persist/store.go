@@ -68,10 +68,16 @@ type Store struct {
 	callsPool sync.Pool
 }
 
-// New returns a store on rdb. It does no I/O.
+// New returns a store on rdb: a *redis.Client (standalone or Sentinel) or
+// a *redis.ClusterClient. A *redis.Ring is refused with
+// ErrUnsupportedClient: it shards keys by name, and a call that touches
+// several partitions would reach one shard only. New does no I/O.
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("persist: nil redis client")
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		return nil, fmt.Errorf("%w: *redis.Ring shards keys over servers; use a *redis.Client or a *redis.ClusterClient", ErrUnsupportedClient)
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
