@@ -61,6 +61,10 @@ var (
 	// ErrFenced is returned when this process has lost a partition's lease
 	// to another owner; it no longer runs or settles that partition's jobs.
 	ErrFenced = persist.ErrFenced
+	// ErrLayout is returned when the namespace in Redis has another
+	// number of partitions than Config.Partitions: by Start, and by a
+	// queue's first call that reads or writes jobs.
+	ErrLayout = persist.ErrLayout
 	// ErrUnsupportedClient is returned by New for a Redis client that
 	// may send a script's keys to different servers (a *redis.Ring).
 	ErrUnsupportedClient = persist.ErrUnsupportedClient

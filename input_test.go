@@ -2,7 +2,10 @@ package wheelq
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +190,83 @@ func TestRingClientRefused(t *testing.T) {
 	q, err := New(ring, Config{})
 	require.ErrorIs(t, err, ErrUnsupportedClient)
 	require.Nil(t, q)
+}
+
+// TestLayoutMismatchRefusedToProducers: the namespace's layout in Redis
+// holds for every process. A producer (never started) configured with
+// another number of partitions than the namespace's gets ErrLayout from
+// its first call instead of writing where no worker looks; so does a
+// process whose Start failed on the mismatch. Nothing is written.
+func TestLayoutMismatchRefusedToProducers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	worker := b.newQueue(t, Config{Partitions: 8})
+	require.NoError(t, worker.Start(b.ctx))
+	producer := b.newQueue(t, Config{Partitions: 16})
+	failed := b.newQueue(t, Config{Partitions: 16})
+	require.ErrorIs(t, failed.Start(b.ctx), ErrLayout)
+	for _, q := range []*Queue{producer, failed} {
+		for i := range 16 { // some fall in partitions 8-15, which no worker reads
+			_, err := q.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+			require.ErrorIs(t, err, ErrLayout)
+		}
+		require.ErrorIs(t, q.Cancel(b.ctx, "t", "0"), ErrLayout)
+		require.ErrorIs(t, q.Reschedule(b.ctx, "t", "0", time.Now()), ErrLayout)
+		require.ErrorIs(t, q.Requeue(b.ctx, "t", "0", time.Now()), ErrLayout)
+		_, err := q.Lookup(b.ctx, "t", "0")
+		require.ErrorIs(t, err, ErrLayout)
+		_, err = q.DeadJobs(b.ctx, 1)
+		require.ErrorIs(t, err, ErrLayout)
+	}
+	keys, err := b.rdb.Keys(b.ctx, "wq:*:jobs").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys, "nothing written")
+}
+
+// failFirst fails the first command of a name with an error, as if Redis
+// had been unreachable, and counts the commands of that name.
+type failFirst struct {
+	name string
+	n    atomic.Int64
+}
+
+func (h *failFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name && h.n.Add(1) == 1 {
+			err := errors.New("injected: connection reset")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLayoutCheckedOnce: a producer checks the layout on its first call,
+// not on every call; a check that failed on a Redis error fails that call
+// and is made again on the next one.
+func TestLayoutCheckedOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.NewClient()
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &failFirst{name: "hsetnx"} // Init's first command
+	rdb.AddHook(hook)
+	b := &bundle{srv: srv, rdb: rdb, ctx: context.Background()}
+	producer := b.newQueue(t, Config{})
+	_, err := producer.Schedule(b.ctx, "t", nil, ID("first"))
+	require.ErrorContains(t, err, "injected")
+	require.NotErrorIs(t, err, ErrLayout)
+	for i := range 10 {
+		_, err := producer.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, producer.Cancel(b.ctx, "t", "0"))
+	require.Equal(t, int64(2), hook.n.Load(), "checked until it succeeded, then never again")
+	_, err = producer.Lookup(b.ctx, "t", "first")
+	require.ErrorIs(t, err, ErrNotFound, "the failed call wrote nothing")
 }

@@ -70,6 +70,9 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	if q.closing() {
 		return JobInfo{}, ErrClosed
 	}
+	if err := q.checkLayout(ctx); err != nil {
+		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)
+	}
 	r, st, err := q.store.Get(ctx, persist.JobKey(topic, id))
 	if errors.Is(err, persist.ErrNotFound) {
 		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, persist.JobKey(topic, id))
@@ -89,6 +92,9 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 	}
 	if q.closing() {
 		return nil, ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
 	}
 	var out []JobInfo
 	for p := range q.store.Partitions() {
@@ -145,6 +151,9 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	}
 	if q.closing() {
 		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: requeue: %w", err)
 	}
 	key := persist.JobKey(topic, id)
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)

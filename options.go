@@ -17,7 +17,9 @@ type Config struct {
 	// "default". It may not contain '{', '}' or ':'.
 	Namespace string
 	// Partitions is the number of partitions of the namespace; every
-	// process of a namespace must use the same (Start checks). Default 16.
+	// process of a namespace must use the same: the first to use the
+	// namespace records its number in Redis, and Start, or a producer's
+	// first call, fails with ErrLayout on another. Default 16.
 	Partitions int
 	// Concurrency is the number of handlers that run at once. Default 64.
 	Concurrency int

@@ -119,6 +119,11 @@ type Queue struct {
 	running   atomic.Int64
 	stats     counters
 	late      latency
+
+	// layoutOK says the namespace's layout in Redis was found to be ours
+	// (see checkLayout); layoutMu lets one caller check at a time.
+	layoutOK atomic.Bool
+	layoutMu sync.Mutex
 }
 
 type firedJob struct {
@@ -140,7 +145,7 @@ type task struct {
 // refused with ErrUnsupportedClient: it shards keys by name over servers
 // that know nothing of each other, and the calls that touch several
 // partitions would go to one of them. The queue never closes rdb. New does
-// no I/O; Start checks the namespace.
+// no I/O; Start (or a producer's first call) checks the namespace.
 func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if rdb == nil {
 		return nil, errors.New("wheelq: nil redis client")
@@ -253,7 +258,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	case stateClosing, stateClosed:
 		return ErrClosed
 	}
-	if err := q.store.Init(ctx); err != nil {
+	if err := q.checkLayout(ctx); err != nil {
 		return fmt.Errorf("wheelq: start: %w", err)
 	}
 	q.sched.Start()
@@ -268,6 +273,31 @@ func (q *Queue) Start(ctx context.Context) error {
 	go q.starter()
 	q.recov.Start(ctx)
 	q.state = stateStarted
+	return nil
+}
+
+// checkLayout checks, until it succeeds once, that the namespace in Redis
+// has this queue's number of partitions (and records it if the namespace
+// is new), so that no process writes a job where no worker looks, nor
+// looks where none was written. Start and the first call that reads or
+// writes jobs by partition run it; a success is kept, so later calls cost
+// an atomic load. A failure (ErrLayout, or a Redis error) fails the call,
+// and the next call checks again.
+func (q *Queue) checkLayout(ctx context.Context) error {
+	if q.layoutOK.Load() {
+		return nil
+	}
+	q.layoutMu.Lock()
+	defer q.layoutMu.Unlock()
+	if q.layoutOK.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	if err := q.store.Init(ctx); err != nil {
+		return err
+	}
+	q.layoutOK.Store(true)
 	return nil
 }
 
@@ -334,6 +364,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	}
 	if q.closing() {
 		return "", ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return "", fmt.Errorf("wheelq: schedule: %w", err)
 	}
 	// The record keeps the caller's payload only until it is encoded; the
 	// cache gets a copy, and only when the job is armed.
@@ -429,6 +462,9 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if q.closing() {
 		return ErrClosed
 	}
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: cancel: %w", err)
+	}
 	key := persist.JobKey(topic, id)
 	// Concurrent cancels share a round trip, as Schedule calls do.
 	ch, err := q.cancels.Do(ctx, key)
@@ -473,11 +509,14 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	if err := validID(id); err != nil {
 		return err
 	}
+	if d := due.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
+		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+	}
 	if q.closing() {
 		return ErrClosed
 	}
-	if d := due.Sub(q.clock.Now()); d > q.cfg.MaxDelay {
-		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: reschedule: %w", err)
 	}
 	key := persist.JobKey(topic, id)
 	p := q.store.PartitionOf(key)

@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	if q.closing() {
 		return s, ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return s, fmt.Errorf("wheelq: stats: %w", err)
 	}
 	var err error
 	s.Pending, s.Dead, err = q.store.Counts(ctx)
