@@ -8,7 +8,7 @@
 //
 // # Basics
 //
-//	q, err := wheelq.New(rdb, wheelq.Config{})        // rdb: any redis.UniversalClient
+//	q, err := wheelq.New(rdb, wheelq.Config{})        // rdb: a *redis.Client or *redis.ClusterClient
 //	q.Handle("orders.cancel", wheelq.HandlerFunc(func(ctx context.Context, j *wheelq.Job) error {
 //		return cancelOrder(ctx, string(j.Payload))   // nil: done; error: retried
 //	}))

@@ -16,12 +16,19 @@ var (
 	// ErrInvalidTopic is returned for an empty topic, one longer than 256
 	// bytes, or one containing '/'.
 	ErrInvalidTopic = errors.New("wheelq: invalid topic")
-	// ErrInvalidID is returned for an id longer than 512 bytes.
+	// ErrInvalidID is returned for an empty id (ID("")) or one longer
+	// than 512 bytes, by Schedule and by the calls that name a job by id.
 	ErrInvalidID = errors.New("wheelq: invalid job id")
 	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayload.
 	ErrPayloadTooLarge = errors.New("wheelq: payload too large")
-	// ErrTooFar is returned for a due time more than Config.MaxDelay away.
+	// ErrTooFar is returned for a due time more than Config.MaxDelay away
+	// (by Schedule, Reschedule and Requeue).
 	ErrTooFar = errors.New("wheelq: due time beyond the maximum delay")
+	// ErrInvalidOption is returned for an option out of its range or in
+	// conflict with another: MaxAttempts below 1 or above 2^31-1, At
+	// together with After, a nil Option, an unknown DuplicatePolicy; and
+	// by DeadJobs for a negative limit.
+	ErrInvalidOption = errors.New("wheelq: invalid option")
 )
 
 // Errors of Cancel, Reschedule and Requeue.
@@ -40,7 +47,9 @@ var (
 // Errors of the queue's life cycle.
 var (
 	// ErrClosed is returned by calls on a queue that is shutting down or
-	// has shut down.
+	// has shut down: Start, Schedule, Cancel, Reschedule, Requeue,
+	// Lookup, DeadJobs and Stats (which returns its in-process figures
+	// with it). Such a call changes nothing in Redis.
 	ErrClosed = errors.New("wheelq: queue closed")
 	// ErrNoHandler is the failure recorded for a job whose topic has no
 	// handler in the process that fired it. The job is retried like any
@@ -52,6 +61,13 @@ var (
 	// ErrFenced is returned when this process has lost a partition's lease
 	// to another owner; it no longer runs or settles that partition's jobs.
 	ErrFenced = persist.ErrFenced
+	// ErrLayout is returned when the namespace in Redis has another
+	// number of partitions than Config.Partitions: by Start, and by a
+	// queue's first call that reads or writes jobs.
+	ErrLayout = persist.ErrLayout
+	// ErrUnsupportedClient is returned by New for a Redis client that
+	// may send a script's keys to different servers (a *redis.Ring).
+	ErrUnsupportedClient = persist.ErrUnsupportedClient
 )
 
 // RetryError is returned by a handler (through RetryAfter) to ask for the

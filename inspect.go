@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // JobState is where a job stands.
@@ -64,6 +65,15 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	if err := validTopic(topic); err != nil {
 		return JobInfo{}, err
 	}
+	if err := validID(id); err != nil {
+		return JobInfo{}, err
+	}
+	if q.closing() {
+		return JobInfo{}, ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)
+	}
 	r, st, err := q.store.Get(ctx, persist.JobKey(topic, id))
 	if errors.Is(err, persist.ErrNotFound) {
 		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, persist.JobKey(topic, id))
@@ -76,8 +86,17 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 
 // DeadJobs returns up to limit dead-lettered jobs, oldest death first. A
 // dead job whose record cannot be decoded is listed with its error as
-// LastError.
+// LastError. A negative limit is an ErrInvalidOption.
 func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("%w: DeadJobs limit %d < 0", ErrInvalidOption, limit)
+	}
+	if q.closing() {
+		return nil, ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
+	}
 	var out []JobInfo
 	for p := range q.store.Partitions() {
 		var cur persist.Cursor
@@ -119,10 +138,23 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 }
 
 // Requeue moves a dead-lettered job back to pending, due at at, with its
-// attempts reset. A job that is not dead gives ErrNotFound.
+// attempts reset. A job that is not dead gives ErrNotFound; at more than
+// Config.MaxDelay away gives ErrTooFar.
 func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
 	if err := validTopic(topic); err != nil {
 		return err
+	}
+	if err := validID(id); err != nil {
+		return err
+	}
+	if _, wall := wheel.Readings(q.clock); at.Sub(wall) > q.cfg.MaxDelay {
+		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, at.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: requeue: %w", err)
 	}
 	key := persist.JobKey(topic, id)
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)

@@ -17,12 +17,14 @@ type Config struct {
 	// "default". It may not contain '{', '}' or ':'.
 	Namespace string
 	// Partitions is the number of partitions of the namespace; every
-	// process of a namespace must use the same (Start checks). Default 16.
+	// process of a namespace must use the same: the first to use the
+	// namespace records its number in Redis, and Start, or a producer's
+	// first call, fails with ErrLayout on another. Default 16.
 	Partitions int
 	// Concurrency is the number of handlers that run at once. Default 64.
 	Concurrency int
 	// MaxAttempts is the default number of runs of a job before it is
-	// dead-lettered. Default 10.
+	// dead-lettered, at most 2^31-1. Default 10.
 	MaxAttempts int
 	// Backoff returns the delay before the run after a failed run number
 	// attempt (from 1). Default: 1s doubling per attempt up to 1h, each
@@ -119,8 +121,8 @@ func (c *Config) fill() error {
 	switch {
 	case c.Concurrency < 1:
 		return fmt.Errorf("wheelq: concurrency %d < 1", c.Concurrency)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("wheelq: max attempts %d < 1", c.MaxAttempts)
+	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:
+		return fmt.Errorf("wheelq: max attempts %d outside [1, 2^31-1]", c.MaxAttempts)
 	case c.MaxPayload < 1:
 		return fmt.Errorf("wheelq: max payload %d < 1", c.MaxPayload)
 	case c.MaxBatch < 1:
@@ -167,7 +169,9 @@ const (
 )
 
 // Option configures one Schedule call. The set is sealed: only this
-// package's functions make options.
+// package's functions make options. Of two options of one kind (two
+// MaxAttempts, say) the later wins; At and After are two ways to give the
+// due time, and together they are an error.
 type Option interface {
 	apply(*scheduleOpts)
 	String() string
@@ -177,8 +181,11 @@ type scheduleOpts struct {
 	at          time.Time
 	after       time.Duration
 	hasAt       bool
+	hasAfter    bool
 	id          string
+	hasID       bool
 	maxAttempts int
+	hasMax      bool
 	dup         DuplicatePolicy
 }
 
@@ -193,9 +200,9 @@ type (
 )
 
 func (o atOpt) apply(s *scheduleOpts)          { s.at, s.hasAt = time.Time(o), true }
-func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAt = time.Duration(o), false }
-func (o idOpt) apply(s *scheduleOpts)          { s.id = string(o) }
-func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts = int(o) }
+func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAfter = time.Duration(o), true }
+func (o idOpt) apply(s *scheduleOpts)          { s.id, s.hasID = string(o), true }
+func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts, s.hasMax = int(o), true }
 func (o dupOpt) apply(s *scheduleOpts)         { s.dup = DuplicatePolicy(o) }
 
 func (o atOpt) String() string          { return fmt.Sprintf("At(%v)", time.Time(o)) }
@@ -203,30 +210,50 @@ func (o afterOpt) String() string       { return fmt.Sprintf("After(%v)", time.D
 func (o idOpt) String() string          { return fmt.Sprintf("ID(%q)", string(o)) }
 func (o maxAttemptsOpt) String() string { return fmt.Sprintf("MaxAttempts(%d)", int(o)) }
 func (o dupOpt) String() string {
-	if DuplicatePolicy(o) == Replace {
+	switch DuplicatePolicy(o) {
+	case Reject:
+		return "OnDuplicate(Reject)"
+	case Replace:
 		return "OnDuplicate(Replace)"
 	}
-	return "OnDuplicate(Reject)"
+	return fmt.Sprintf("OnDuplicate(%d)", int(o))
 }
 
-// At schedules the job at t. A time in the past runs the job at once.
+// At schedules the job at t. A time in the past runs the job at once. At
+// together with After is an ErrInvalidOption.
 func At(t time.Time) Option { return atOpt(t) }
 
-// After schedules the job d from now (the default is now).
+// After schedules the job d from now (the default is now). After together
+// with At is an ErrInvalidOption.
 func After(d time.Duration) Option { return afterOpt(d) }
 
 // ID gives the job an id of the caller's choosing, so that scheduling is
-// idempotent and the job can be cancelled or rescheduled by that id. By
-// default a random id is made: 12 URL-safe characters with 66 random bits
-// (the last character is chosen so that consecutive new jobs share a
-// partition, which lets a batch of them be written with few commands).
+// idempotent and the job can be cancelled or rescheduled by that id. The
+// id has 1 to 512 bytes: ID("") is an ErrInvalidID, not a request for a
+// random id. Without ID a random id is made: 12 URL-safe characters with
+// 66 random bits (the last character is chosen so that consecutive new
+// jobs share a partition, which lets a batch of them be written with few
+// commands).
 func ID(id string) Option { return idOpt(id) }
 
-// MaxAttempts overrides Config.MaxAttempts for this job.
+// MaxAttempts overrides Config.MaxAttempts for this job: n runs, from 1
+// to 2^31-1; any other n is an ErrInvalidOption.
 func MaxAttempts(n int) Option { return maxAttemptsOpt(n) }
 
-// OnDuplicate sets what happens when the job's id exists.
+// maxAttemptsLimit is the most attempts a record can store.
+const maxAttemptsLimit = 1<<31 - 1
+
+// OnDuplicate sets what happens when the job's id exists. A policy other
+// than Reject and Replace is an ErrInvalidOption.
 func OnDuplicate(p DuplicatePolicy) Option { return dupOpt(p) }
+
+// validID checks a job id given by the caller.
+func validID(id string) error {
+	if id == "" || len(id) > 512 {
+		return fmt.Errorf("%w: %d bytes, want 1 to 512", ErrInvalidID, len(id))
+	}
+	return nil
+}
 
 // validTopic checks a topic.
 func validTopic(topic string) error {

@@ -124,6 +124,11 @@ type Queue struct {
 	running   atomic.Int64
 	stats     counters
 	late      latency
+
+	// layoutOK says the namespace's layout in Redis was found to be ours
+	// (see checkLayout); layoutMu lets one caller check at a time.
+	layoutOK atomic.Bool
+	layoutMu sync.Mutex
 }
 
 type firedJob struct {
@@ -140,9 +145,14 @@ type task struct {
 	verified bool      // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
 }
 
-// New returns a queue on the Redis client rdb, which may be a standalone,
-// Sentinel (failover) or Cluster client. The queue never closes rdb. New
-// does no I/O; Start checks the namespace.
+// New returns a queue on the Redis client rdb: a *redis.Client
+// (redis.NewClient for a standalone server, redis.NewFailoverClient for
+// Sentinel) or a *redis.ClusterClient (redis.NewClusterClient, and
+// redis.NewUniversalClient, which makes one of these). A *redis.Ring is
+// refused with ErrUnsupportedClient: it shards keys by name over servers
+// that know nothing of each other, and the calls that touch several
+// partitions would go to one of them. The queue never closes rdb. New does
+// no I/O; Start (or a producer's first call) checks the namespace.
 func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if rdb == nil {
 		return nil, errors.New("wheelq: nil redis client")
@@ -260,7 +270,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	case stateClosing, stateClosed:
 		return ErrClosed
 	}
-	if err := q.store.Init(ctx); err != nil {
+	if err := q.checkLayout(ctx); err != nil {
 		return fmt.Errorf("wheelq: start: %w", err)
 	}
 	q.sched.Start()
@@ -275,6 +285,31 @@ func (q *Queue) Start(ctx context.Context) error {
 	go q.starter()
 	q.recov.Start(ctx)
 	q.state = stateStarted
+	return nil
+}
+
+// checkLayout checks, until it succeeds once, that the namespace in Redis
+// has this queue's number of partitions (and records it if the namespace
+// is new), so that no process writes a job where no worker looks, nor
+// looks where none was written. Start and the first call that reads or
+// writes jobs by partition run it; a success is kept, so later calls cost
+// an atomic load. A failure (ErrLayout, or a Redis error) fails the call,
+// and the next call checks again.
+func (q *Queue) checkLayout(ctx context.Context) error {
+	if q.layoutOK.Load() {
+		return nil
+	}
+	q.layoutMu.Lock()
+	defer q.layoutMu.Unlock()
+	if q.layoutOK.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	if err := q.store.Init(ctx); err != nil {
+		return err
+	}
+	q.layoutOK.Store(true)
 	return nil
 }
 
@@ -299,7 +334,16 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	}
 	var o scheduleOpts
 	for _, opt := range opts {
+		if opt == nil {
+			return "", fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
 		opt.apply(&o)
+	}
+	switch {
+	case o.hasAt && o.hasAfter:
+		return "", fmt.Errorf("%w: At and After together", ErrInvalidOption)
+	case o.dup != Reject && o.dup != Replace:
+		return "", fmt.Errorf("%w: OnDuplicate(%d)", ErrInvalidOption, int(o.dup))
 	}
 	_, now := wheel.Readings(q.clock) // due times are wall-clock readings
 	due := now.Add(o.after)
@@ -313,22 +357,28 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrPayloadTooLarge, len(payload), q.cfg.MaxPayload)
 	}
 	id, key := o.id, ""
-	if id == "" {
+	if !o.hasID {
 		// New ids of consecutive calls share a partition, in runs about
 		// as long as a batch: a batch then writes a few partitions with
 		// one HSET and one ZADD each, instead of most of them.
 		part := int(q.idRun.Add(1)/idRunLength) % q.cfg.Partitions
 		key = persist.RandomKey(topic, part, q.cfg.Partitions, rand.Uint64) // the id is its tail: one allocation for both
 		id = key[len(topic)+len(persist.KeySep):]
-	} else if len(id) > 512 {
-		return "", fmt.Errorf("%w: %d bytes, at most 512", ErrInvalidID, len(id))
+	} else if err := validID(id); err != nil {
+		return "", err
 	}
-	maxAttempts := o.maxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = q.cfg.MaxAttempts
+	maxAttempts := q.cfg.MaxAttempts
+	if o.hasMax {
+		if o.maxAttempts < 1 || o.maxAttempts > maxAttemptsLimit {
+			return "", fmt.Errorf("%w: MaxAttempts(%d), want 1 to 2^31-1", ErrInvalidOption, o.maxAttempts)
+		}
+		maxAttempts = o.maxAttempts
 	}
 	if q.closing() {
 		return "", ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return "", fmt.Errorf("wheelq: schedule: %w", err)
 	}
 	// The record keeps the caller's payload only until it is encoded; the
 	// cache gets a copy, and only when the job is armed.
@@ -342,7 +392,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	dueUs := ceilMicro(due)
 	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
 	// the wait. A random id is new (66 random bits): it takes the plain write.
-	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || o.id == "", Fresh: o.id == ""})
+	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || !o.hasID, Fresh: !o.hasID})
 	if errors.Is(err, persist.ErrClosed) {
 		return "", ErrClosed
 	}
@@ -402,7 +452,9 @@ func (s *sink) Arm(es []persist.Entry) {
 	q := (*Queue)(s)
 	now, wall := wheel.Readings(q.clock)
 	for _, e := range es {
-		q.armAt(e.Key, e.Due, now, wall)
+		// A score before the epoch (stored by an older version) is
+		// past: armed at the epoch, it runs at once.
+		q.armAt(e.Key, max(e.Due, 0), now, wall)
 	}
 }
 
@@ -465,19 +517,26 @@ func (s *sink) Renewed() {
 // it, so it will not be retried, and returns ErrRunning: that run goes on.
 // A job that does not exist gives ErrNotFound. Concurrent cancels share
 // Redis round trips; if ctx ends first, Cancel returns its error and the
-// cancel may still be carried out.
+// cancel may still be carried out. Once Shutdown has begun, Cancel returns
+// ErrClosed and changes nothing.
 func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if err := validTopic(topic); err != nil {
 		return err
 	}
+	if err := validID(id); err != nil {
+		return err
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: cancel: %w", err)
+	}
 	key := persist.JobKey(topic, id)
-	// Concurrent cancels share a round trip, as Schedule calls do. After
-	// Shutdown (the batcher closed) a cancel still goes to Redis, alone.
+	// Concurrent cancels share a round trip, as Schedule calls do.
 	ch, err := q.cancels.Do(ctx, key)
 	if errors.Is(err, persist.ErrClosed) {
-		wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		ch, err = q.store.Cancel(wctx, key)
-		cancel()
+		return ErrClosed
 	}
 	if err != nil {
 		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
@@ -508,13 +567,23 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 // on (it will run again at the new time). Concurrent reschedules share
 // Redis round trips; if ctx ends first, Reschedule returns its error and
 // the move may still be carried out (the job is armed at the new time
-// either way; a claim finds where it really is).
+// either way; a claim finds where it really is). Once Shutdown has begun,
+// Reschedule returns ErrClosed and changes nothing.
 func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
 	if err := validTopic(topic); err != nil {
 		return err
 	}
+	if err := validID(id); err != nil {
+		return err
+	}
 	if _, wall := wheel.Readings(q.clock); due.Sub(wall) > q.cfg.MaxDelay {
 		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, due.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: reschedule: %w", err)
 	}
 	key := persist.JobKey(topic, id)
 	p := q.store.PartitionOf(key)
@@ -523,9 +592,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	// Concurrent reschedules share a round trip, as cancels do.
 	ch, err := q.moves.Do(ctx, persist.Move{Key: key, Due: dueUs, Rev: rev})
 	if errors.Is(err, persist.ErrClosed) {
-		wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		ch, err = q.store.Reschedule(wctx, q.recov.Tokens()[p], key, dueUs, rev)
-		cancel()
+		return ErrClosed
 	}
 	if err != nil {
 		// It may have moved: be armed at the new time too; the claim
@@ -1216,8 +1283,9 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	return nil
 }
 
-// Shutdown stops the queue gracefully: Schedule fails with ErrClosed, the
-// poller and the wheel stop, no new run starts, running handlers are
+// Shutdown stops the queue gracefully: Schedule and the other calls fail
+// with ErrClosed (see ErrClosed), the poller and the wheel stop, no new
+// run starts, running handlers are
 // waited for until ctx ends (then their contexts are cancelled), their
 // outcomes are flushed to Redis, and the partition leases are released so
 // that another process takes over at once. Jobs not run stay pending in
@@ -1301,13 +1369,16 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 }
 
 // ceilMicro returns t in unix microseconds, rounded up, so that a stored
-// due time is never before the requested one.
+// due time is never before the requested one. A time before the Unix
+// epoch (the zero time.Time, say) gives 0: it is past, and runs at once
+// all the same, while the wheel's time of every stored due time stays
+// within a time.Duration of the clock.
 func ceilMicro(t time.Time) int64 {
 	us := t.UnixMicro()
 	if t.Nanosecond()%1000 != 0 {
 		us++
 	}
-	return us
+	return max(us, 0)
 }
 
 func truncate(s string, n int) string {

@@ -583,8 +583,11 @@ func TestShutdownWaitsForRunningHandlers(t *testing.T) {
 	require.NoError(t, b.q.Shutdown(b.ctx), "idempotent")
 	// The finished run was acked during shutdown; the later job waits.
 	_, err = b.q.Lookup(b.ctx, "s", "run")
+	require.ErrorIs(t, err, ErrClosed)
+	other := b.newQueue(t, Config{}) // looks, never started
+	_, err = other.Lookup(b.ctx, "s", "run")
 	require.ErrorIs(t, err, ErrNotFound)
-	info, err := b.q.Lookup(b.ctx, "s", "later")
+	info, err := other.Lookup(b.ctx, "s", "later")
 	require.NoError(t, err)
 	require.Equal(t, StatePending, info.State)
 	leases, err := b.rdb.Keys(b.ctx, "wq:*:lease").Result()
@@ -607,7 +610,7 @@ func TestShutdownDeadlineCancelsHandlers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, b.q.Shutdown(ctx), context.DeadlineExceeded)
-	info, err := b.q.Lookup(b.ctx, "stuck", "x")
+	info, err := b.newQueue(t, Config{}).Lookup(b.ctx, "stuck", "x")
 	require.NoError(t, err, "an interrupted job stays in Redis")
 	require.Equal(t, StatePending, info.State)
 }

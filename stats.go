@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,8 @@ type Lateness struct {
 }
 
 // Stats returns a snapshot. It reads the pending and dead counts from
-// Redis; on a Redis error it returns the in-process figures and the error.
+// Redis; on a Redis error it returns the in-process figures and the error,
+// and once Shutdown has begun the in-process figures and ErrClosed.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	s := Stats{
 		Scheduled:        q.stats.scheduled.Load(),
@@ -80,6 +82,12 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Armed:            q.recov.Armed(),
 		Swept:            q.recov.Swept(),
 		Lateness:         q.late.summary(),
+	}
+	if q.closing() {
+		return s, ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return s, fmt.Errorf("wheelq: stats: %w", err)
 	}
 	var err error
 	s.Pending, s.Dead, err = q.store.Counts(ctx)

@@ -19,6 +19,9 @@ var (
 	// ErrLayout is returned when the namespace was created with another
 	// number of partitions.
 	ErrLayout = errors.New("persist: namespace layout mismatch")
+	// ErrUnsupportedClient is returned by New for a client that may send
+	// keys of one call to different servers (a *redis.Ring).
+	ErrUnsupportedClient = errors.New("persist: unsupported redis client")
 )
 
 // KeySep separates the topic from the id in a job key. Topics may not

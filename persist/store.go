@@ -72,10 +72,20 @@ type Store struct {
 	maxClaimBytes any
 }
 
-// New returns a store on rdb. It does no I/O.
+// New returns a store on rdb: a *redis.Client (standalone or Sentinel) or
+// a *redis.ClusterClient. A *redis.Ring is refused with
+// ErrUnsupportedClient: it shards keys by name, and a call that touches
+// several partitions would reach one shard only. So is a client that
+// would wait for a reply forever (see checkTimeouts). New does no I/O.
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("persist: nil redis client")
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		return nil, fmt.Errorf("%w: *redis.Ring shards keys over servers; use a *redis.Client or a *redis.ClusterClient", ErrUnsupportedClient)
+	}
+	if err := checkTimeouts(rdb); err != nil {
+		return nil, err
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
@@ -115,6 +125,34 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s.rescheduleHead = callHeads(s.reschedule, s.parts, keysReschedule)
 	s.leaseHead = callHeads(s.lease, s.parts, func(k Keys) []string { return []string{k.Lease} })
 	return s, nil
+}
+
+// checkTimeouts refuses a client that would wait for a reply forever: one
+// that sets no read deadline at all (ReadTimeout -2), or one with no read
+// timeout (ReadTimeout -1) that also ignores contexts' deadlines
+// (ContextTimeoutEnabled false, go-redis's default). A call to a Redis that
+// stopped answering would then never return, and a background loop (the
+// poller, the claimers) would hang with it. go-redis applies a context's
+// deadline to a read only with ContextTimeoutEnabled; without it, a call is
+// bounded by ReadTimeout alone. The options read here are the client's own,
+// normalised by go-redis: -1 has become 0, and -2 has become -1.
+func checkTimeouts(rdb redis.UniversalClient) error {
+	var read time.Duration
+	var ctxDeadlines bool
+	switch c := rdb.(type) {
+	case *redis.Client:
+		o := c.Options()
+		read, ctxDeadlines = o.ReadTimeout, o.ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		o := c.Options()
+		read, ctxDeadlines = o.ReadTimeout, o.ContextTimeoutEnabled
+	default:
+		return nil
+	}
+	if read < 0 || (read == 0 && !ctxDeadlines) {
+		return fmt.Errorf("%w: a client with no read timeout and no context deadlines waits for a reply forever; set ReadTimeout > 0, or ContextTimeoutEnabled with ReadTimeout -1", ErrUnsupportedClient)
+	}
+	return nil
 }
 
 // Namespace returns the store's namespace.

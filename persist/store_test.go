@@ -46,10 +46,32 @@ func TestNewValidates(t *testing.T) {
 	require.Error(t, err)
 	_, err = New(rdb, Options{Partitions: -1})
 	require.Error(t, err)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	_, err = New(ring, Options{})
+	require.ErrorIs(t, err, ErrUnsupportedClient)
 	s, err := New(rdb, Options{})
 	require.NoError(t, err)
 	require.Equal(t, 16, s.Partitions())
 	require.Equal(t, "default", s.Namespace())
+}
+
+// TestClientThatWaitsForever: a client with no read timeout that ignores
+// contexts' deadlines would hang the queue's loops on an unreachable Redis.
+func TestClientThatWaitsForever(t *testing.T) {
+	t.Parallel()
+	forever := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1})
+	defer forever.Close()
+	_, err := New(forever, Options{})
+	require.ErrorIs(t, err, ErrUnsupportedClient)
+	bounded := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1, ContextTimeoutEnabled: true})
+	defer bounded.Close()
+	_, err = New(bounded, Options{})
+	require.NoError(t, err, "contexts' deadlines bound its calls")
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: -2})
+	defer cluster.Close()
+	_, err = New(cluster, Options{})
+	require.ErrorIs(t, err, ErrUnsupportedClient)
 }
 
 func TestLayoutMismatch(t *testing.T) {

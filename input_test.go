@@ -1,0 +1,272 @@
+package wheelq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/persist"
+)
+
+// Tests of bad input: each gets a clear error or a dead-letter entry with
+// the reason, never a panic, a hang, a silent default or a silent drop.
+
+// TestPastDueTimesRunAtOnce: a due time before the Unix epoch (the zero
+// time.Time, a date of 1900) runs at once, as any past time does, through
+// Schedule and Reschedule; and a job stored with a score before
+// the epoch (as Schedule stored At(time.Time{}) before) is reloaded at
+// Start and runs.
+func TestPastDueTimesRunAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{})
+	key := persist.JobKey("past", "stored")
+	k := b.q.store.Keys(b.q.store.PartitionOf(key))
+	rec := persist.Record{Rev: 1, MaxAttempts: 3, Created: time.Now()}
+	require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, rec.Encode()).Err())
+	require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: float64(time.Time{}.UnixMicro()), Member: key}).Err())
+	r := newRuns()
+	require.NoError(t, b.q.Handle("past", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+
+	_, err := b.q.Schedule(b.ctx, "past", nil, ID("zero"), At(time.Time{}))
+	require.NoError(t, err)
+	_, err = b.q.Schedule(b.ctx, "past", nil, ID("1900"), At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
+	require.NoError(t, err)
+	_, err = b.q.Schedule(b.ctx, "past", nil, ID("moved"), After(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, b.q.Reschedule(b.ctx, "past", "moved", time.Time{}))
+	ran := map[string]bool{}
+	for range 4 {
+		ran[r.next(t).ID] = true
+	}
+	require.Equal(t, map[string]bool{"stored": true, "zero": true, "1900": true, "moved": true}, ran)
+	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "every job acked")
+}
+
+// TestEmptyIDIsInvalid: ID("") is an error, not a random id (which would
+// lose the idempotency the caller asked for); the calls that take an id
+// refuse an empty one (or one too long to exist) too.
+func TestEmptyIDIsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	id, err := b.q.Schedule(b.ctx, "t", nil, ID(""))
+	require.ErrorIs(t, err, ErrInvalidID)
+	require.Empty(t, id)
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending, "nothing stored")
+	for _, bad := range []string{"", strings.Repeat("x", 513)} {
+		require.ErrorIs(t, b.q.Cancel(b.ctx, "t", bad), ErrInvalidID)
+		require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", bad, time.Now()), ErrInvalidID)
+		require.ErrorIs(t, b.q.Requeue(b.ctx, "t", bad, time.Now()), ErrInvalidID)
+		_, err = b.q.Lookup(b.ctx, "t", bad)
+		require.ErrorIs(t, err, ErrInvalidID)
+	}
+}
+
+// TestMaxAttemptsOutOfRange: MaxAttempts below 1 is an error, not the
+// default; so is one too large to store (more than 2^31-1), in an option
+// or in Config. Nothing is stored.
+func TestMaxAttemptsOutOfRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for _, n := range []int{0, -1, 1 << 31} {
+		_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(n))
+		require.ErrorIs(t, err, ErrInvalidOption, "MaxAttempts(%d)", n)
+	}
+	_, err := b.q.Lookup(b.ctx, "t", "x")
+	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+	_, err = New(b.rdb, Config{MaxAttempts: 1 << 31})
+	require.Error(t, err)
+	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(1<<31-1))
+	require.NoError(t, err, "the largest that can be stored")
+}
+
+// TestAtWithAfterIsInvalid: At and After together (in either order) are
+// an error, not the last one silently; nothing is stored.
+func TestAtWithAfterIsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for _, opts := range [][]Option{
+		{At(time.Now().Add(time.Hour)), After(time.Minute)},
+		{After(time.Minute), At(time.Now().Add(time.Hour))},
+	} {
+		_, err := b.q.Schedule(b.ctx, "t", nil, append(opts, ID("x"))...)
+		require.ErrorIs(t, err, ErrInvalidOption, "%v", opts)
+	}
+	_, err := b.q.Lookup(b.ctx, "t", "x")
+	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+}
+
+// TestNilOptionAndUnknownPolicy: a nil Option is an error, not a panic;
+// an OnDuplicate policy that is neither Reject nor Replace is an error,
+// not Reject silently.
+func TestNilOptionAndUnknownPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	var err error
+	require.NotPanics(t, func() { _, err = b.q.Schedule(b.ctx, "t", nil, nil) })
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), OnDuplicate(DuplicatePolicy(7)))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending, "nothing stored")
+}
+
+// TestInspectBadArguments: DeadJobs with a negative limit is an error,
+// not a panic (a limit of 0 lists nothing); Requeue beyond MaxDelay is an
+// ErrTooFar, as Schedule and Reschedule are, and leaves the job dead.
+func TestInspectBadArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MaxDelay: time.Hour})
+	var err error
+	require.NotPanics(t, func() { _, err = b.q.DeadJobs(b.ctx, -1) })
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Schedule(b.ctx, "nohandler", nil, ID("d"), MaxAttempts(1))
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		info, err := b.q.Lookup(b.ctx, "nohandler", "d")
+		return err == nil && info.State == StateDead
+	}, "dead-lettered")
+	dead, err := b.q.DeadJobs(b.ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, dead)
+	require.ErrorIs(t, b.q.Requeue(b.ctx, "nohandler", "d", time.Now().Add(2*time.Hour)), ErrTooFar)
+	info, err := b.q.Lookup(b.ctx, "nohandler", "d")
+	require.NoError(t, err)
+	require.Equal(t, StateDead, info.State, "still dead")
+}
+
+// TestCallsAfterShutdownAreErrClosed: after Shutdown every call but Handle
+// and Shutdown returns ErrClosed, as ErrClosed's doc says, and changes
+// nothing in Redis; Stats still gives the process's own figures.
+func TestCallsAfterShutdownAreErrClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), After(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, b.q.Shutdown(b.ctx))
+	_, err = b.q.Schedule(b.ctx, "t", nil, ID("y"))
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, b.q.Cancel(b.ctx, "t", "x"), ErrClosed)
+	require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", "x", time.Now()), ErrClosed)
+	require.ErrorIs(t, b.q.Requeue(b.ctx, "t", "x", time.Now()), ErrClosed)
+	_, err = b.q.Lookup(b.ctx, "t", "x")
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = b.q.DeadJobs(b.ctx, 10)
+	require.ErrorIs(t, err, ErrClosed)
+	st, err := b.q.Stats(b.ctx)
+	require.ErrorIs(t, err, ErrClosed)
+	require.Equal(t, uint64(1), st.Scheduled, "the process's own figures")
+
+	other := b.newQueue(t, Config{})
+	info, err := other.Lookup(b.ctx, "t", "x")
+	require.NoError(t, err)
+	require.Equal(t, StatePending, info.State, "not cancelled")
+	require.Greater(t, time.Until(info.Due), 30*time.Minute, "not rescheduled")
+}
+
+// TestRingClientRefused: a *redis.Ring shards keys over servers, so the
+// scripts that touch several partitions would reach one shard only; New
+// refuses it with ErrUnsupportedClient instead of a queue that is fenced
+// forever.
+func TestRingClientRefused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
+	t.Cleanup(func() { _ = ring.Close() })
+	q, err := New(ring, Config{})
+	require.ErrorIs(t, err, ErrUnsupportedClient)
+	require.Nil(t, q)
+}
+
+// TestLayoutMismatchRefusedToProducers: the namespace's layout in Redis
+// holds for every process. A producer (never started) configured with
+// another number of partitions than the namespace's gets ErrLayout from
+// its first call instead of writing where no worker looks; so does a
+// process whose Start failed on the mismatch. Nothing is written.
+func TestLayoutMismatchRefusedToProducers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	worker := b.newQueue(t, Config{Partitions: 8})
+	require.NoError(t, worker.Start(b.ctx))
+	producer := b.newQueue(t, Config{Partitions: 16})
+	failed := b.newQueue(t, Config{Partitions: 16})
+	require.ErrorIs(t, failed.Start(b.ctx), ErrLayout)
+	for _, q := range []*Queue{producer, failed} {
+		for i := range 16 { // some fall in partitions 8-15, which no worker reads
+			_, err := q.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+			require.ErrorIs(t, err, ErrLayout)
+		}
+		require.ErrorIs(t, q.Cancel(b.ctx, "t", "0"), ErrLayout)
+		require.ErrorIs(t, q.Reschedule(b.ctx, "t", "0", time.Now()), ErrLayout)
+		require.ErrorIs(t, q.Requeue(b.ctx, "t", "0", time.Now()), ErrLayout)
+		_, err := q.Lookup(b.ctx, "t", "0")
+		require.ErrorIs(t, err, ErrLayout)
+		_, err = q.DeadJobs(b.ctx, 1)
+		require.ErrorIs(t, err, ErrLayout)
+	}
+	keys, err := b.rdb.Keys(b.ctx, "wq:*:jobs").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys, "nothing written")
+}
+
+// failFirst fails the first command of a name with an error, as if Redis
+// had been unreachable, and counts the commands of that name.
+type failFirst struct {
+	name string
+	n    atomic.Int64
+}
+
+func (h *failFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name && h.n.Add(1) == 1 {
+			err := errors.New("injected: connection reset")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLayoutCheckedOnce: a producer checks the layout on its first call,
+// not on every call; a check that failed on a Redis error fails that call
+// and is made again on the next one.
+func TestLayoutCheckedOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.NewClient()
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &failFirst{name: "hsetnx"} // Init's first command
+	rdb.AddHook(hook)
+	b := &bundle{srv: srv, rdb: rdb, ctx: context.Background()}
+	producer := b.newQueue(t, Config{})
+	_, err := producer.Schedule(b.ctx, "t", nil, ID("first"))
+	require.ErrorContains(t, err, "injected")
+	require.NotErrorIs(t, err, ErrLayout)
+	for i := range 10 {
+		_, err := producer.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, producer.Cancel(b.ctx, "t", "0"))
+	require.Equal(t, int64(2), hook.n.Load(), "checked until it succeeded, then never again")
+	_, err = producer.Lookup(b.ctx, "t", "first")
+	require.ErrorIs(t, err, ErrNotFound, "the failed call wrote nothing")
+}
