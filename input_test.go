@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,4 +270,79 @@ func TestLayoutCheckedOnce(t *testing.T) {
 	require.Equal(t, int64(2), hook.n.Load(), "checked until it succeeded, then never again")
 	_, err = producer.Lookup(b.ctx, "t", "first")
 	require.ErrorIs(t, err, ErrNotFound, "the failed call wrote nothing")
+}
+
+// TestScheduleUnderMaxmemoryLeavesNoHalfJob fills a redis-server that has
+// a small maxmemory and the noeviction policy with Schedule calls (from 64
+// callers, so that batches are large; most with random ids, the
+// plain-write path, some with ids, schedule.lua's) until it refuses
+// writes: a write that failed leaves neither a pending entry
+// without its record (which claims find gone and nothing removes) nor a
+// record without its pending entry (which never runs), and every job
+// whose Schedule returned nil is stored whole.
+func TestScheduleUnderMaxmemoryLeavesNoHalfJob(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t) // miniredis has no maxmemory
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{})
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory", "4mb").Err())
+	payload := make([]byte, 4096)
+	var mu sync.Mutex
+	var stored []string
+	var failed int
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 200 {
+				opts := []Option{After(time.Hour)}
+				if g%4 == 0 {
+					opts = append(opts, ID(fmt.Sprint(g, "-", i)))
+				}
+				id, err := q.Schedule(b.ctx, "t", payload, opts...)
+				mu.Lock()
+				if err == nil {
+					stored = append(stored, id)
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d jobs stored, %d refused", len(stored), failed)
+	require.NotEmpty(t, stored)
+	require.NotZero(t, failed, "the server ran out of memory")
+	records, pending := map[string]bool{}, map[string]bool{}
+	for p := range q.store.Partitions() {
+		k := q.store.Keys(p)
+		fields, err := b.rdb.HKeys(b.ctx, k.Jobs).Result()
+		require.NoError(t, err)
+		for _, f := range fields {
+			records[f] = true
+		}
+		members, err := b.rdb.ZRange(b.ctx, k.Pending, 0, -1).Result()
+		require.NoError(t, err)
+		for _, m := range members {
+			pending[m] = true
+		}
+	}
+	var noRecord, notPending []string
+	for m := range pending {
+		if !records[m] {
+			noRecord = append(noRecord, m)
+		}
+	}
+	for f := range records {
+		if !pending[f] {
+			notPending = append(notPending, f)
+		}
+	}
+	require.Zero(t, len(noRecord), "pending entries without their record, such as %v", noRecord[:min(3, len(noRecord))])
+	require.Zero(t, len(notPending), "records without their pending entry, such as %v", notPending[:min(3, len(notPending))])
+	for _, id := range stored {
+		require.True(t, pending[persist.JobKey("t", id)], "acknowledged job %s stored", id)
+	}
 }

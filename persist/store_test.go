@@ -562,10 +562,21 @@ func TestClaimOfClaimedJobIsBusy(t *testing.T) {
 
 // TestPlainWriteUsesInbox: a replacing (plain, script-free) write by a
 // non-owner into the announced window lands in the inbox, as the scripted
-// one does; the owner's own does not.
+// one does; the owner's own does not. In a cluster (where replacing writes
+// run schedule.lua) too.
 func TestPlainWriteUsesInbox(t *testing.T) {
 	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprint("cluster=", cluster), func(t *testing.T) {
+			t.Parallel()
+			testPlainWriteUsesInbox(t, cluster)
+		})
+	}
+}
+
+func testPlainWriteUsesInbox(t *testing.T, cluster bool) {
 	b := setup(t, 1)
+	b.store.cluster = cluster
 	ownAndAnnounce(t, b, 1, 10_000)
 	res, err := b.store.Write(b.ctx, nil, []Write{
 		{Key: "p/in", Due: 9_000, Record: rec(""), Replace: true},
@@ -587,10 +598,21 @@ func TestPlainWriteUsesInbox(t *testing.T) {
 // TestFreshWritesGrouped: fresh writes of one partition share one HSET and
 // one ZADD; every job is stored with its own record and due time, the
 // non-owner's ones inside the announced window reach the inbox, and a
-// replacing write in the same batch is still told apart.
+// replacing write in the same batch is still told apart. In a cluster
+// (where they run schedule.lua) too.
 func TestFreshWritesGrouped(t *testing.T) {
 	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprint("cluster=", cluster), func(t *testing.T) {
+			t.Parallel()
+			testFreshWritesGrouped(t, cluster)
+		})
+	}
+}
+
+func testFreshWritesGrouped(t *testing.T, cluster bool) {
 	b := setup(t, 2)
+	b.store.cluster = cluster
 	ownAndAnnounce(t, b, 2, 10_000)
 	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "g/old", Due: 50_000, Record: rec("old"), Replace: true}})
 	require.NoError(t, err)
