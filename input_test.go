@@ -346,3 +346,54 @@ func TestScheduleUnderMaxmemoryLeavesNoHalfJob(t *testing.T) {
 		require.True(t, pending[persist.JobKey("t", id)], "acknowledged job %s stored", id)
 	}
 }
+
+// TestCorruptRecordsAreDeadLettered: records too short to hold a revision
+// (0 and 3 bytes: a partial write, a foreign tool) and a record with bytes
+// after its payload are dead-lettered with their raw bytes as the payload
+// and the reason, never run and never left pending (to be armed again
+// forever).
+func TestCorruptRecordsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{})
+	good := (&persist.Record{Rev: 7, MaxAttempts: 3, Created: time.Now(), Payload: []byte("payload")}).Encode()
+	raws := map[string][]byte{
+		"empty":    {},
+		"short":    good[:3],
+		"trailing": append(append([]byte{}, good...), "junk"...),
+	}
+	now := float64(time.Now().UnixMicro())
+	for id, raw := range raws {
+		key := persist.JobKey("c", id)
+		k := b.q.store.Keys(b.q.store.PartitionOf(key))
+		require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: now, Member: key}).Err())
+	}
+	r := newRuns()
+	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, b.q.Start(b.ctx))
+	var dead []JobInfo
+	eventually(t, func() bool {
+		var err error
+		dead, err = b.q.DeadJobs(b.ctx, 10)
+		require.NoError(t, err)
+		return len(dead) == len(raws)
+	}, "every corrupt record dead-lettered")
+	for _, d := range dead {
+		require.Equal(t, StateDead, d.State)
+		require.Contains(t, d.LastError, "corrupt", d.ID)
+		require.Equal(t, raws[d.ID], d.Payload, "%s: the raw bytes are kept", d.ID)
+	}
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	r.none(t, 50*time.Millisecond)
+	eventually(t, func() bool {
+		n := 0
+		for p := range b.q.store.Partitions() {
+			n += int(b.rdb.HLen(b.ctx, b.q.store.Keys(p).Running).Val())
+		}
+		return n == 0
+	}, "no claim mark left")
+}

@@ -33,6 +33,8 @@ var (
 	leaseLua string
 	//go:embed lua/poll.lua
 	pollLua string
+	//go:embed lua/deadcorrupt.lua
+	deadCorruptLua string
 )
 
 // Options configures a Store.
@@ -55,6 +57,8 @@ type Store struct {
 
 	schedule, settle, claim, cancel, reschedule, requeue, lease, poll *redis.Script
 	cluster                                                           bool // keys of different partitions may not share a command
+
+	deadCorrupt *redis.Script // run alone (Script.Run loads it on NOSCRIPT)
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
 	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead [][]any
@@ -105,6 +109,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		lease:      redis.NewScript(leaseLua),
 		poll:       redis.NewScript(pollLua),
 	}
+	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
 	}
@@ -859,6 +864,23 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 // reports whether the job was requeued. tok is as for Reschedule.
 func (s *Store) Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error) {
 	n, err := s.requeue.Run(ctx, s.rdb, keysWrite(s.parts[s.PartitionOf(key)]), tok, key, RevBytes(rev), due, rec).Int()
+	if err != nil {
+		return false, wrap(err)
+	}
+	return n == 1, nil
+}
+
+// DeadLetterCorrupt moves a pending job whose record cannot be decoded to
+// the dead set, stored with rec (a record that keeps the raw bytes as its
+// payload), if its stored record is still raw byte for byte (a corrupt
+// record may be too short to hold a revision to check). It reports
+// whether it moved the job. The job's claim marker is cleared either way.
+// now (unix µs) is the dead-letter score. tok is the caller's lease token
+// of the job's partition ("" skips the check); it fails with ErrFenced
+// when another owner holds the lease.
+func (s *Store) DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error) {
+	k := s.parts[s.PartitionOf(key)]
+	n, err := s.deadCorrupt.Run(ctx, s.rdb, []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running}, tok, key, raw, rec, now).Int()
 	if err != nil {
 		return false, wrap(err)
 	}
