@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,4 +270,130 @@ func TestLayoutCheckedOnce(t *testing.T) {
 	require.Equal(t, int64(2), hook.n.Load(), "checked until it succeeded, then never again")
 	_, err = producer.Lookup(b.ctx, "t", "first")
 	require.ErrorIs(t, err, ErrNotFound, "the failed call wrote nothing")
+}
+
+// TestScheduleUnderMaxmemoryLeavesNoHalfJob fills a redis-server that has
+// a small maxmemory and the noeviction policy with Schedule calls (from 64
+// callers, so that batches are large; most with random ids, the
+// plain-write path, some with ids, schedule.lua's) until it refuses
+// writes: a write that failed leaves neither a pending entry
+// without its record (which claims find gone and nothing removes) nor a
+// record without its pending entry (which never runs), and every job
+// whose Schedule returned nil is stored whole.
+func TestScheduleUnderMaxmemoryLeavesNoHalfJob(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t) // miniredis has no maxmemory
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{})
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory", "4mb").Err())
+	payload := make([]byte, 4096)
+	var mu sync.Mutex
+	var stored []string
+	var failed int
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 200 {
+				opts := []Option{After(time.Hour)}
+				if g%4 == 0 {
+					opts = append(opts, ID(fmt.Sprint(g, "-", i)))
+				}
+				id, err := q.Schedule(b.ctx, "t", payload, opts...)
+				mu.Lock()
+				if err == nil {
+					stored = append(stored, id)
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d jobs stored, %d refused", len(stored), failed)
+	require.NotEmpty(t, stored)
+	require.NotZero(t, failed, "the server ran out of memory")
+	records, pending := map[string]bool{}, map[string]bool{}
+	for p := range q.store.Partitions() {
+		k := q.store.Keys(p)
+		fields, err := b.rdb.HKeys(b.ctx, k.Jobs).Result()
+		require.NoError(t, err)
+		for _, f := range fields {
+			records[f] = true
+		}
+		members, err := b.rdb.ZRange(b.ctx, k.Pending, 0, -1).Result()
+		require.NoError(t, err)
+		for _, m := range members {
+			pending[m] = true
+		}
+	}
+	var noRecord, notPending []string
+	for m := range pending {
+		if !records[m] {
+			noRecord = append(noRecord, m)
+		}
+	}
+	for f := range records {
+		if !pending[f] {
+			notPending = append(notPending, f)
+		}
+	}
+	require.Zero(t, len(noRecord), "pending entries without their record, such as %v", noRecord[:min(3, len(noRecord))])
+	require.Zero(t, len(notPending), "records without their pending entry, such as %v", notPending[:min(3, len(notPending))])
+	for _, id := range stored {
+		require.True(t, pending[persist.JobKey("t", id)], "acknowledged job %s stored", id)
+	}
+}
+
+// TestCorruptRecordsAreDeadLettered: records too short to hold a revision
+// (0 and 3 bytes: a partial write, a foreign tool) and a record with bytes
+// after its payload are dead-lettered with their raw bytes as the payload
+// and the reason, never run and never left pending (to be armed again
+// forever).
+func TestCorruptRecordsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{})
+	good := (&persist.Record{Rev: 7, MaxAttempts: 3, Created: time.Now(), Payload: []byte("payload")}).Encode()
+	raws := map[string][]byte{
+		"empty":    {},
+		"short":    good[:3],
+		"trailing": append(append([]byte{}, good...), "junk"...),
+	}
+	now := float64(time.Now().UnixMicro())
+	for id, raw := range raws {
+		key := persist.JobKey("c", id)
+		k := b.q.store.Keys(b.q.store.PartitionOf(key))
+		require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: now, Member: key}).Err())
+	}
+	r := newRuns()
+	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	require.NoError(t, b.q.Start(b.ctx))
+	var dead []JobInfo
+	eventually(t, func() bool {
+		var err error
+		dead, err = b.q.DeadJobs(b.ctx, 10)
+		require.NoError(t, err)
+		return len(dead) == len(raws)
+	}, "every corrupt record dead-lettered")
+	for _, d := range dead {
+		require.Equal(t, StateDead, d.State)
+		require.Contains(t, d.LastError, "corrupt", d.ID)
+		require.Equal(t, raws[d.ID], d.Payload, "%s: the raw bytes are kept", d.ID)
+	}
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	r.none(t, 50*time.Millisecond)
+	eventually(t, func() bool {
+		n := 0
+		for p := range b.q.store.Partitions() {
+			n += int(b.rdb.HLen(b.ctx, b.q.store.Keys(p).Running).Val())
+		}
+		return n == 0
+	}, "no claim mark left")
 }

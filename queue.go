@@ -129,6 +129,17 @@ type Queue struct {
 	// (see checkLayout); layoutMu lets one caller check at a time.
 	layoutOK atomic.Bool
 	layoutMu sync.Mutex
+
+	// corrupts dead-letters jobs whose records cannot be decoded (see
+	// deadLetterCorrupt), retrying while Redis is down.
+	corrupts *persist.Retrier[corruptJob]
+}
+
+// corruptJob is a job to dead-letter for a record that cannot be decoded:
+// raw is the record as read, rec the dead record to store instead.
+type corruptJob struct {
+	key      string
+	raw, rec []byte
 }
 
 type firedJob struct {
@@ -235,6 +246,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	sc.Linger = settleLinger
 	q.settles = persist.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
+	})
+	q.corrupts = persist.NewRetrier(bc, q.execCorrupt, func(err error, pending int) {
+		q.log.Warn("wheelq: corrupt records not yet dead-lettered, retrying", "err", err, "pending", pending)
 	})
 	return q, nil
 }
@@ -1090,16 +1104,37 @@ func signal(c chan struct{}) {
 }
 
 // deadLetterCorrupt moves a job whose record cannot be decoded to the
-// dead-letter set, keeping the raw bytes as its payload.
+// dead-letter set, keeping the raw bytes as its payload and the cause as
+// its last error. The move is guarded by the whole raw record (which may be
+// too short to hold a revision), and leaves inflight once stored.
 func (q *Queue) deadLetterCorrupt(key string, raw []byte, cause error) {
 	q.log.Error("wheelq: corrupt job record, dead-lettering it", "key", key, "err", cause)
-	if len(raw) < 5 {
-		q.log.Error("wheelq: record too short to fence; leaving it pending", "key", key)
-		return
-	}
-	rec := persist.Record{Rev: rand.Uint32(), LastError: fmt.Sprintf("%v: %v", ErrCorrupt, cause), Payload: raw}
-	_ = q.settles.Add(persist.Outcome{Op: persist.Dead, Key: key, Rev: binary.BigEndian.Uint32(raw[1:5]), Record: rec.Encode()})
+	rec := persist.Record{Rev: rand.Uint32(), LastError: cause.Error(), Payload: raw}
+	_ = q.corrupts.Add(corruptJob{key: key, raw: raw, rec: rec.Encode()})
 	q.stats.dead.Add(1)
+}
+
+// execCorrupt stores a batch of deadLetterCorrupt's jobs, one script call
+// each (corrupt records are rare). A job of a partition lost to another
+// owner is left to that owner, whose claim finds it corrupt too.
+func (q *Queue) execCorrupt(ctx context.Context, cs []corruptJob) error {
+	now := q.clock.Now().UnixMicro()
+	for _, c := range cs {
+		p := q.store.PartitionOf(c.key)
+		if q.recov.LoadedUntil(p) != recovery.NotOwned {
+			_, err := q.store.DeadLetterCorrupt(ctx, q.fence[p], c.key, c.raw, c.rec, now)
+			if err != nil && !errors.Is(err, persist.ErrFenced) {
+				// The batch is retried whole; the ones done already find
+				// their record changed and are left alone.
+				q.stats.redisErrors.Add(1)
+				return err
+			}
+		}
+		q.inflightMu.Lock()
+		delete(q.inflight, c.key)
+		q.inflightMu.Unlock()
+	}
+	return nil
 }
 
 func (q *Queue) worker() {
@@ -1352,6 +1387,9 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 			q.hardCancel()
 			errs = append(errs, ctx.Err())
 		}
+	}
+	if err := q.corrupts.Close(ctx); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
 	}
 	if err := q.settles.Close(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)

@@ -77,7 +77,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		RedisErrors:      q.stats.redisErrors.Load(),
 		InMemory:         q.sched.Len(),
 		Running:          int(q.running.Load()),
-		UnstoredOutcomes: q.settles.Pending(),
+		UnstoredOutcomes: q.settles.Pending() + q.corrupts.Pending(),
 		OwnedPartitions:  q.recov.Owned(),
 		Armed:            q.recov.Armed(),
 		Swept:            q.recov.Swept(),

@@ -25,6 +25,7 @@ type engineStore interface {
 	Reschedule(ctx context.Context, tok, key string, due int64, rev uint32) (persist.Change, error)
 	Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest) ([]persist.ClaimResult, error)
 	Settle(ctx context.Context, tokens []string, now int64, os []persist.Outcome) ([]bool, error)
+	DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error)
 
 	Get(ctx context.Context, key string) (persist.Record, persist.State, error)
 	Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error)

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// recordVersion is the format version, in the high nibble of byte 0.
-const recordVersion = 1
+// recordVersion is the format version written, in the high nibble of
+// byte 0. Version 1 (before payload lengths) is still read.
+const recordVersion = 2
 
 const flagHasError = 1 // low nibble of byte 0
 
@@ -35,32 +36,36 @@ type Record struct {
 	Payload []byte
 }
 
-// Encode returns the record's encoding:
+// Encode returns the record's encoding (version 2):
 //
 //	byte 0      version<<4 | flags (1: has last error)
 //	bytes 1-4   revision, big endian (Lua compares these bytes)
+//	bytes 5-8   created, unix seconds, big endian (clamped to 0 .. 2^32-1)
 //	uvarint     attempt
 //	uvarint     max attempts
-//	uvarint     created, unix seconds
+//	uvarint     payload length
 //	[uvarint n, n bytes]  last error, when flagged
-//	rest        payload
+//	payload     exactly payload length bytes: nothing may follow
 //
-// With a 64-byte payload a fresh record is 76 bytes.
+// With a 64-byte payload a fresh record is 76 bytes (a fixed 4-byte
+// creation time pays for the payload length: version 1 had a 5-byte
+// varint and no length).
 func (r *Record) Encode() []byte {
-	created := uint64(max(r.Created.Unix(), 0))
-	n := 5 + uvarintLen(uint64(r.Attempt)) + uvarintLen(uint64(r.MaxAttempts)) + uvarintLen(created) + len(r.Payload)
+	created := uint32(min(max(r.Created.Unix(), 0), 1<<32-1))
+	n := 9 + uvarintLen(uint64(r.Attempt)) + uvarintLen(uint64(r.MaxAttempts)) + uvarintLen(uint64(len(r.Payload))) + len(r.Payload)
 	if r.LastError != "" {
 		n += uvarintLen(uint64(len(r.LastError))) + len(r.LastError)
 	}
-	b := make([]byte, 5, n) // exact: 76 bytes for a 64-byte payload
+	b := make([]byte, 9, n) // exact: 76 bytes for a 64-byte payload
 	b[0] = recordVersion << 4
 	if r.LastError != "" {
 		b[0] |= flagHasError
 	}
 	binary.BigEndian.PutUint32(b[1:5], r.Rev)
+	binary.BigEndian.PutUint32(b[5:9], created)
 	b = binary.AppendUvarint(b, uint64(r.Attempt))
 	b = binary.AppendUvarint(b, uint64(r.MaxAttempts))
-	b = binary.AppendUvarint(b, created)
+	b = binary.AppendUvarint(b, uint64(len(r.Payload)))
 	if r.LastError != "" {
 		b = binary.AppendUvarint(b, uint64(len(r.LastError)))
 		b = append(b, r.LastError...)
@@ -75,15 +80,19 @@ func RevBytes(rev uint32) string {
 	return string(b[:])
 }
 
-// DecodeRecord decodes an encoded record. Topic, ID and Due are left for
-// the caller. Malformed input gives an error wrapping ErrCorrupt, never a
-// panic. The payload aliases b.
+// DecodeRecord decodes an encoded record (version 2, or version 1 as
+// written before payload lengths). Topic, ID and Due are left for the
+// caller. Malformed input, bytes after the payload included, gives an
+// error wrapping ErrCorrupt, never a panic. (A version 1 record's payload
+// is the rest of it: there, bytes after the payload cannot be told from
+// it.) The payload aliases b.
 func DecodeRecord(b []byte) (Record, error) {
 	var r Record
 	if len(b) < 5 {
 		return r, fmt.Errorf("%w: record of %d bytes", ErrCorrupt, len(b))
 	}
-	if v := b[0] >> 4; v != recordVersion {
+	v := b[0] >> 4
+	if v != recordVersion && v != 1 {
 		return r, fmt.Errorf("%w: record version %d, want %d", ErrCorrupt, v, recordVersion)
 	}
 	flags := b[0] & 0x0f
@@ -92,20 +101,31 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	r.Rev = binary.BigEndian.Uint32(b[1:5])
 	b = b[5:]
+	nvals := 3 // attempt, max attempts, created
+	if v == recordVersion {
+		if len(b) < 4 {
+			return r, fmt.Errorf("%w: record header cut short", ErrCorrupt)
+		}
+		r.Created = time.Unix(int64(binary.BigEndian.Uint32(b[:4])), 0)
+		b = b[4:]
+		// attempt, max attempts, payload length
+	}
 	var vals [3]uint64
-	for i := range vals {
-		v, n := binary.Uvarint(b)
+	for i := range nvals {
+		x, n := binary.Uvarint(b)
 		if n <= 0 {
 			return r, fmt.Errorf("%w: bad varint in record header", ErrCorrupt)
 		}
-		vals[i], b = v, b[n:]
+		vals[i], b = x, b[n:]
 	}
 	const maxInt32 = 1<<31 - 1
-	if vals[0] > maxInt32 || vals[1] > maxInt32 || vals[2] > 1<<40 {
+	if vals[0] > maxInt32 || vals[1] > maxInt32 || (v == 1 && vals[2] > 1<<40) {
 		return r, fmt.Errorf("%w: record field out of range", ErrCorrupt)
 	}
 	r.Attempt, r.MaxAttempts = int(vals[0]), int(vals[1])
-	r.Created = time.Unix(int64(vals[2]), 0)
+	if v == 1 {
+		r.Created = time.Unix(int64(vals[2]), 0)
+	}
 	if flags&flagHasError != 0 {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
@@ -113,6 +133,12 @@ func DecodeRecord(b []byte) (Record, error) {
 		}
 		r.LastError = string(b[k : k+int(n)])
 		b = b[k+int(n):]
+	}
+	if v == recordVersion && vals[2] != uint64(len(b)) {
+		if vals[2] < uint64(len(b)) {
+			return r, fmt.Errorf("%w: %d bytes after the payload", ErrCorrupt, uint64(len(b))-vals[2])
+		}
+		return r, fmt.Errorf("%w: payload of %d bytes, want %d", ErrCorrupt, len(b), vals[2])
 	}
 	r.Payload = b
 	return r, nil

@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"encoding/binary"
 	"hash/fnv"
 	"math/rand/v2"
 	"strings"
@@ -15,7 +16,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, r := range []Record{
 		{Rev: 7, Attempt: 0, MaxAttempts: 5, Created: time.Unix(1_700_000_000, 0), Payload: []byte("hello")},
 		{Rev: 0xdeadbeef, Attempt: 3, MaxAttempts: 3, Created: time.Unix(1, 0), LastError: "boom", Payload: nil},
-		{Rev: 1, Attempt: 1 << 20, MaxAttempts: 1 << 30, Created: time.Unix(1<<35, 0), LastError: "x", Payload: make([]byte, 1<<16)},
+		{Rev: 1, Attempt: 1 << 20, MaxAttempts: 1 << 30, Created: time.Unix(1<<32-1, 0), LastError: "x", Payload: make([]byte, 1<<16)},
 	} {
 		got, err := DecodeRecord(r.Encode())
 		require.NoError(t, err)
@@ -24,6 +25,30 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 		require.Equal(t, r, got)
 	}
+}
+
+// TestRecordCreatedClamped: a creation time outside what 4 bytes of unix
+// seconds hold (before 1970, after 2106) is stored at the nearest end.
+func TestRecordCreatedClamped(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[int64]int64{-5: 0, 1 << 35: 1<<32 - 1} {
+		r, err := DecodeRecord((&Record{Created: time.Unix(in, 0)}).Encode())
+		require.NoError(t, err)
+		require.Equal(t, want, r.Created.Unix())
+	}
+}
+
+// TestDecodeVersion1: a record written before payload lengths (version 1:
+// creation time as a varint, the payload the rest) still decodes.
+func TestDecodeVersion1(t *testing.T) {
+	t.Parallel()
+	b := []byte{0x11, 0, 0, 0, 9, 2, 5} // v1, has error; rev 9; attempt 2, max 5
+	b = binary.AppendUvarint(b, 1_700_000_000)
+	b = append(binary.AppendUvarint(b, 4), "boom"...)
+	b = append(b, "payload"...)
+	r, err := DecodeRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, Record{Rev: 9, Attempt: 2, MaxAttempts: 5, Created: time.Unix(1_700_000_000, 0), LastError: "boom", Payload: []byte("payload")}, r)
 }
 
 func TestRecordSize(t *testing.T) {
@@ -42,6 +67,8 @@ func TestDecodeRejectsCorrupt(t *testing.T) {
 		"unknown flags": append([]byte{0x1e}, good[1:]...),
 		"cut varint":    append(append([]byte{}, good[:5]...), 0x80),
 		"error too big": append(append([]byte{}, good[:8]...), 0x7f),
+		"trailing":      append(append([]byte{}, good...), 'x'),
+		"payload cut":   good[:len(good)-1],
 	} {
 		_, err := DecodeRecord(b)
 		require.ErrorIs(t, err, ErrCorrupt, name)

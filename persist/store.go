@@ -35,6 +35,8 @@ var (
 	pollLua string
 	//go:embed lua/range.lua
 	rangeLua string
+	//go:embed lua/deadcorrupt.lua
+	deadCorruptLua string
 )
 
 // Options configures a Store.
@@ -57,6 +59,8 @@ type Store struct {
 
 	schedule, settle, claim, cancel, reschedule, requeue, lease, poll, rangeSc *redis.Script
 	cluster                                                                    bool // keys of different partitions may not share a command
+
+	deadCorrupt *redis.Script // run alone (Script.Run loads it on NOSCRIPT)
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
 	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead [][]any
@@ -115,6 +119,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		rangeSc:       redis.NewScript(rangeLua),
 		maxClaimBytes: MaxClaimBytes,
 	}
+	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
 	}
@@ -468,13 +473,19 @@ type Write struct {
 }
 
 // Write stores jobs (the write-ahead step of Schedule) in one round trip.
-// Rejecting writes run schedule.lua, one call per partition; replacing
-// writes are plain HSET + ZADD + ZREM, with the partition's announced
-// loaded-until time and lease read in the same pipeline, after the writes.
-// tokens[p] is the caller's lease token of partition p, if it owns it (a
-// nil slice: none); a job due within the owner's loaded window, written by
-// someone else, is put in the owner's inbox (for plain writes, in a second
-// round trip that is needed only then).
+// Rejecting writes run schedule.lua, one call per partition; outside a
+// cluster, replacing writes are plain HSET + ZADD + ZREM in one MULTI/EXEC
+// transaction, with the partitions' announced loaded-until times and
+// leases read in the same pipeline, after the transaction. In a cluster
+// (where a transaction may span one slot only, and a pipeline's MULTI
+// could go to any node) replacing writes run schedule.lua too. Either way
+// a write that fails leaves nothing behind: a write refused for want of
+// memory (maxmemory with noeviction) refuses the whole transaction (or
+// script call), never the record without the pending entry or the other
+// way round. tokens[p] is the caller's lease token of partition p, if it
+// owns it (a nil slice: none); a job due within the owner's loaded
+// window, written by someone else, is put in the owner's inbox (for plain
+// writes, in a second round trip that is needed only then).
 func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]WriteResult, error) {
 	args := make([][]any, len(s.parts))
 	where := make([]int, len(ws)) // index within its partition's reply
@@ -483,31 +494,41 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	var plainWrites []int
 	for i, w := range ws {
 		p := part[i]
+		mode := "r"
 		if w.Replace {
-			plainWrites = append(plainWrites, i)
-			continue
+			if !s.cluster {
+				plainWrites = append(plainWrites, i)
+				continue
+			}
+			mode = "p"
 		}
 		if args[p] == nil {
 			args[p] = append(startCall(s.scheduleHead, p, 1+4*count[p]), token(tokens, p))
 		}
 		where[i] = (len(args[p]) - len(s.scheduleHead[p]) - 1) / 4
-		args[p] = append(args[p], "r", w.Key, w.Due, w.Record)
+		args[p] = append(args[p], mode, w.Key, w.Due, w.Record)
 	}
 	// Plain writes go by partition: one HSET and one ZADD for all the fresh
-	// jobs of a partition (whatever their number), then one MGET of its
-	// loaded-until time and lease, read after the writes (announce, then
-	// scan). A replacing write of a caller's id gets an HSET of its own, so
-	// that it can be told Stored from Replaced, and a ZREM from the dead set.
+	// jobs of a partition (whatever their number), all partitions in one
+	// MULTI/EXEC; then one MGET of every partition's loaded-until time and
+	// lease, read after the writes (announce, then scan). A replacing write
+	// of a caller's id gets an HSET of its own, so that it can be told
+	// Stored from Replaced, and a ZREM from the dead set.
 	slices.SortStableFunc(plainWrites, func(i, j int) int { return part[i] - part[j] })
-	hsets := make([]*redis.Cmd, len(ws)) // by write; shared within a fresh group
-	// By write: the MGET that read its partition's loaded-until time and
-	// lease, and where in its reply they are.
-	states := make([]*redis.SliceCmd, len(ws))
+	// By write: where the reply of its HSET (shared within a fresh group)
+	// is in EXEC's reply, and where its partition's loaded-until time and
+	// lease are in the MGET's.
+	hsetAt := make([]int, len(ws))
 	stateAt := make([]int, len(ws))
+	var exec *redis.Cmd
+	var states *redis.SliceCmd
 	addPlain := func(pipe redis.Pipeliner) {
-		// Outside a cluster one MGET reads every partition's announcement;
-		// in a cluster each partition's keys are read apart (one slot each).
-		var mget []any
+		if len(plainWrites) == 0 {
+			return
+		}
+		pipe.Do(ctx, "multi")
+		queued := 0 // commands queued so far: the index of the next one's reply in EXEC's
+		mget := []any{"mget"}
 		for lo := 0; lo < len(plainWrites); {
 			p := part[plainWrites[lo]]
 			hi := lo + 1
@@ -520,49 +541,42 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 			fresh[0], fresh[1] = "hset", k.Jobs
 			zadd := make([]any, 2, 2+2*len(group))
 			zadd[0], zadd[1] = "zadd", k.Pending
+			freshAt := -1
 			for _, i := range group {
 				w := ws[i]
 				key := any(w.Key) // boxed once for both commands
 				if w.Fresh {
 					fresh = append(fresh, key, w.Record)
+					if freshAt < 0 {
+						freshAt = queued
+						queued++ // the HSET below, queued before the others
+					}
+					hsetAt[i] = freshAt
 				} else {
-					hsets[i] = pipe.Do(ctx, "hset", k.Jobs, key, w.Record)
-					pipe.Do(ctx, "zrem", k.Dead, key)
+					hsetAt[i] = -1 // set once the fresh HSET is placed
 				}
 				zadd = append(zadd, w.Due, key)
+				stateAt[i] = len(mget) - 1
 			}
-			if len(fresh) > 2 {
-				h := pipe.Do(ctx, fresh...)
-				for _, i := range group {
-					if ws[i].Fresh {
-						hsets[i] = h
-					}
+			if freshAt >= 0 {
+				pipe.Do(ctx, fresh...)
+			}
+			for _, i := range group {
+				if hsetAt[i] < 0 {
+					hsetAt[i] = queued
+					pipe.Do(ctx, "hset", k.Jobs, ws[i].Key, ws[i].Record)
+					pipe.Do(ctx, "zrem", k.Dead, ws[i].Key)
+					queued += 2
 				}
 			}
 			pipe.Do(ctx, zadd...)
-			if s.cluster {
-				st := pipe.MGet(ctx, k.Loaded, k.Lease)
-				for _, i := range group {
-					states[i], stateAt[i] = st, 0
-				}
-			} else {
-				if mget == nil {
-					mget = []any{"mget"}
-				}
-				for _, i := range group {
-					stateAt[i] = len(mget) - 1
-				}
-				mget = append(mget, k.Loaded, k.Lease)
-			}
+			queued++
+			mget = append(mget, k.Loaded, k.Lease)
 			lo = hi
 		}
-		if !s.cluster && len(mget) > 1 {
-			st := redis.NewSliceCmd(ctx, mget...)
-			for _, i := range plainWrites {
-				states[i] = st
-			}
-			_ = pipe.Process(ctx, st)
-		}
+		exec = pipe.Do(ctx, "exec")
+		states = redis.NewSliceCmd(ctx, mget...)
+		_ = pipe.Process(ctx, states)
 	}
 	replies, err := s.runCalls(ctx, args, addPlain)
 	if err != nil {
@@ -570,7 +584,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 	}
 	out := make([]WriteResult, len(ws))
 	for i, w := range ws {
-		if w.Replace {
+		if w.Replace && !s.cluster {
 			continue
 		}
 		v, err := intAt(replies[part[i]], where[i])
@@ -579,24 +593,39 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		}
 		out[i] = WriteResult(v)
 	}
+	if len(plainWrites) == 0 {
+		return out, nil
+	}
+	txReplies, err := exec.Slice()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	st, err := states.Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
 	var inbox redis.Pipeliner
 	for _, i := range plainWrites {
 		w := ws[i]
-		n, err := hsets[i].Int64()
-		if err != nil {
-			return nil, wrap(err)
+		if hsetAt[i] >= len(txReplies) {
+			return nil, fmt.Errorf("%w: short transaction reply", ErrCorrupt)
+		}
+		var n int64
+		switch v := txReplies[hsetAt[i]].(type) {
+		case int64:
+			n = v
+		case error:
+			return nil, wrap(v)
+		default:
+			return nil, fmt.Errorf("%w: unexpected HSET reply %T", ErrCorrupt, v)
 		}
 		out[i] = Stored
 		if !w.Fresh && n == 0 {
 			out[i] = Replaced
 		}
 		p := part[i]
-		st, err := states[i].Result()
-		if err != nil {
-			return nil, wrap(err)
-		}
-		st = st[stateAt[i]:]
-		loadedStr, ok := st[0].(string)
+		pst := st[stateAt[i]:]
+		loadedStr, ok := pst[0].(string)
 		if !ok {
 			continue // nothing announced: the owner's next scan sees the job
 		}
@@ -604,7 +633,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		if err != nil {
 			return nil, fmt.Errorf("%w: loaded-until %q", ErrCorrupt, loadedStr)
 		}
-		if tok := token(tokens, p); tok != "" && st[1] == tok {
+		if tok := token(tokens, p); tok != "" && pst[1] == tok {
 			continue // the caller owns the partition and arms the job itself
 		}
 		if w.Due <= loaded {
@@ -885,6 +914,23 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 // reports whether the job was requeued. tok is as for Reschedule.
 func (s *Store) Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error) {
 	n, err := s.requeue.Run(ctx, s.rdb, keysWrite(s.parts[s.PartitionOf(key)]), tok, key, RevBytes(rev), due, rec).Int()
+	if err != nil {
+		return false, wrap(err)
+	}
+	return n == 1, nil
+}
+
+// DeadLetterCorrupt moves a pending job whose record cannot be decoded to
+// the dead set, stored with rec (a record that keeps the raw bytes as its
+// payload), if its stored record is still raw byte for byte (a corrupt
+// record may be too short to hold a revision to check). It reports
+// whether it moved the job. The job's claim marker is cleared either way.
+// now (unix µs) is the dead-letter score. tok is the caller's lease token
+// of the job's partition ("" skips the check); it fails with ErrFenced
+// when another owner holds the lease.
+func (s *Store) DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error) {
+	k := s.parts[s.PartitionOf(key)]
+	n, err := s.deadCorrupt.Run(ctx, s.rdb, []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running}, tok, key, raw, rec, now).Int()
 	if err != nil {
 		return false, wrap(err)
 	}

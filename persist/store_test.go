@@ -620,10 +620,21 @@ func TestClaimOfClaimedJobIsBusy(t *testing.T) {
 
 // TestPlainWriteUsesInbox: a replacing (plain, script-free) write by a
 // non-owner into the announced window lands in the inbox, as the scripted
-// one does; the owner's own does not.
+// one does; the owner's own does not. In a cluster (where replacing writes
+// run schedule.lua) too.
 func TestPlainWriteUsesInbox(t *testing.T) {
 	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprint("cluster=", cluster), func(t *testing.T) {
+			t.Parallel()
+			testPlainWriteUsesInbox(t, cluster)
+		})
+	}
+}
+
+func testPlainWriteUsesInbox(t *testing.T, cluster bool) {
 	b := setup(t, 1)
+	b.store.cluster = cluster
 	ownAndAnnounce(t, b, 1, 10_000)
 	res, err := b.store.Write(b.ctx, nil, []Write{
 		{Key: "p/in", Due: 9_000, Record: rec(""), Replace: true},
@@ -645,10 +656,21 @@ func TestPlainWriteUsesInbox(t *testing.T) {
 // TestFreshWritesGrouped: fresh writes of one partition share one HSET and
 // one ZADD; every job is stored with its own record and due time, the
 // non-owner's ones inside the announced window reach the inbox, and a
-// replacing write in the same batch is still told apart.
+// replacing write in the same batch is still told apart. In a cluster
+// (where they run schedule.lua) too.
 func TestFreshWritesGrouped(t *testing.T) {
 	t.Parallel()
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprint("cluster=", cluster), func(t *testing.T) {
+			t.Parallel()
+			testFreshWritesGrouped(t, cluster)
+		})
+	}
+}
+
+func testFreshWritesGrouped(t *testing.T, cluster bool) {
 	b := setup(t, 2)
+	b.store.cluster = cluster
 	ownAndAnnounce(t, b, 2, 10_000)
 	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "g/old", Due: 50_000, Record: rec("old"), Replace: true}})
 	require.NoError(t, err)
@@ -1099,5 +1121,41 @@ func TestRescheduleManyAcrossPartitions(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, n, "the owner's moves stay out of the inbox")
 		}
+	}
+}
+
+// TestDeadLetterCorrupt: a corrupt record (here 3 bytes and 0 bytes, too
+// short to hold a revision) is moved to the dead set only while it is
+// still the bytes the caller read; a changed one is left alone; a caller
+// that lost the lease changes nothing; the claim marker is cleared.
+func TestDeadLetterCorrupt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	k := b.store.Keys(0)
+	dead := rec("raw bytes kept")
+	for key, raw := range map[string]string{"x/short": "\x01\x02\x03", "x/empty": ""} {
+		require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: 5, Member: key}).Err())
+		require.NoError(t, b.rdb.HSet(b.ctx, k.Running, key, "O").Err())
+
+		moved, err := b.store.DeadLetterCorrupt(b.ctx, "", key, []byte(raw+"?"), dead, 100)
+		require.NoError(t, err)
+		require.False(t, moved, "%s: the record is not what the caller read", key)
+		require.Equal(t, raw, b.rdb.HGet(b.ctx, k.Jobs, key).Val())
+		require.Equal(t, float64(5), b.rdb.ZScore(b.ctx, k.Pending, key).Val(), "still pending")
+		require.False(t, b.rdb.HExists(b.ctx, k.Running, key).Val(), "claim marker cleared")
+
+		require.NoError(t, b.rdb.Set(b.ctx, k.Lease, "O", 0).Err())
+		_, err = b.store.DeadLetterCorrupt(b.ctx, "B", key, []byte(raw), dead, 100)
+		require.ErrorIs(t, err, ErrFenced)
+		require.Equal(t, float64(5), b.rdb.ZScore(b.ctx, k.Pending, key).Val(), "fenced: nothing moved")
+
+		moved, err = b.store.DeadLetterCorrupt(b.ctx, "O", key, []byte(raw), dead, 100)
+		require.NoError(t, err)
+		require.True(t, moved, key)
+		require.Equal(t, string(dead), b.rdb.HGet(b.ctx, k.Jobs, key).Val())
+		require.Zero(t, b.rdb.ZCard(b.ctx, k.Pending).Val())
+		require.Equal(t, float64(100), b.rdb.ZScore(b.ctx, k.Dead, key).Val())
+		require.NoError(t, b.rdb.Del(b.ctx, k.Lease).Err())
 	}
 }
