@@ -19,7 +19,7 @@
 -- begins and ends, and a binary search over that run (ZRANGE by rank, one
 -- member each) finds the first member after the cursor's. Members are
 -- compared byte by byte (string.byte), not with Lua's '<', which collates
--- by the server's locale. O(log(n) * log(run)) per page.
+-- by the server's locale. O(log(n) * log(run) + page) per page.
 local key, score, member, untilScore, limit = KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 
 local function after(a, b) -- a > b, byte by byte
@@ -50,13 +50,11 @@ else
   end
   start = lo
 end
-local page = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
-local out = {}
-for i = 1, #page, 2 do
-  if tonumber(page[i + 1]) > tonumber(untilScore) then
-    break
-  end
-  out[#out + 1] = page[i]
-  out[#out + 1] = page[i + 1]
+-- The page ends at the range's last member (ZCOUNT up to untilScore), so
+-- that members beyond the range (an hour ahead, say) are not read at all:
+-- the poller asks for a page of every partition on every pass.
+local stop = math.min(start + limit, redis.call('ZCOUNT', key, '-inf', untilScore)) - 1
+if stop < start then
+  return {}
 end
-return out
+return redis.call('ZRANGE', key, start, stop, 'WITHSCORES')
