@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq/persist"
-	"github.com/wheelq/wheelq/wheel"
 )
 
 // JobState is where a job stands.
@@ -141,22 +140,10 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 // attempts reset. A job that is not dead gives ErrNotFound; at more than
 // Config.MaxDelay away gives ErrTooFar.
 func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
-	if err := validTopic(topic); err != nil {
+	key, err := q.moveTo(ctx, "requeue", topic, id, at)
+	if err != nil {
 		return err
 	}
-	if err := validID(id); err != nil {
-		return err
-	}
-	if _, wall := wheel.Readings(q.clock); at.Sub(wall) > q.cfg.MaxDelay {
-		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, at.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
-	}
-	if q.closing() {
-		return ErrClosed
-	}
-	if err := q.checkLayout(ctx); err != nil {
-		return fmt.Errorf("wheelq: requeue: %w", err)
-	}
-	key := persist.JobKey(topic, id)
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	r, st, err := q.store.Get(ctx, key)

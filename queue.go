@@ -584,22 +584,10 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 // either way; a claim finds where it really is). Once Shutdown has begun,
 // Reschedule returns ErrClosed and changes nothing.
 func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
-	if err := validTopic(topic); err != nil {
+	key, err := q.moveTo(ctx, "reschedule", topic, id, due)
+	if err != nil {
 		return err
 	}
-	if err := validID(id); err != nil {
-		return err
-	}
-	if _, wall := wheel.Readings(q.clock); due.Sub(wall) > q.cfg.MaxDelay {
-		return fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, due.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
-	}
-	if q.closing() {
-		return ErrClosed
-	}
-	if err := q.checkLayout(ctx); err != nil {
-		return fmt.Errorf("wheelq: reschedule: %w", err)
-	}
-	key := persist.JobKey(topic, id)
 	p := q.store.PartitionOf(key)
 	rev := rand.Uint32()
 	dueUs := ceilMicro(due)
@@ -638,6 +626,29 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		return fmt.Errorf("%w: %s", ErrRunning, key)
 	}
 	return nil
+}
+
+// moveTo checks a call (op) that moves an existing job to a due time
+// (Reschedule, Requeue): a valid topic and id, a due time within MaxDelay
+// by the wall clock, a queue not shutting down, the namespace's layout. It
+// returns the job's key.
+func (q *Queue) moveTo(ctx context.Context, op, topic, id string, due time.Time) (string, error) {
+	if err := validTopic(topic); err != nil {
+		return "", err
+	}
+	if err := validID(id); err != nil {
+		return "", err
+	}
+	if _, wall := wheel.Readings(q.clock); due.Sub(wall) > q.cfg.MaxDelay {
+		return "", fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, due.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
+	}
+	if q.closing() {
+		return "", ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return "", fmt.Errorf("wheelq: %s: %w", op, err)
+	}
+	return persist.JobKey(topic, id), nil
 }
 
 func (q *Queue) closing() bool { return q.isClosing.Load() }
@@ -1118,7 +1129,8 @@ func (q *Queue) deadLetterCorrupt(key string, raw []byte, cause error) {
 // each (corrupt records are rare). A job of a partition lost to another
 // owner is left to that owner, whose claim finds it corrupt too.
 func (q *Queue) execCorrupt(ctx context.Context, cs []corruptJob) error {
-	now := q.clock.Now().UnixMicro()
+	_, wall := wheel.Readings(q.clock) // the dead set's score: a wall reading
+	now := wall.UnixMicro()
 	for _, c := range cs {
 		p := q.store.PartitionOf(c.key)
 		if q.recov.LoadedUntil(p) != recovery.NotOwned {

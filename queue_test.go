@@ -654,6 +654,20 @@ func TestRedisDownAndBack(t *testing.T) {
 	r.next(t)
 }
 
+// awaitRetryArmed waits until job (topic, id) of b's queue is stored
+// after its first failed run and is the one job armed in the wheel.
+func awaitRetryArmed(t *testing.T, b *bundle, topic, id string) {
+	t.Helper()
+	var last string
+	if !assert.Eventually(t, func() bool {
+		info, err := b.q.Lookup(b.ctx, topic, id)
+		last = fmt.Sprintf("lookup %+v err %v, %d armed", info, err, b.q.sched.Len())
+		return err == nil && info.Attempts == 1 && b.q.sched.Len() == 1
+	}, wait, 5*time.Millisecond, "retry stored and armed") {
+		t.Fatal(last)
+	}
+}
+
 // TestFakeClockLongDelays runs the queue on a fake clock against real
 // Redis: a 30-minute job and its retry an hour later, with no real wait.
 func TestFakeClockLongDelays(t *testing.T) {
@@ -689,14 +703,7 @@ func TestFakeClockLongDelays(t *testing.T) {
 	require.Equal(t, "o-1", j.ID)
 	require.Equal(t, t0.Add(30*time.Minute).UnixMicro(), j.Due.UnixMicro())
 	// The retry is stored 50 (fake) minutes later, and armed once stored.
-	var last string
-	if !assert.Eventually(t, func() bool {
-		info, err := b.q.Lookup(b.ctx, "order", "o-1")
-		last = fmt.Sprintf("lookup %+v err %v, %d armed", info, err, b.q.sched.Len())
-		return err == nil && info.Attempts == 1 && b.q.sched.Len() == 1
-	}, wait, 5*time.Millisecond, "retry stored and armed") {
-		t.Fatal(last)
-	}
+	awaitRetryArmed(t, b, "order", "o-1")
 	clk.BlockUntilSleeping()
 	clk.Advance(50*time.Minute - time.Millisecond)
 	r.none(t, 50*time.Millisecond)
