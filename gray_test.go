@@ -96,6 +96,24 @@ func TestReplayedScheduleIsNotDuplicate(t *testing.T) {
 	require.ErrorIs(t, err, ErrDuplicate, "another write of the same id still is")
 }
 
+// TestReplayedCancelIsNotNotFound is the other half of issue 12's
+// scenario 10: the reply of a cancel was lost and the client sent it
+// again; the replay found nothing to delete and Cancel returned ErrNotFound
+// for the job it had just deleted. A cancel leaves a short-lived tombstone
+// of its own call that a replay finds.
+func TestReplayedCancelIsNotNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	h := &scriptFault{replay: true, match: func(a []any) bool { return keyAt(a, 2, ":dead") && keyAt(a, 3, ":running") }}
+	b.rdb.AddHook(h)
+	_, err := b.q.Schedule(b.ctx, "c", nil, ID("paid"), After(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, b.q.Cancel(b.ctx, "c", "paid"), "a replay of one's own cancel is no ErrNotFound")
+	require.True(t, h.fired.Load(), "the cancel was sent twice")
+	require.ErrorIs(t, b.q.Cancel(b.ctx, "c", "paid"), ErrNotFound, "another cancel of it still is")
+	require.ErrorIs(t, b.q.Cancel(b.ctx, "c", "never"), ErrNotFound)
+}
+
 // TestRetrySettleReplyLost is issue 12's scenario 7: the settle that
 // stores a retry applied, but its reply was lost; sent again, it answered
 // "not applied", so the retry was never armed (the sweep found it seconds

@@ -51,12 +51,18 @@ type Keys struct {
 	Loaded  string // STRING the owner's loaded-until time (unix µs)
 	Inbox   string // LIST job keys scheduled by others for the owner to arm
 	Running string // HASH job key -> token of the owner that claimed a run
+	// Cancelled holds two HASHes of recent cancel calls, call token ->
+	// the call's results for the partition, each for one minute (by Redis's
+	// clock) in turn: a cancel sent again (its reply lost) is recognised
+	// and answered as the first time (see cancel.lua).
+	Cancelled [2]string
 }
 
 func partitionKeys(ns string, p int) Keys {
 	tag := "wq:{" + ns + ":" + strconv.Itoa(p) + "}:"
 	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease",
-		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running"}
+		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running",
+		Cancelled: [2]string{tag + "cancelled0", tag + "cancelled1"}}
 }
 
 func metaKey(ns string) string { return "wq:{" + ns + "}:meta" }

@@ -3,8 +3,11 @@ package persist
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -433,8 +436,10 @@ func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.
 func keysWrite(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
 }
-func keysClaim(k Keys) []string  { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
-func keysCancel(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Running} }
+func keysClaim(k Keys) []string { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
+func keysCancel(k Keys) []string {
+	return []string{k.Pending, k.Jobs, k.Dead, k.Running, k.Cancelled[0], k.Cancelled[1]}
+}
 func keysReschedule(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Lease, k.Loaded, k.Inbox, k.Running}
 }
@@ -814,7 +819,9 @@ func (s *Store) Cancel(ctx context.Context, key string) (Change, error) {
 // cluster; one per partition in it). The i-th Change is keys[i]'s; a key
 // given twice is NotFound the second time, as if cancelled one by one.
 func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error) {
-	c := s.layoutCalls(s.cancelHead, nil, len(keys), func(i int) string { return keys[i] }, 1)
+	// The call's token: a replay of this very call (the client sent it
+	// again after its reply was lost) finds the tombstones it left.
+	c := s.layoutCalls(s.cancelHead, nil, len(keys), func(i int) string { return keys[i] }, 1, callToken())
 	defer s.release(c) // once the replies are read
 	for i, key := range keys {
 		a, j := c.item(i)
@@ -825,6 +832,15 @@ func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error)
 		return nil, err
 	}
 	return intReplies(c, replies, len(keys), func(v int64) Change { return Change(v) })
+}
+
+// callToken returns a new random token for one call of a script whose
+// replay must be told from a new call.
+func callToken() string {
+	var b [9]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	b[8] = byte(rand.Uint32())
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // Reschedule moves a pending job to due (unix µs) and gives it revision

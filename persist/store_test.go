@@ -289,6 +289,27 @@ func TestRangeWhileReadMembersAreRemoved(t *testing.T) {
 	require.Equal(t, n, len(seen), "every job read once")
 }
 
+// TestCancelClearsClaimMark is part of issue 12's scenario 9: a claim
+// applied (its mark set) whose run never came (its reply was lost, or the
+// start was refused), then a cancel: the mark stayed until the next
+// take-over, and made the job "running" for every later look.
+func TestCancelClearsClaimMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ownAndAnnounce(t, b, 1, 0)
+	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "t/a", Due: 5, Record: rec("x")}})
+	require.NoError(t, err)
+	res, err := b.store.Claim(b.ctx, []string{"O"}, []ClaimRequest{{Key: "t/a"}})
+	require.NoError(t, err)
+	require.False(t, res[0].Gone)
+	ch, err := b.store.Cancel(b.ctx, "t/a")
+	require.NoError(t, err)
+	require.Equal(t, ChangedWhileRunning, ch, "claimed: a run may be in progress")
+	n, err := b.rdb.HLen(b.ctx, b.store.Keys(0).Running).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the claim mark of a deleted job is gone with it")
+}
+
 func TestLeaseFencing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2)

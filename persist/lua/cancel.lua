@@ -2,10 +2,12 @@
 -- partitions (outside Redis Cluster, a batch's partitions share a call;
 -- in a cluster each has its own).
 --
--- KEYS     groups of 4, one per partition:
+-- KEYS     groups of 6, one per partition:
 --            pending ZSET, jobs HASH, dead ZSET,
---            running HASH (claim markers)
--- ARGV     per partition, in the order of KEYS: "" (a cancel is not
+--            running HASH (claim markers),
+--            two cancelled HASHes (recent calls: token -> results)
+-- ARGV[1]  the call's token (random, new for every call)
+-- ARGV[2..] per partition, in the order of KEYS: "" (a cancel is not
 --            fenced: any process may cancel any job), n, then n job keys
 --
 -- Returns an array with one integer per job key, in order: 0 the job did
@@ -16,8 +18,41 @@
 -- and deleted with multi-key commands (HMGET, HDEL, ZREM), not one call
 -- per job. partitions(), column() and many() are lib.lua's, which the
 -- store puts before this script.
+--
+-- The claim marks of the deleted jobs are cleared (a mark whose run never
+-- came would otherwise stay until the next take-over). Every call leaves
+-- its results under its token in its first partition's cancelled HASH of
+-- the current minute (by Redis's clock; the two HASHes take turns, each
+-- emptied when its minute comes round again and expiring two minutes after
+-- its last write): the same call sent again (its reply was lost and the
+-- client retried) finds them and answers as the first time, not 0. One
+-- entry per call, not per job or partition: a few commands per call.
 
-local parts = partitions(4, 0, 1, 1)
+local tok = ARGV[1]
+local minute = math.floor(tonumber(redis.call('TIME')[1]) / 60)
+local turn = minute % 2 -- which cancelled HASH this minute writes
+local parts = partitions(6, 0, 2, 1)
+if #parts == 0 then
+  return {}
+end
+-- The call's results live with its first partition's keys (a call is
+-- what a client sends again; outside a cluster it spans partitions).
+local k0 = parts[1][1]
+local done = KEYS[k0 + 4 + turn]
+local total = 0
+for _, pt in ipairs(parts) do
+  total = total + pt[4]
+end
+local before = redis.call('HGET', done, tok) or redis.call('HGET', KEYS[k0 + 5 - turn], tok)
+if before and #before == total then
+  -- A replay of this very call: answer as the first time.
+  local out = {}
+  for j = 1, total do
+    out[j] = tonumber(string.sub(before, j, j))
+  end
+  return out
+end
+
 local out = {}
 for _, pt in ipairs(parts) do
   local k, first, n = pt[1], pt[3], pt[4]
@@ -29,6 +64,7 @@ for _, pt in ipairs(parts) do
     many('HDEL', jobs, keys)
     many('ZREM', pending, keys)
     many('ZREM', dead, keys)
+    many('HDEL', running, keys)
     local seen = {}
     for j = 1, n do
       local key, r = keys[j], 0
@@ -43,4 +79,10 @@ for _, pt in ipairs(parts) do
     end
   end
 end
+if redis.call('HGET', done, '') ~= tostring(minute) then
+  redis.call('DEL', done) -- last written two minutes ago or more
+  redis.call('HSET', done, '', minute)
+end
+redis.call('HSET', done, tok, table.concat(out))
+redis.call('PEXPIRE', done, 120000)
 return out
