@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/wheelq/wheelq/persist"
 )
 
@@ -43,6 +45,29 @@ var (
 	// new time. Treat it as success plus a warning.
 	ErrRunning = errors.New("wheelq: job is running")
 )
+
+// ErrOutcomeUnknown wraps the error of a Schedule, Cancel, Reschedule or
+// Requeue whose request may or may not have been carried out: it failed
+// after it may have reached Redis (a timeout, a lost connection, ctx ending
+// while the request was in flight or queued to be sent). Check with Lookup,
+// or call again: a Schedule with the same ID and a Cancel are safe to
+// repeat. An error without it (a refusal by Redis, such as out of memory;
+// ErrClosed; a bad argument) means nothing was changed.
+var ErrOutcomeUnknown = errors.New("wheelq: outcome unknown (the request may have been applied)")
+
+// uncertain marks err, the failure of a request that changes jobs, with
+// ErrOutcomeUnknown unless it is known that nothing was applied: Redis
+// answered with an error (a script refuses as a whole: the write path's
+// commands run in one script or one MULTI), or the request was refused
+// before it was sent.
+func uncertain(err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) || errors.Is(err, ErrClosed) || errors.Is(err, persist.ErrClosed) ||
+		errors.Is(err, ErrFenced) || errors.Is(err, ErrLayout) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
 
 // Errors of the queue's life cycle.
 var (

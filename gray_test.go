@@ -36,7 +36,10 @@ type scriptFault struct {
 
 func (h *scriptFault) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
+	pipe := h.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		return next(ctx, cmds[0])
+	})
+	return func(ctx context.Context, cmd redis.Cmder) error { return pipe(ctx, []redis.Cmder{cmd}) }
 }
 func (h *scriptFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
@@ -112,6 +115,38 @@ func TestReplayedCancelIsNotNotFound(t *testing.T) {
 	require.True(t, h.fired.Load(), "the cancel was sent twice")
 	require.ErrorIs(t, b.q.Cancel(b.ctx, "c", "paid"), ErrNotFound, "another cancel of it still is")
 	require.ErrorIs(t, b.q.Cancel(b.ctx, "c", "never"), ErrNotFound)
+}
+
+// TestReplayedRequeue: a requeue sent again after its reply was lost found
+// the job no longer dead and answered ErrNotFound for the job it had just
+// requeued; it is recognised by the record it stored.
+func TestReplayedRequeue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	r := newRuns()
+	require.NoError(t, b.q.Handle("d", HandlerFunc(func(_ context.Context, j *Job) error {
+		r.add(j)
+		if j.Attempt == 1 {
+			return Permanent(errors.New("dead at once"))
+		}
+		return nil
+	})))
+	_, err := b.q.Schedule(b.ctx, "d", nil, ID("x"))
+	require.NoError(t, err)
+	r.next(t)
+	eventually(t, func() bool {
+		info, err := b.q.Lookup(b.ctx, "d", "x")
+		return err == nil && info.State == StateDead
+	}, "dead-lettered")
+	h := &scriptFault{replay: true, match: func(a []any) bool {
+		// requeue.lua: 6 keys, then ARGV token, job key, ... (schedule.lua,
+		// with the same keys, has a mode where requeue has the key)
+		return keyAt(a, 4, ":loaded") && len(a) > 10 && a[10] == "d/x"
+	}}
+	b.rdb.AddHook(h)
+	require.NoError(t, b.q.Requeue(b.ctx, "d", "x", time.Now()), "a replay of one's own requeue is no ErrNotFound")
+	require.True(t, h.fired.Load())
+	require.Equal(t, 1, r.next(t).Attempt, "requeued: runs again, attempts reset")
 }
 
 // TestRetrySettleReplyLost is issue 12's scenario 7: the settle that
@@ -376,4 +411,34 @@ func TestLargeRecordsOnSlowLink(t *testing.T) {
 	})))
 	require.NoError(t, q.Start(b.ctx))
 	eventually(t, func() bool { return ran.Load() == n }, "every large job ran")
+}
+
+// TestOutcomeUnknown: a write whose reply was lost may or may not have
+// applied; the caller is told so with ErrOutcomeUnknown, while a refusal by
+// Redis (here out of memory) is a known outcome: nothing was applied.
+func TestOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	lostWrite := &scriptFault{match: func(a []any) bool { return keyAt(a, 4, ":loaded") && keyAt(a, 5, ":inbox") }}
+	b.rdb.AddHook(lostWrite)
+	_, err := b.q.Schedule(b.ctx, "u", nil, ID("a"), After(time.Hour))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	_, err = b.q.Lookup(b.ctx, "u", "a")
+	require.NoError(t, err, "it did apply")
+	lostCancel := &scriptFault{match: func(a []any) bool { return keyAt(a, 2, ":dead") && keyAt(a, 3, ":running") }}
+	b.rdb.AddHook(lostCancel)
+	require.ErrorIs(t, b.q.Cancel(b.ctx, "u", "a"), ErrOutcomeUnknown)
+	_, err = b.q.Lookup(b.ctx, "u", "a")
+	require.ErrorIs(t, err, ErrNotFound, "it did apply")
+
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory", "1").Err())
+	t.Cleanup(func() { _ = b.rdb.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+	_, err = b.q.Schedule(b.ctx, "u", nil, ID("b"), After(time.Hour))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown, "refused by Redis: %v", err)
+	var rerr redis.Error
+	require.ErrorAs(t, err, &rerr)
+	_, err = b.q.Schedule(b.ctx, "u", nil, After(time.Hour)) // a random id: the plain write
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown, "refused by Redis: %v", err)
 }

@@ -159,7 +159,7 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	p := q.store.PartitionOf(key)
 	ok, err := q.store.Requeue(ctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
 	if err != nil {
-		return fmt.Errorf("wheelq: requeue %s: %w", key, err)
+		return fmt.Errorf("wheelq: requeue %s: %w", key, uncertain(err))
 	}
 	if !ok {
 		return fmt.Errorf("%w: dead job %s changed meanwhile", ErrNotFound, key)

@@ -414,7 +414,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		// The write may have reached Redis with its reply lost. Arm it
 		// anyway, uncached: the claim runs it only if Redis has it.
 		q.arm(key, dueUs, nil)
-		return "", fmt.Errorf("wheelq: schedule %s: %w", key, err)
+		return "", fmt.Errorf("wheelq: schedule %s: %w", key, uncertain(err))
 	}
 	if res == persist.Duplicate {
 		return "", fmt.Errorf("%w: %s", ErrDuplicate, key)
@@ -553,7 +553,7 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return ErrClosed
 	}
 	if err != nil {
-		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
+		return fmt.Errorf("wheelq: cancel %s: %w", key, uncertain(err))
 	}
 	q.sched.Cancel(key)
 	q.cache.Remove(key)
@@ -600,7 +600,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		// It may have moved: be armed at the new time too; the claim
 		// re-arms it at its stored time if it did not.
 		q.arm(key, dueUs, nil)
-		return fmt.Errorf("wheelq: reschedule %s: %w", key, err)
+		return fmt.Errorf("wheelq: reschedule %s: %w", key, uncertain(err))
 	}
 	if ch == persist.NotFound {
 		q.sched.Cancel(key)
@@ -674,9 +674,9 @@ func (q *Queue) onFire(batch []wheel.Fired) {
 		q.firedQ = append(q.firedQ, firedJob{key: f.ID, due: f.Due.Add(q.cfg.ClaimLead)})
 	}
 	q.firedMu.Unlock()
-	signal(q.firedSig)
+	wake(q.firedSig)
 	if starts {
-		signal(q.startSig)
+		wake(q.startSig)
 	}
 }
 
@@ -749,7 +749,7 @@ func (q *Queue) dispatch() {
 				break
 			}
 			if more {
-				signal(q.firedSig) // the other claimer takes the next batch
+				wake(q.firedSig) // the other claimer takes the next batch
 			}
 			bufs.batch = batch
 			retry = q.claimAndRun(batch, &bufs, seq)
@@ -951,7 +951,7 @@ func (q *Queue) refire(fs []firedJob) {
 	q.firedMu.Lock()
 	q.firedQ = append(slices.Clone(fs), q.firedQ...)
 	q.firedMu.Unlock()
-	signal(q.firedSig)
+	wake(q.firedSig)
 }
 
 // awaitTurn waits until the tasks of the batch taken in turn seq may be
@@ -988,7 +988,7 @@ func (q *Queue) hold(t *task, now, wall time.Time) {
 		q.held[t.key] = t
 		q.startQ = append(q.startQ, t.key)
 		q.heldMu.Unlock()
-		signal(q.startSig)
+		wake(q.startSig)
 		return
 	}
 	q.held[t.key] = t
@@ -1107,7 +1107,7 @@ func (q *Queue) unclaim(t *task) {
 	_ = q.settles.Add(persist.Outcome{Op: persist.Unclaim, Key: t.key})
 }
 
-func signal(c chan struct{}) {
+func wake(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:

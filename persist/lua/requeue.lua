@@ -12,12 +12,18 @@
 -- ARGV[4]  due score (unix µs)
 -- ARGV[5]  new record (attempts reset)
 --
--- Returns 1 when requeued, 0 when the job is not dead or has changed.
+-- Returns 1 when requeued, 0 when the job is not dead or has changed. The
+-- same requeue sent again (its reply was lost and the client retried)
+-- finds its own new record stored (a record carries a random revision)
+-- and answers 1 again.
 local key = ARGV[2]
+local rec = redis.call('HGET', KEYS[2], key)
+if rec == ARGV[5] then
+  return 1 -- a replay: requeued already
+end
 if not redis.call('ZSCORE', KEYS[3], key) then
   return 0
 end
-local rec = redis.call('HGET', KEYS[2], key)
 if not rec or string.sub(rec, 2, 5) ~= ARGV[3] then
   return 0
 end
