@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -441,4 +445,118 @@ func TestOutcomeUnknown(t *testing.T) {
 	_, err = b.q.Schedule(b.ctx, "u", nil, After(time.Hour)) // a random id: the plain write
 	require.Error(t, err)
 	require.NotErrorIs(t, err, ErrOutcomeUnknown, "refused by Redis: %v", err)
+}
+
+const (
+	envPausedRedis = "WHEELQ_PAUSED_CHILD_REDIS"
+	envPausedLog   = "WHEELQ_PAUSED_CHILD_LOG"
+)
+
+// pausedConfig is the configuration of TestPausedOwner's processes: short
+// leases, and claims made a second ahead, so that the owner holds claimed
+// tasks for a while before their due time.
+func pausedConfig() Config {
+	return Config{Namespace: "pause", Partitions: 4, LeaseTTL: 2 * time.Second, ClaimLead: time.Second,
+		Horizon: 4 * time.Second, PollInterval: 20 * time.Millisecond}
+}
+
+// TestPausedOwnerChild is the child process of TestPausedOwner; it does
+// nothing unless the parent set its environment. It appends "id pid" to
+// the log for each handler start.
+func TestPausedOwnerChild(t *testing.T) {
+	addr := os.Getenv(envPausedRedis)
+	if addr == "" {
+		t.Skip("child process of TestPausedOwner")
+	}
+	f, err := os.OpenFile(os.Getenv(envPausedLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), pausedConfig())
+	require.NoError(t, err)
+	h := HandlerFunc(func(_ context.Context, j *Job) error {
+		_, err := fmt.Fprintf(f, "%s/%s %d\n", j.Topic, j.ID, os.Getpid()) // one write(2)
+		return err
+	})
+	require.NoError(t, q.Handle("p", h))
+	require.NoError(t, q.Handle("c", h))
+	require.NoError(t, q.Start(context.Background()))
+	select {} // until killed
+}
+
+// TestPausedOwner is issue 12's scenario 1: the owner is paused (SIGSTOP)
+// past its lease while holding claimed tasks; another process takes the
+// partitions over, runs the jobs, and a Cancel through it returns nil; then
+// the owner resumes (SIGCONT). Its held tasks started without any ownership
+// check: the cancelled job ran, and the others ran twice. Now a task
+// starts only while its lease is valid by the owner's own clock, in the
+// lease it was claimed under: the resumed owner starts nothing.
+func TestPausedOwner(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	logPath := filepath.Join(t.TempDir(), "runs")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPausedOwnerChild$", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), envPausedRedis+"="+srv.Addr, envPausedLog+"="+logPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	keys := make([]string, 4)
+	for p := range keys {
+		keys[p] = fmt.Sprintf("wq:{pause:%d}:lease", p)
+	}
+	eventually(t, func() bool {
+		n, err := b.rdb.Exists(b.ctx, keys...).Result()
+		return err == nil && n == 4
+	}, "the child owns every partition")
+
+	producer := b.newQueue(t, pausedConfig())
+	const n = 20
+	due := time.Now().Add(2500 * time.Millisecond)
+	for i := range n {
+		_, err := producer.Schedule(b.ctx, "p", nil, ID(fmt.Sprint(i)), At(due))
+		require.NoError(t, err)
+	}
+	_, err := producer.Schedule(b.ctx, "c", nil, ID("x"), At(due))
+	require.NoError(t, err)
+	// The child claims them a second ahead and holds them; pause it then.
+	time.Sleep(time.Until(due.Add(-400 * time.Millisecond)))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+
+	// The other process has no handler for "c": its run of c/x fails and
+	// waits an hour for a retry, pending and unclaimed, so that a Cancel
+	// through the new owner returns nil.
+	log := newRunLog()
+	cfg := pausedConfig()
+	cfg.Backoff = func(int, error) time.Duration { return time.Hour }
+	other := b.newQueue(t, cfg)
+	require.NoError(t, other.Handle("p", log.handler(t, "other")))
+	require.NoError(t, other.Start(b.ctx))
+	eventually(t, func() bool { return other.recov.Owned() == 4 }, "the other process took the partitions over")
+	eventually(t, func() bool {
+		info, err := other.Lookup(b.ctx, "c", "x")
+		return err == nil && info.Attempts == 1
+	}, "c/x failed once in the new owner (no handler) and waits")
+	require.NoError(t, other.Cancel(b.ctx, "c", "x"), "pending, unclaimed: cancelled (nil)")
+	for range n {
+		select {
+		case <-log.ch:
+		case <-time.After(wait):
+			t.Fatalf("only %d runs", len(log.snapshot()))
+		}
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	time.Sleep(1500 * time.Millisecond) // the resumed owner's held tasks come due at once
+	data, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	require.Empty(t, strings.TrimSpace(string(data)), "the paused owner started jobs after it resumed")
+	for id, procs := range log.snapshot() {
+		require.Len(t, procs, 1, "job %s ran in %v", id, procs)
+	}
+	require.Len(t, log.snapshot(), n)
 }
