@@ -560,3 +560,78 @@ func TestPausedOwner(t *testing.T) {
 	}
 	require.Len(t, log.snapshot(), n)
 }
+
+// TestLateRepliesAroundDueTime is issue 12's scenario 3: Redis replies 2 s
+// late around the due time (every command applies). The owner's claims
+// timed out and it ran its jobs from the payload cache "unverified": a job
+// another process had cancelled (nil) ran, and a job moved an hour ahead
+// ran an hour early. A job starts only on a claim Redis confirmed.
+func TestLateRepliesAroundDueTime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = slow.Close() })
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	owner := (&bundle{srv: srv, rdb: slow, ctx: b.ctx}).newQueue(t, Config{WriteTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute})
+	log := newRunLog()
+	require.NoError(t, owner.Handle("o", log.handler(t, "owner")))
+	require.NoError(t, owner.Start(b.ctx))
+	<-owner.Ready()
+	for _, id := range []string{"cancelled", "moved", "kept"} {
+		_, err := owner.Schedule(b.ctx, "o", []byte(id), ID(id), After(time.Second))
+		require.NoError(t, err)
+	}
+	producer := b.newQueue(t, Config{})
+	require.NoError(t, producer.Cancel(b.ctx, "o", "cancelled"))
+	require.NoError(t, producer.Reschedule(b.ctx, "o", "moved", time.Now().Add(time.Hour)))
+	proxy.SetReplyDelay(2 * time.Second)
+	time.Sleep(2 * time.Second) // all come due meanwhile
+	proxy.SetReplyDelay(0)
+	select {
+	case <-log.ch:
+	case <-time.After(wait):
+		t.Fatal("the kept job never ran")
+	}
+	time.Sleep(500 * time.Millisecond)
+	runs := log.snapshot()
+	require.Equal(t, map[string][]string{"kept": {"owner"}}, runs, "only the job neither cancelled nor moved ran, once")
+}
+
+// TestRedisDownLongerThanLease is issue 12's scenario 3c: Redis down longer
+// than the lease while jobs come due. Every job that fired during the
+// outage ran (from the cache) and then ran again: its ack was refused once
+// the lease had lapsed. Now nothing starts during the outage, and each job
+// runs once after it.
+func TestRedisDownLongerThanLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond, LeaseTTL: 2 * time.Second})
+	log := newRunLog()
+	require.NoError(t, q.Handle("o", log.handler(t, "q")))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	const n = 10
+	for i := range n {
+		_, err := q.Schedule(b.ctx, "o", []byte("x"), ID(fmt.Sprint(i)), After(500*time.Millisecond+time.Duration(i)*100*time.Millisecond))
+		require.NoError(t, err)
+	}
+	srv.Kill()
+	time.Sleep(3 * time.Second) // longer than the lease; all come due
+	require.Empty(t, log.snapshot(), "nothing starts while Redis is down")
+	require.NoError(t, srv.Restart())
+	for range n {
+		select {
+		case <-log.ch:
+		case <-time.After(wait):
+			t.Fatalf("only %d ran", len(log.snapshot()))
+		}
+	}
+	time.Sleep(time.Second)
+	for id, procs := range log.snapshot() {
+		require.Len(t, procs, 1, "job %s ran %d times", id, len(procs))
+	}
+}
