@@ -46,6 +46,13 @@ var (
 	ErrRunning = errors.New("wheelq: job is running")
 )
 
+// ErrUnavailable is returned by Schedule, Cancel, Reschedule and Requeue,
+// without sending anything, while Redis is known to be unreachable: a call
+// shortly before found no connection to it. One call in a while still
+// goes through to find out whether Redis is back (see Queue.Schedule). The
+// error wraps the failure that was seen.
+var ErrUnavailable = errors.New("wheelq: redis unreachable")
+
 // ErrOutcomeUnknown wraps the error of a Schedule, Cancel, Reschedule or
 // Requeue whose request may or may not have been carried out: it failed
 // after it may have reached Redis (a timeout, a lost connection, ctx ending

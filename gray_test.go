@@ -635,3 +635,56 @@ func TestRedisDownLongerThanLease(t *testing.T) {
 		require.Len(t, procs, 1, "job %s ran %d times", id, len(procs))
 	}
 }
+
+// pipelines counts the pipelines a client sends.
+type pipelines struct{ n atomic.Int64 }
+
+func (h *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestFailFastWhileRedisDown: with Redis down, every Schedule spent the
+// client's whole dial-retry budget (about 0.8 s each with go-redis's
+// defaults) before it failed. Once a call has found Redis unreachable,
+// the next ones fail at once with ErrUnavailable, not sent (so not
+// ErrOutcomeUnknown), while one call in a while goes through to see
+// whether Redis is back.
+func TestFailFastWhileRedisDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, Config{})
+	require.NoError(t, b.q.Start(b.ctx))
+	sent := &pipelines{}
+	b.rdb.AddHook(sent)
+	srv.Kill()
+	_, err := b.q.Schedule(b.ctx, "f", nil)
+	require.Error(t, err, "Redis is down")
+	before := sent.n.Load()
+	fast := 0
+	check := func(err error) {
+		require.Error(t, err)
+		if errors.Is(err, ErrUnavailable) {
+			require.NotErrorIs(t, err, ErrOutcomeUnknown, "not sent: %v", err)
+			fast++
+		}
+	}
+	for range 20 {
+		_, err := b.q.Schedule(b.ctx, "f", nil)
+		check(err)
+		check(b.q.Cancel(b.ctx, "f", "x"))
+	}
+	require.GreaterOrEqual(t, fast, 30, "most of 40 calls fail at once")
+	require.Less(t, sent.n.Load()-before, int64(10), "and are not sent")
+	require.NoError(t, srv.Restart())
+	eventually(t, func() bool {
+		_, err := b.q.Schedule(b.ctx, "f", nil)
+		return err == nil
+	}, "Schedule works again once Redis is back")
+}

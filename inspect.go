@@ -146,7 +146,12 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return fmt.Errorf("wheelq: requeue %s: %w", key, err)
+	}
 	r, st, err := q.store.Get(ctx, key)
+	q.reach.note(err, probe, q.clock)
 	if errors.Is(err, persist.ErrNotFound) || (err == nil && st != persist.DeadLettered) {
 		return fmt.Errorf("%w: no dead job %s", ErrNotFound, key)
 	}
@@ -158,6 +163,7 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	dueUs := ceilMicro(at)
 	p := q.store.PartitionOf(key)
 	ok, err := q.store.Requeue(ctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
+	q.reach.note(err, false, q.clock)
 	if err != nil {
 		return fmt.Errorf("wheelq: requeue %s: %w", key, uncertain(err))
 	}

@@ -121,6 +121,7 @@ type Queue struct {
 	hardCancel   context.CancelFunc
 
 	isClosing atomic.Bool // set once Shutdown begins; read on the Schedule path
+	reach     reach       // whether Redis was found unreachable (fail fast)
 	running   atomic.Int64
 	stats     counters
 	late      latency
@@ -406,7 +407,12 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	dueUs := ceilMicro(due)
 	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
 	// the wait. A random id is new (66 random bits): it takes the plain write.
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return "", fmt.Errorf("wheelq: schedule %s: %w", key, err)
+	}
 	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || !o.hasID, Fresh: !o.hasID})
+	q.reach.note(err, probe, q.clock)
 	if errors.Is(err, persist.ErrClosed) {
 		return "", ErrClosed
 	}
@@ -548,7 +554,12 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	}
 	key := persist.JobKey(topic, id)
 	// Concurrent cancels share a round trip, as Schedule calls do.
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
+	}
 	ch, err := q.cancels.Do(ctx, key)
+	q.reach.note(err, probe, q.clock)
 	if errors.Is(err, persist.ErrClosed) {
 		return ErrClosed
 	}
@@ -592,7 +603,12 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	rev := rand.Uint32()
 	dueUs := ceilMicro(due)
 	// Concurrent reschedules share a round trip, as cancels do.
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return fmt.Errorf("wheelq: reschedule %s: %w", key, err)
+	}
 	ch, err := q.moves.Do(ctx, persist.Move{Key: key, Due: dueUs, Rev: rev})
+	q.reach.note(err, probe, q.clock)
 	if errors.Is(err, persist.ErrClosed) {
 		return ErrClosed
 	}
