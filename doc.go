@@ -72,19 +72,24 @@
 // (exponential with jitter by default) until Job.MaxAttempts runs failed;
 // then the job moves to the dead-letter set, where DeadJobs lists it and
 // Requeue or Cancel handles it. RetryAfter and Permanent let a handler
-// choose. While Redis is unreachable, Schedule fails fast with the cause,
-// no job starts (a job starts only after Redis confirmed its claim), and
-// outcomes of runs already made are retried until Redis is back, never
-// dropped. Config.RunWhileRedisDown trades that for availability: jobs in
-// memory run from the payload cache while their lease is valid, with the
-// weaker guarantee written on the field.
+// choose. While Redis is unreachable no job starts (a job starts only
+// after Redis confirmed its claim), and outcomes of runs already made are
+// retried until Redis is back, never dropped. Once a call has found Redis
+// unreachable, Schedule, Cancel, Reschedule and Requeue fail at once with
+// ErrUnavailable, sending nothing, while one call in a while goes through
+// to see whether it is back (the first call spends the client's own retry
+// budget). Config.RunWhileRedisDown trades the claim for availability:
+// jobs in memory run from the payload cache while their lease is valid,
+// with the weaker guarantee written on the field.
 //
 // A reply lost after its command applied, and a command the client sent
 // again, never become a wrong answer: a replayed Schedule is recognised by
-// its record (not ErrDuplicate), a replayed retry or dead-lettering by its
-// new record (the retry is armed), a lost poll reply leaves no window
-// unscanned, and claims are bounded in bytes so that a slow link cannot
-// make one time out forever.
+// its record (not ErrDuplicate), a replayed Cancel by a tombstone of its
+// call (not ErrNotFound), a replayed Requeue, retry or dead-lettering by
+// its new record, a lost poll reply leaves no window unscanned, and claims
+// are bounded in bytes so that a slow link cannot make one time out
+// forever. A write whose outcome cannot be known (its reply was lost) fails
+// with an error wrapping ErrOutcomeUnknown; calling again is safe.
 //
 // # Partitions
 //
