@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/base64"
@@ -386,43 +387,67 @@ func (s *Store) release(c *calls) {
 // runCalls sends script calls in a pipeline: calls[i] is a whole call
 // (from startCall or layoutCalls; nil to skip). extra, if set, adds more
 // commands to the same pipeline. It returns each call's reply (nil where
-// skipped). A server that lost its script cache (a restart) is reloaded
-// once.
+// skipped). A server that lost its script cache (a restart, a promoted
+// replica: Redis does not replicate SCRIPT LOAD) answers NOSCRIPT to each
+// script call and runs the rest: the scripts are loaded and only the calls
+// that got NOSCRIPT are sent again, so that nothing that applied is sent
+// twice.
 func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
-	for try := 0; ; try++ {
-		pipe := s.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(calls))
-		for p, a := range calls {
-			if a != nil {
-				cmds[p] = pipe.Do(ctx, a...)
-			}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := s.rdb.Pipeline()
+	for p, a := range calls {
+		if a != nil {
+			cmds[p] = pipe.Do(ctx, a...)
 		}
-		for _, f := range extra {
-			f(pipe)
-		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if lerr := s.loadScripts(ctx); lerr != nil {
-				return nil, lerr
-			}
-			continue
-		}
-		out := make([]any, len(calls))
-		for p, c := range cmds {
-			if c == nil {
+	}
+	for _, f := range extra {
+		f(pipe)
+	}
+	all, err := pipe.Exec(ctx)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Exec reports the first failure; look at each command.
+		err = nil
+		var again []int
+		for _, c := range all {
+			cerr := c.Err()
+			if cerr == nil || errors.Is(cerr, redis.Nil) {
 				continue
 			}
-			v, cerr := c.Result()
-			if cerr != nil {
-				return nil, wrap(cerr)
+			if !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+				err = cmp.Or(err, cerr)
 			}
-			out[p] = v
 		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, wrap(err)
+		for p, c := range cmds {
+			if c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+				again = append(again, p)
+			}
 		}
-		return out, nil
+		if lerr := s.loadScripts(ctx); lerr != nil {
+			return nil, lerr
+		}
+		retry := s.rdb.Pipeline()
+		for _, p := range again {
+			cmds[p] = retry.Do(ctx, calls[p]...)
+		}
+		if _, rerr := retry.Exec(ctx); err == nil {
+			err = rerr
+		}
 	}
+	out := make([]any, len(calls))
+	for p, c := range cmds {
+		if c == nil {
+			continue
+		}
+		v, cerr := c.Result()
+		if cerr != nil {
+			return nil, wrap(cerr)
+		}
+		out[p] = v
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	return out, nil
 }
 
 func wrap(err error) error {

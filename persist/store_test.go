@@ -782,6 +782,24 @@ func TestWriteAfterScriptFlush(t *testing.T) {
 	require.ElementsMatch(t, []Entry{{"n/rejecting", 9_000}, {"n/fresh", 9_500}}, pr.Inbox)
 }
 
+// TestScriptFlushResendsOnlyScripts: a server that lost its script cache
+// (a restart, a promoted replica: Redis does not replicate SCRIPT LOAD)
+// answers NOSCRIPT to the script calls of a pipeline and runs the rest.
+// The whole pipeline was sent again, so a plain write that had applied
+// applied twice: a caller's new id written with Replace came back
+// Replaced. Only the script calls are sent again.
+func TestScriptFlushResendsOnlyScripts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	require.NoError(t, b.rdb.ScriptFlush(b.ctx).Err())
+	res, err := b.store.Write(b.ctx, nil, []Write{
+		{Key: "n/rejecting", Due: 9_000, Record: rec("")},
+		{Key: "n/replacing-new", Due: 9_500, Record: rec(""), Replace: true},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []WriteResult{Stored, Stored}, res, "each applied once")
+}
+
 // ownAndAnnounce takes the first n partitions' leases as owner "O" and
 // announces loaded-until time loaded in each.
 func ownAndAnnounce(t *testing.T, b *bundle, n int, loaded int64) {
