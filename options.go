@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/wheelq/wheelq/persist"
@@ -67,6 +68,17 @@ type Config struct {
 	// Clock is the source of time. Default wheel.RealClock(); tests inject
 	// a wheel.FakeClock.
 	Clock wheel.Clock
+	// InstanceID is a stable name of this process, one that no other live
+	// process of the namespace has at the same time: a StatefulSet pod's
+	// name, a host's name with one process per host. With it, a process
+	// restarted after a crash takes the partitions of its former
+	// incarnation over at once, instead of waiting up to LeaseTTL for their
+	// leases to lapse (during which its own jobs, and the partitions' jobs,
+	// would wait). Two live processes with one InstanceID would take each
+	// other's partitions and break every promise: leave it empty unless the
+	// platform guarantees it is unique. At most 128 bytes, no '#'. Default
+	// empty (leases always lapse before another process takes them).
+	InstanceID string
 	// RunWhileRedisDown is an availability mode, off by default. Off, a job
 	// starts only after Redis confirmed its claim, so every promise holds
 	// whatever fails. On, a job whose claim cannot reach Redis (an error or
@@ -141,6 +153,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("wheelq: poll interval %v outside [1ms, horizon/2]", c.PollInterval)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("wheelq: lease TTL %v < 1s", c.LeaseTTL)
+	case len(c.InstanceID) > 128 || strings.Contains(c.InstanceID, "#"):
+		return fmt.Errorf("wheelq: instance id %q: at most 128 bytes, no '#'", c.InstanceID)
 	}
 	return nil
 }

@@ -205,6 +205,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	}
 	q.turn = sync.NewCond(&q.turnMu)
 	token := base64.RawURLEncoding.EncodeToString(tok[:])
+	if cfg.InstanceID != "" {
+		// The lease script recognises leases of a former incarnation by
+		// this prefix (see Config.InstanceID).
+		token = cfg.InstanceID + "#" + token
+	}
 	q.fence = make([]string, cfg.Partitions)
 	for i := range q.fence {
 		q.fence[i] = token

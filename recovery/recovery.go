@@ -123,6 +123,7 @@ type Recoverer struct {
 	valid   []atomic.Int64           // per partition: owned until base+valid (ns), by this process's clock
 	epoch   []atomic.Uint64          // per partition: counts acquisitions and releases
 	reset   []bool                   // per partition: needs a full reload; poller goroutine only
+	waiting []bool                   // per partition: held by another process, said in the log; poller goroutine only
 	scanned []int64                  // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
 	// nextLease is when the leases are renewed next; poller goroutine only.
 	nextLease time.Time
@@ -192,6 +193,7 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 		valid:   make([]atomic.Int64, n),
 		epoch:   make([]atomic.Uint64, n),
 		reset:   make([]bool, n),
+		waiting: make([]bool, n),
 		scanned: make([]int64, n),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
@@ -407,7 +409,16 @@ func (r *Recoverer) leases(ctx context.Context) {
 			return
 		}
 		for i, p := range free {
+			if !held[i] && !r.waiting[p] {
+				r.waiting[p] = true
+				r.log.Info("wheelq: partition held by another process; waiting for its lease (at most LeaseTTL after that process stops renewing it)",
+					"partition", p, "lease_ttl", r.cfg.LeaseTTL)
+			}
 			if held[i] {
+				if r.waiting[p] {
+					r.waiting[p] = false
+					r.log.Info("wheelq: took a partition over", "partition", p)
+				}
 				r.valid[p].Store(validUntil)
 				r.epoch[p].Add(1)
 				r.reset[p] = true

@@ -1,8 +1,11 @@
 package recovery
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -267,4 +270,55 @@ func TestPollReplyLost(t *testing.T) {
 	armed, _ = sink.snapshot()
 	require.Contains(t, armed, "a/mid", "the window whose poll reply was lost is scanned")
 	require.NoError(t, r.Stop(context.Background()))
+}
+
+// TestWaitingForLeaseIsLogged: a partition held by another process is
+// waited for with a line in the log (issue 16: a restarted process owned
+// nothing for a lease's time and nothing said why), and its take-over too.
+func TestWaitingForLeaseIsLogged(t *testing.T) {
+	t.Parallel()
+	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
+	store, sink := newFakeStore(t), &fakeSink{}
+	store.holder[1] = "other"
+	var buf syncBuffer
+	passes := make(chan struct{}, 100)
+	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
+		LeaseTTL: 3 * time.Second, Clock: clk, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		OnPass: func() { passes <- struct{}{} }})
+	require.NoError(t, err)
+	store.r = r
+	r.Start(context.Background())
+	<-passes
+	require.Equal(t, 1, r.Owned())
+	require.Contains(t, buf.String(), "partition held by another process; waiting")
+	require.Contains(t, buf.String(), "partition=1")
+	require.Equal(t, 1, strings.Count(buf.String(), "waiting"), "said once, not at every try")
+
+	store.mu.Lock()
+	delete(store.holder, 1) // the other process's lease lapsed
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second) // LeaseTTL/3: the leases are tried again
+	<-passes
+	require.Equal(t, 2, r.Owned())
+	require.Contains(t, buf.String(), "took a partition over")
+	require.NoError(t, r.Stop(context.Background()))
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

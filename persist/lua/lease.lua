@@ -5,6 +5,11 @@
 -- ARGV[2]  the caller's token (unique per acquisition: it is the fence)
 -- ARGV[3]  time to live, ms (acquire and renew)
 --
+-- A token "instance#random" names a stable instance (Config.InstanceID):
+-- acquire takes over a lease held by another token of the same instance,
+-- a former incarnation of the caller that the platform guarantees is gone,
+-- instead of waiting for it to lapse.
+--
 -- Returns 1 when the caller holds (or, for release, held) the lease, else
 -- 0; for acquire, a negative number -ttl tells how long the current
 -- owner's lease still runs.
@@ -20,7 +25,8 @@ if cur == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 1
 end
-if ARGV[1] == 'acquire' and not cur then
+local me = string.match(ARGV[2], '^(.+#)')
+if ARGV[1] == 'acquire' and (not cur or (me and string.sub(cur, 1, #me) == me)) then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end

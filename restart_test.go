@@ -1,0 +1,84 @@
+package wheelq
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+const (
+	envRestartRedis    = "WHEELQ_RESTART_CHILD_REDIS"
+	envRestartInstance = "WHEELQ_RESTART_CHILD_INSTANCE"
+)
+
+// restartConfig is the configuration of TestRestartTakesOverAtOnce's
+// processes.
+func restartConfig(instance string) Config {
+	return Config{Namespace: "restart", Partitions: 2, LeaseTTL: 3 * time.Second, InstanceID: instance}
+}
+
+// TestRestartChild is the child process of TestRestartTakesOverAtOnce; it
+// does nothing unless the parent set its environment.
+func TestRestartChild(t *testing.T) {
+	addr := os.Getenv(envRestartRedis)
+	if addr == "" {
+		t.Skip("child process of TestRestartTakesOverAtOnce")
+	}
+	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), restartConfig(os.Getenv(envRestartInstance)))
+	require.NoError(t, err)
+	require.NoError(t, q.Start(context.Background()))
+	select {} // until killed
+}
+
+// TestRestartTakesOverAtOnce is issue 16's restart stall: a process killed
+// with -9 and restarted owned no partition until its former incarnation's
+// leases lapsed (LeaseTTL), and its own new jobs waited that long. With a
+// stable InstanceID the restarted process takes its leases over at once:
+// they never lapse in Redis. Without one, they must lapse first.
+func TestRestartTakesOverAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	lease := func(p int) string {
+		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
+		return v
+	}
+	first := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, envRestartInstance+"=worker-1")
+	t.Cleanup(first.kill)
+	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first incarnation owns both partitions")
+	old := lease(0)
+	require.True(t, strings.HasPrefix(old, "worker-1#"), "the token carries the instance: %q", old)
+	first.kill()
+	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, envRestartInstance+"=worker-1")
+	t.Cleanup(second.kill)
+	deadline := time.Now().Add(wait)
+	for {
+		l0, l1 := lease(0), lease(1)
+		require.NotEmpty(t, l0, "partition 0's lease lapsed: the restart waited for it")
+		require.NotEmpty(t, l1, "partition 1's lease lapsed: the restart waited for it")
+		if l0 != old && l1 != old {
+			require.True(t, strings.HasPrefix(l0, "worker-1#") && strings.HasPrefix(l1, "worker-1#"))
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no take-over")
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Another instance name never takes a live lease over.
+	q, err := New(rdb, restartConfig("worker-2"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	require.NoError(t, q.Start(ctx))
+	<-q.Ready()
+	require.Zero(t, q.recov.Owned(), "worker-2 waits for worker-1's leases")
+}
