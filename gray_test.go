@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -174,18 +173,7 @@ func TestRetrySettleReplyLost(t *testing.T) {
 		return false
 	}}
 	b.rdb.AddHook(h)
-	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond))
-	b.q = b.newQueue(t, Config{Clock: clk, Horizon: time.Hour, Backoff: func(int, error) time.Duration { return 30 * time.Minute }})
-	require.NoError(t, b.q.Start(b.ctx))
-	<-b.q.Ready()
-	r := newRuns()
-	require.NoError(t, b.q.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error {
-		r.add(j)
-		if j.Attempt == 1 {
-			return errors.New("try later")
-		}
-		return nil
-	})))
+	clk, r := failingOnceOnFakeClock(t, b, "r", 30*time.Minute)
 	_, err := b.q.Schedule(b.ctx, "r", nil, ID("j"), After(time.Minute))
 	require.NoError(t, err)
 	clk.BlockUntilSleeping()
@@ -495,16 +483,11 @@ func TestPausedOwner(t *testing.T) {
 	srv.RequireReal(t)
 	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
 	logPath := filepath.Join(t.TempDir(), "runs")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPausedOwnerChild$", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), envPausedRedis+"="+srv.Addr, envPausedLog+"="+logPath)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	c := startTestChild(t, "TestPausedOwnerChild", envPausedRedis+"="+srv.Addr, envPausedLog+"="+logPath)
+	cmd := c.cmd
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-exited
+		c.kill()
 	})
 	keys := make([]string, 4)
 	for p := range keys {
@@ -687,4 +670,27 @@ func TestFailFastWhileRedisDown(t *testing.T) {
 		_, err := b.q.Schedule(b.ctx, "f", nil)
 		return err == nil
 	}, "Schedule works again once Redis is back")
+}
+
+// TestOverdueIsVisible is from issue 13: jobs that should have run but sit
+// in a partition no process runs were invisible (the worker's Stats showed
+// nothing). Stats now reads, across partitions, how many pending jobs are
+// past their due time and how old the oldest is.
+func TestOverdueIsVisible(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	producer := b.newQueue(t, Config{}) // never started: nothing runs
+	for i := range 3 {
+		_, err := producer.Schedule(b.ctx, "late", nil, ID(fmt.Sprint(i)), At(time.Now().Add(-time.Duration(i+1)*time.Minute)))
+		require.NoError(t, err)
+	}
+	_, err := producer.Schedule(b.ctx, "late", nil, ID("future"), After(time.Hour))
+	require.NoError(t, err)
+	st, err := producer.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), st.Pending)
+	require.Equal(t, int64(3), st.Overdue)
+	require.GreaterOrEqual(t, st.OldestOverdue, 3*time.Minute)
+	require.Less(t, st.OldestOverdue, 4*time.Minute)
 }

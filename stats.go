@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // Stats is a snapshot of a queue's state and counters. Counters count since
@@ -49,6 +51,12 @@ type Stats struct {
 	// Pending and Dead are the numbers of pending and dead-lettered jobs
 	// in Redis, over all partitions of the namespace.
 	Pending, Dead int64
+	// Overdue is the number of pending jobs more than OverdueAfter past
+	// their due time, over all partitions of the namespace (read from
+	// Redis: it counts jobs no process runs too), and OldestOverdue how
+	// far past its due time the oldest of them is (0 when none is).
+	Overdue       int64
+	OldestOverdue time.Duration
 
 	// Lateness summarizes how late runs started after their due time.
 	Lateness Lateness
@@ -89,10 +97,25 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err := q.checkLayout(ctx); err != nil {
 		return s, fmt.Errorf("wheelq: stats: %w", err)
 	}
-	var err error
-	s.Pending, s.Dead, err = q.store.Counts(ctx)
-	return s, err
+	_, wall := wheel.Readings(q.clock)
+	c, err := q.store.Census(ctx, wall.Add(-OverdueAfter).UnixMicro())
+	if err != nil {
+		return s, err
+	}
+	s.Pending, s.Dead = c.Pending, c.Dead
+	for p, n := range c.Overdue {
+		s.Overdue += n
+		if n > 0 {
+			s.OldestOverdue = max(s.OldestOverdue, wall.Sub(time.UnixMicro(c.Oldest[p])))
+		}
+	}
+	return s, nil
 }
+
+// OverdueAfter is how far past its due time a pending job counts as
+// overdue in Stats: a job normally starts within a millisecond of it, and
+// one claimed already is still pending until its run is settled.
+const OverdueAfter = time.Second
 
 type counters struct {
 	scheduled, fired, succeeded, retried, dead, cancelled, skipped, dropped, redisErrors atomic.Uint64

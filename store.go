@@ -32,6 +32,7 @@ type engineStore interface {
 	RangeDead(ctx context.Context, p int, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Records(ctx context.Context, p int, keys []string) ([][]byte, error)
 	Counts(ctx context.Context) (pending, dead int64, err error)
+	Census(ctx context.Context, before int64) (persist.Census, error)
 }
 
 var _ engineStore = (*persist.Store)(nil)

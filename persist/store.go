@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -1055,22 +1056,48 @@ func (s *Store) Records(ctx context.Context, p int, keys []string) ([][]byte, er
 
 // Counts returns the number of pending and dead jobs over all partitions.
 func (s *Store) Counts(ctx context.Context) (pending, dead int64, err error) {
+	c, err := s.Census(ctx, math.MinInt64/2)
+	return c.Pending, c.Dead, err
+}
+
+// Census is what Census reads of the namespace.
+type Census struct {
+	Pending, Dead int64 // over all partitions
+	// Overdue is, per partition, the number of pending jobs due before
+	// the time Census was given.
+	Overdue []int64
+	// Oldest is, per partition, the due time (unix µs) of its earliest
+	// pending job; HaveOldest says whether it has one.
+	Oldest     []int64
+	HaveOldest []bool
+}
+
+// Census reads, in one round trip, the pending and dead counts of every
+// partition, how many pending jobs of each are due before before (unix
+// µs), and each one's earliest due time.
+func (s *Store) Census(ctx context.Context, before int64) (Census, error) {
+	n := len(s.parts)
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, 0, 2*len(s.parts))
-	for _, k := range s.parts {
-		cmds = append(cmds, pipe.ZCard(ctx, k.Pending), pipe.ZCard(ctx, k.Dead))
+	cards := make([]*redis.IntCmd, 0, 3*n)
+	oldest := make([]*redis.ZSliceCmd, n)
+	max := strconv.FormatInt(before, 10)
+	for p, k := range s.parts {
+		cards = append(cards, pipe.ZCard(ctx, k.Pending), pipe.ZCard(ctx, k.Dead), pipe.ZCount(ctx, k.Pending, "-inf", "("+max))
+		oldest[p] = pipe.ZRangeWithScores(ctx, k.Pending, 0, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, 0, wrap(err)
+		return Census{}, wrap(err)
 	}
-	for i, c := range cmds {
-		if i%2 == 0 {
-			pending += c.Val()
-		} else {
-			dead += c.Val()
+	c := Census{Overdue: make([]int64, n), Oldest: make([]int64, n), HaveOldest: make([]bool, n)}
+	for p := range n {
+		c.Pending += cards[3*p].Val()
+		c.Dead += cards[3*p+1].Val()
+		c.Overdue[p] = cards[3*p+2].Val()
+		if zs := oldest[p].Val(); len(zs) > 0 {
+			c.Oldest[p], c.HaveOldest[p] = int64(zs[0].Score), true
 		}
 	}
-	return pending, dead, nil
+	return c, nil
 }
 
 func intAt(reply any, i int) (int64, error) {

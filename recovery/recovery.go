@@ -42,6 +42,7 @@ type Store interface {
 	LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration) ([]bool, error)
 	Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (persist.PollResult, error)
 	RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
+	Census(ctx context.Context, before int64) (persist.Census, error)
 }
 
 var _ Store = (*persist.Store)(nil)
@@ -88,6 +89,12 @@ type Config struct {
 	// job twice. Default 10s; SweepAge default 5s.
 	SweepInterval time.Duration
 	SweepAge      time.Duration
+	// OverdueWarn is how far past its due time the oldest pending job of a
+	// partition may be before each sweep logs a warning naming the
+	// partition, whether this process owns it or not: a job that should
+	// have run cannot hide (a partition no process runs, a stuck owner).
+	// Default 1 minute.
+	OverdueWarn time.Duration
 	// CallTimeout bounds every Redis call of the poller (leases, polls,
 	// scans), so that a call whose reply never comes cannot hold the
 	// poller. Default LeaseTTL/3.
@@ -166,6 +173,9 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	}
 	if cfg.SweepAge == 0 {
 		cfg.SweepAge = 5 * time.Second
+	}
+	if cfg.OverdueWarn == 0 {
+		cfg.OverdueWarn = time.Minute
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = cfg.LeaseTTL / 3
@@ -563,6 +573,26 @@ func (r *Recoverer) sweep(ctx context.Context, wall time.Time) {
 		slices.SortFunc(all, func(a, b persist.Entry) int { return cmp.Compare(a.Due, b.Due) })
 		r.sink.Arm(all)
 		r.swept.Add(int64(len(all)))
+	}
+	r.warnOverdue(ctx, wall)
+}
+
+// warnOverdue logs a warning for every partition, owned here or not, whose
+// oldest pending job is more than OverdueWarn past its due time.
+func (r *Recoverer) warnOverdue(ctx context.Context, wall time.Time) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	c, err := r.store.Census(cctx, wall.Add(-r.cfg.OverdueWarn).UnixMicro())
+	cancel()
+	if err != nil {
+		r.noteErr("census", err)
+		return
+	}
+	for p, n := range c.Overdue {
+		if n > 0 && c.HaveOldest[p] {
+			r.log.Warn("wheelq: jobs overdue", "partition", p, "overdue", n,
+				"oldest_late", wall.Sub(time.UnixMicro(c.Oldest[p])).Round(time.Millisecond),
+				"owned_here", r.loaded[p].Load() != NotOwned)
+		}
 	}
 }
 

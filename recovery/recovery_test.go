@@ -86,6 +86,24 @@ func (f *fakeStore) Poll(_ context.Context, p int, tok string, loaded int64, _ t
 	return res, nil
 }
 
+func (f *fakeStore) Census(_ context.Context, before int64) (persist.Census, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := persist.Census{Overdue: make([]int64, 2), Oldest: make([]int64, 2), HaveOldest: make([]bool, 2)}
+	for p, es := range f.pending {
+		for _, e := range es {
+			if e.Due < before {
+				c.Overdue[p]++
+			}
+			if !c.HaveOldest[p] || e.Due < c.Oldest[p] {
+				c.Oldest[p], c.HaveOldest[p] = e.Due, true
+			}
+		}
+		c.Pending += int64(len(es))
+	}
+	return c, nil
+}
+
 func (f *fakeStore) RangePending(_ context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -302,6 +320,37 @@ func TestWaitingForLeaseIsLogged(t *testing.T) {
 	<-passes
 	require.Equal(t, 2, r.Owned())
 	require.Contains(t, buf.String(), "took a partition over")
+	require.NoError(t, r.Stop(context.Background()))
+}
+
+// TestOverdueIsLogged (issue 13): a job far past its due time in a
+// partition that another process holds (and does not run) is named in a
+// warning by every sweep, by a process that does not own it either.
+func TestOverdueIsLogged(t *testing.T) {
+	t.Parallel()
+	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
+	store, sink := newFakeStore(t), &fakeSink{}
+	store.holder[1] = "stuck"
+	store.pending[1] = []persist.Entry{{Key: "b/late", Due: clk.Now().Add(-2 * time.Minute).UnixMicro()}}
+	store.pending[0] = []persist.Entry{{Key: "a/fine", Due: clk.Now().Add(-time.Second).UnixMicro()}}
+	var buf syncBuffer
+	passes := make(chan struct{}, 100)
+	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
+		LeaseTTL: 3 * time.Second, Clock: clk, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		OnPass: func() { passes <- struct{}{} }})
+	require.NoError(t, err)
+	store.r = r
+	r.Start(context.Background())
+	<-passes
+	require.NotContains(t, buf.String(), "jobs overdue", "no sweep yet")
+	clk.BlockUntilSleeping()
+	clk.Advance(10 * time.Second) // SweepInterval
+	<-passes
+	out := buf.String()
+	require.Contains(t, out, "jobs overdue")
+	require.Contains(t, out, "partition=1")
+	require.Contains(t, out, "owned_here=false")
+	require.NotContains(t, out, "partition=0 overdue", "a second late is not a minute late")
 	require.NoError(t, r.Stop(context.Background()))
 }
 
