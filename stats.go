@@ -47,6 +47,12 @@ type Stats struct {
 	// Swept counts overdue jobs re-armed by the poller's sweep; it stays
 	// near 0 unless armings are lost (replies lost when Redis died).
 	Swept int64
+	// Repaired counts inconsistencies in Redis that the sweep's repair
+	// steps fixed in the partitions this process owns: pending entries
+	// without a record (removed), records in neither set (dead-lettered),
+	// stale claim marks (cleared). Each is logged at Warn with its keys.
+	// It stays 0 unless something other than wheelq wrote the keys.
+	Repaired int64
 
 	// Pending and Dead are the numbers of pending and dead-lettered jobs
 	// in Redis, over all partitions of the namespace.
@@ -89,6 +95,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		OwnedPartitions:  q.recov.Owned(),
 		Armed:            q.recov.Armed(),
 		Swept:            q.recov.Swept(),
+		Repaired:         q.recov.Repaired(),
 		Lateness:         q.late.summary(),
 	}
 	if q.closing() {

@@ -33,6 +33,7 @@ type engineStore interface {
 	Records(ctx context.Context, p int, keys []string) ([][]byte, error)
 	Counts(ctx context.Context) (pending, dead int64, err error)
 	Census(ctx context.Context, before int64) (persist.Census, error)
+	Repair(ctx context.Context, p int, tok string, cur persist.RepairCursor, count int, now int64) (persist.RepairCursor, persist.RepairResult, error)
 }
 
 var _ engineStore = (*persist.Store)(nil)

@@ -800,6 +800,61 @@ func TestScriptFlushResendsOnlyScripts(t *testing.T) {
 	require.Equal(t, []WriteResult{Stored, Stored}, res, "each applied once")
 }
 
+// TestRepair (issue 13): inconsistent state that no path writes today but
+// a foreign tool, an older version or a partial write may leave: a pending
+// entry without a record (it can never run, and sweeps re-armed it
+// forever), a record in neither set (a job that will never run, invisible
+// to DeadJobs), claim marks of another owner's token or of deleted jobs.
+// Repair walks a partition in bounded steps and fixes each.
+func TestRepair(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ownAndAnnounce(t, b, 1, 0)
+	k := b.store.Keys(0)
+	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "t/live", Due: 5, Record: rec("x")}})
+	require.NoError(t, err)
+	_, err = b.store.Claim(b.ctx, []string{"O"}, []ClaimRequest{{Key: "t/live"}})
+	require.NoError(t, err)
+	for i := range 30 { // more than one step's worth
+		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: 7, Member: fmt.Sprintf("t/ghost%02d", i)}).Err())
+	}
+	require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, "t/orphan", rec("lost")).Err())
+	require.NoError(t, b.rdb.HSet(b.ctx, k.Running, "t/gone", "O", "t/stale", "old-owner").Err())
+	require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, "t/stale", rec("s")).Err())
+	require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: 9, Member: "t/stale"}).Err())
+
+	var cur RepairCursor
+	var total RepairResult
+	for steps := 0; ; steps++ {
+		require.Less(t, steps, 100, "the walk ends")
+		var res RepairResult
+		cur, res, err = b.store.Repair(b.ctx, 0, "O", cur, 10, 1000)
+		require.NoError(t, err)
+		total.PendingWithoutRecord += res.PendingWithoutRecord
+		total.RecordsInNoSet += res.RecordsInNoSet
+		total.StaleMarks += res.StaleMarks
+		total.Keys = append(total.Keys, res.Keys...)
+		if cur.Done {
+			break
+		}
+	}
+	require.Equal(t, 30, total.PendingWithoutRecord)
+	require.Equal(t, 1, total.RecordsInNoSet)
+	require.Equal(t, 2, total.StaleMarks, "t/gone (no record) and t/stale (another owner's token)")
+	require.Contains(t, total.Keys, "t/orphan")
+	_, st, err := b.store.Get(b.ctx, "t/orphan")
+	require.NoError(t, err)
+	require.Equal(t, DeadLettered, st, "the orphan record is dead-lettered: visible and requeue-able")
+	n, err := b.rdb.ZCard(b.ctx, k.Pending).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "t/live and t/stale stay pending")
+	marks, err := b.rdb.HGetAll(b.ctx, k.Running).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"t/live": "O"}, marks, "the owner's own mark of a live job stays")
+	_, _, err = b.store.Repair(b.ctx, 0, "intruder", RepairCursor{}, 10, 1000)
+	require.ErrorIs(t, err, ErrFenced)
+}
+
 // ownAndAnnounce takes the first n partitions' leases as owner "O" and
 // announces loaded-until time loaded in each.
 func ownAndAnnounce(t *testing.T, b *bundle, n int, loaded int64) {

@@ -43,6 +43,7 @@ type Store interface {
 	Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (persist.PollResult, error)
 	RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Census(ctx context.Context, before int64) (persist.Census, error)
+	Repair(ctx context.Context, p int, tok string, cur persist.RepairCursor, count int, now int64) (persist.RepairCursor, persist.RepairResult, error)
 }
 
 var _ Store = (*persist.Store)(nil)
@@ -131,6 +132,7 @@ type Recoverer struct {
 	epoch   []atomic.Uint64          // per partition: counts acquisitions and releases
 	reset   []bool                   // per partition: needs a full reload; poller goroutine only
 	waiting []bool                   // per partition: held by another process, said in the log; poller goroutine only
+	repairs []persist.RepairCursor   // per partition: where the repair walk stands; poller goroutine only
 	scanned []int64                  // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
 	// nextLease is when the leases are renewed next; poller goroutine only.
 	nextLease time.Time
@@ -146,6 +148,7 @@ type Recoverer struct {
 	armed             atomic.Int64              // jobs armed by reloads and polls
 	owned             atomic.Int32              // partitions owned
 	swept             atomic.Int64              // jobs re-armed by sweeps
+	fixed             atomic.Int64              // inconsistencies fixed by repair steps
 	lastErr           atomic.Pointer[errString] //
 }
 
@@ -204,6 +207,7 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 		epoch:   make([]atomic.Uint64, n),
 		reset:   make([]bool, n),
 		waiting: make([]bool, n),
+		repairs: make([]persist.RepairCursor, n),
 		scanned: make([]int64, n),
 		ready:   make(chan struct{}),
 		done:    make(chan struct{}),
@@ -574,8 +578,43 @@ func (r *Recoverer) sweep(ctx context.Context, wall time.Time) {
 		r.sink.Arm(all)
 		r.swept.Add(int64(len(all)))
 	}
+	r.repair(ctx, wall)
 	r.warnOverdue(ctx, wall)
 }
+
+// repairStep bounds one repair step: about this many elements of each of
+// a partition's structures are looked at per sweep.
+const repairStep = 200
+
+// repair takes one step of the repair walk (persist.Store.Repair) of every
+// owned partition; a walk done starts again at the next sweep.
+func (r *Recoverer) repair(ctx context.Context, wall time.Time) {
+	for p := range r.loaded {
+		if r.loaded[p].Load() == NotOwned {
+			continue
+		}
+		if r.repairs[p].Done {
+			r.repairs[p] = persist.RepairCursor{}
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		cur, res, err := r.store.Repair(cctx, p, r.cfg.Token, r.repairs[p], repairStep, wall.UnixMicro())
+		cancel()
+		if err != nil {
+			r.noteErr("repair", err)
+			continue
+		}
+		r.repairs[p] = cur
+		if n := res.PendingWithoutRecord + res.RecordsInNoSet + res.StaleMarks; n > 0 {
+			r.fixed.Add(int64(n))
+			r.log.Warn("wheelq: repaired inconsistent state", "partition", p,
+				"pending_without_record", res.PendingWithoutRecord, "records_dead_lettered", res.RecordsInNoSet,
+				"stale_claim_marks", res.StaleMarks, "keys", res.Keys)
+		}
+	}
+}
+
+// Repaired returns how many inconsistencies repair steps have fixed.
+func (r *Recoverer) Repaired() int64 { return r.fixed.Load() }
 
 // warnOverdue logs a warning for every partition, owned here or not, whose
 // oldest pending job is more than OverdueWarn past its due time.

@@ -104,6 +104,10 @@ func (f *fakeStore) Census(_ context.Context, before int64) (persist.Census, err
 	return c, nil
 }
 
+func (f *fakeStore) Repair(_ context.Context, _ int, _ string, _ persist.RepairCursor, _ int, _ int64) (persist.RepairCursor, persist.RepairResult, error) {
+	return persist.RepairCursor{Done: true}, persist.RepairResult{}, nil
+}
+
 func (f *fakeStore) RangePending(_ context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

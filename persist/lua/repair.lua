@@ -1,0 +1,72 @@
+-- repair.lua: find and fix inconsistent state in one partition, a bounded
+-- step at a time. No path of wheelq writes such state today (writes,
+-- settles and cancels are atomic), but a foreign tool, an older version or
+-- a write cut short may leave it, and a job must not be stuck or hidden:
+--   - a pending entry without a record can never run (a claim finds it
+--     gone) and was re-armed by every sweep: it is removed;
+--   - a record in neither the pending nor the dead set will never run and
+--     no listing shows it: it is moved to the dead set (score ARGV[6]),
+--     where DeadJobs shows it and Requeue or Cancel handles it;
+--   - a claim mark whose token is not the lease holder's, or of a job
+--     without a record, is stale: it is cleared (a take-over clears marks
+--     too; this catches what is left between take-overs).
+--
+-- KEYS[1]  pending ZSET
+-- KEYS[2]  jobs HASH
+-- KEYS[3]  dead ZSET
+-- KEYS[4]  lease STRING
+-- KEYS[5]  running HASH
+-- ARGV[1]  the caller's lease token (fenced: only the owner repairs)
+-- ARGV[2]  ZSCAN cursor of pending ("0" to start)
+-- ARGV[3]  HSCAN cursor of jobs
+-- ARGV[4]  HSCAN cursor of running
+-- ARGV[5]  COUNT for each scan (the step's bound)
+-- ARGV[6]  now, unix µs (the dead-letter score)
+--
+-- Returns {pending cursor, jobs cursor, running cursor, removed pending
+-- entries, records dead-lettered, marks cleared, then the keys fixed}.
+-- A cursor "0" means that walk is done (Redis's SCAN contract: an element
+-- there throughout a walk is seen at least once).
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
+end
+local n = tonumber(ARGV[5])
+local out = {ARGV[2], ARGV[3], ARGV[4], 0, 0, 0}
+
+if ARGV[2] ~= 'done' then
+  local r = redis.call('ZSCAN', KEYS[1], ARGV[2], 'COUNT', n)
+  out[1] = r[1]
+  for i = 1, #r[2], 2 do
+    local key = r[2][i]
+    if redis.call('HEXISTS', KEYS[2], key) == 0 then
+      redis.call('ZREM', KEYS[1], key)
+      out[4] = out[4] + 1
+      out[#out + 1] = key
+    end
+  end
+end
+if ARGV[3] ~= 'done' then
+  local r = redis.call('HSCAN', KEYS[2], ARGV[3], 'COUNT', n)
+  out[2] = r[1]
+  for i = 1, #r[2], 2 do
+    local key = r[2][i]
+    if not redis.call('ZSCORE', KEYS[1], key) and not redis.call('ZSCORE', KEYS[3], key) then
+      redis.call('ZADD', KEYS[3], ARGV[6], key)
+      out[5] = out[5] + 1
+      out[#out + 1] = key
+    end
+  end
+end
+if ARGV[4] ~= 'done' then
+  local r = redis.call('HSCAN', KEYS[5], ARGV[4], 'COUNT', n)
+  out[3] = r[1]
+  for i = 1, #r[2], 2 do
+    local key, tok = r[2][i], r[2][i + 1]
+    if tok ~= ARGV[1] or redis.call('HEXISTS', KEYS[2], key) == 0 then
+      redis.call('HDEL', KEYS[5], key)
+      out[6] = out[6] + 1
+      out[#out + 1] = key
+    end
+  end
+end
+return out
