@@ -77,8 +77,17 @@ type child struct {
 
 func startChild(t *testing.T, addr, logPath string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), envChildRedis+"="+addr, envChildLog+"="+logPath)
+	return startTestChild(t, "TestCrashChild", envChildRedis+"="+addr, envChildLog+"="+logPath)
+}
+
+// startTestChild starts the test binary again, running only the test
+// named test (a child entry that does nothing unless env sets it up),
+// with env added to its environment. The child is killed if this process
+// dies.
+func startTestChild(t *testing.T, test string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
 	c := &child{cmd: cmd, done: make(chan struct{})}

@@ -655,6 +655,26 @@ func TestRedisDownAndBack(t *testing.T) {
 	r.next(t)
 }
 
+// failingOnceOnFakeClock starts b's queue on a fake clock (horizon an
+// hour, every retry backoff later) with a handler of topic that fails a
+// job's first run and records every run.
+func failingOnceOnFakeClock(t *testing.T, b *bundle, topic string, backoff time.Duration) (*wheel.FakeClock, *runs) {
+	t.Helper()
+	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond)) // due times are stored in whole µs
+	b.q = b.newQueue(t, Config{Clock: clk, Horizon: time.Hour, Backoff: func(int, error) time.Duration { return backoff }})
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	r := newRuns()
+	require.NoError(t, b.q.Handle(topic, HandlerFunc(func(_ context.Context, j *Job) error {
+		r.add(j)
+		if j.Attempt == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})))
+	return clk, r
+}
+
 // awaitRetryArmed waits until job (topic, id) of b's queue is stored
 // after its first failed run and is the one job armed in the wheel.
 func awaitRetryArmed(t *testing.T, b *bundle, topic, id string) {
@@ -675,18 +695,7 @@ func TestFakeClockLongDelays(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
 	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond)) // due times are stored in whole µs
-	b.q = b.newQueue(t, Config{Clock: clk, Horizon: time.Hour, Backoff: func(int, error) time.Duration { return 50 * time.Minute }})
-	require.NoError(t, b.q.Start(b.ctx))
-	<-b.q.Ready()
-	r := newRuns()
-	require.NoError(t, b.q.Handle("order", HandlerFunc(func(_ context.Context, j *Job) error {
-		r.add(j)
-		if j.Attempt == 1 {
-			return errors.New("payment service down")
-		}
-		return nil
-	})))
+	clk, r := failingOnceOnFakeClock(t, b, "order", 50*time.Minute)
 	t0 := clk.Now()
 	_, err := b.q.Schedule(b.ctx, "order", []byte("o-1"), ID("o-1"), After(30*time.Minute))
 	require.NoError(t, err)
