@@ -68,6 +68,19 @@ type Config struct {
 	// Clock is the source of time. Default wheel.RealClock(); tests inject
 	// a wheel.FakeClock.
 	Clock wheel.Clock
+	// ReplicaAcks, if above 0, makes Schedule, Cancel, Reschedule and
+	// Requeue return nil only once that many replicas have the change too
+	// (a WAIT in the same round trip): with Sentinel, a failover then loses
+	// no acknowledged job, as long as the promoted replica is one of them
+	// (ask for all of a primary's replicas, and see docs/operations.md for
+	// min-replicas-to-write). A change the primary applied but not enough
+	// replicas acknowledged within ReplicaTimeout fails with an error
+	// wrapping ErrOutcomeUnknown (it may be lost at a failover). Not on a
+	// Cluster client. Default 0: an acknowledgement means the primary has
+	// it (as durable as its persistence settings make it).
+	ReplicaAcks int
+	// ReplicaTimeout bounds the wait for ReplicaAcks. Default 1s.
+	ReplicaTimeout time.Duration
 	// InstanceID is a stable name of this process, one that no other live
 	// process of the namespace has at the same time: a StatefulSet pod's
 	// name, a host's name with one process per host. With it, a process

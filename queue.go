@@ -172,7 +172,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	pstore, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions})
+	pstore, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions,
+		ReplicaAcks: cfg.ReplicaAcks, ReplicaTimeout: cfg.ReplicaTimeout})
 	if err != nil {
 		return nil, err
 	}

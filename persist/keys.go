@@ -22,6 +22,10 @@ var (
 	// ErrUnsupportedClient is returned by New for a client that may send
 	// keys of one call to different servers (a *redis.Ring).
 	ErrUnsupportedClient = errors.New("persist: unsupported redis client")
+	// ErrNotReplicated is returned by a write (with Options.ReplicaAcks)
+	// that the primary applied but fewer replicas than asked acknowledged
+	// within Options.ReplicaTimeout: it may not survive a failover.
+	ErrNotReplicated = errors.New("persist: write not acknowledged by enough replicas")
 )
 
 // KeySep separates the topic from the id in a job key. Topics may not

@@ -54,6 +54,15 @@ type Options struct {
 	// Partitions is the number of partitions; every process of a
 	// namespace must use the same. Default 16.
 	Partitions int
+	// ReplicaAcks, if above 0, makes every write of jobs (Write,
+	// CancelMany, RescheduleMany, Requeue) wait, in the same round trip,
+	// until that many replicas have it (WAIT): a write they did not all
+	// acknowledge within ReplicaTimeout fails with ErrNotReplicated, though
+	// the primary applied it. Not on a Cluster client (go-redis sends a
+	// keyless WAIT to any node). Default 0.
+	ReplicaAcks int
+	// ReplicaTimeout bounds that wait. Default 1s.
+	ReplicaTimeout time.Duration
 }
 
 // Store is the Redis side of wheelq. It holds no state of its own but the
@@ -82,6 +91,9 @@ type Store struct {
 	callsPool sync.Pool
 	// maxClaimBytes is MaxClaimBytes (tests lower it), boxed once.
 	maxClaimBytes any
+	// acks and ackTimeout are Options.ReplicaAcks and ReplicaTimeout.
+	acks       int
+	ackTimeout time.Duration
 }
 
 // New returns a store on rdb: a *redis.Client (standalone or Sentinel) or
@@ -108,6 +120,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.Partitions == 0 {
 		opts.Partitions = 16
 	}
+	if opts.ReplicaAcks < 0 || opts.ReplicaTimeout < 0 {
+		return nil, fmt.Errorf("persist: replica acks %d, timeout %v: want >= 0", opts.ReplicaAcks, opts.ReplicaTimeout)
+	}
+	if opts.ReplicaTimeout == 0 {
+		opts.ReplicaTimeout = time.Second
+	}
+	if _, ok := rdb.(*redis.ClusterClient); ok && opts.ReplicaAcks > 0 {
+		return nil, fmt.Errorf("%w: ReplicaAcks on a Cluster client (a keyless WAIT goes to any node)", ErrUnsupportedClient)
+	}
 	if opts.Partitions < 1 || opts.Partitions > 4096 {
 		return nil, fmt.Errorf("persist: %d partitions, want 1 to 4096", opts.Partitions)
 	}
@@ -126,6 +147,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		poll:          redis.NewScript(pollLua),
 		rangeSc:       redis.NewScript(rangeLua),
 		maxClaimBytes: MaxClaimBytes,
+		acks:          opts.ReplicaAcks,
+		ackTimeout:    opts.ReplicaTimeout,
 	}
 	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	s.repair = redis.NewScript(repairLua)
@@ -398,6 +421,17 @@ func (s *Store) release(c *calls) {
 // that got NOSCRIPT are sent again, so that nothing that applied is sent
 // twice.
 func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
+	return s.run(ctx, calls, false, extra...)
+}
+
+// runWrites is runCalls for the writes of jobs: with Options.ReplicaAcks,
+// the pipeline ends with a WAIT for the replicas, and a write they did not
+// acknowledge fails with ErrNotReplicated.
+func (s *Store) runWrites(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
+	return s.run(ctx, calls, s.acks > 0, extra...)
+}
+
+func (s *Store) run(ctx context.Context, calls [][]any, wait bool, extra ...func(redis.Pipeliner)) ([]any, error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := s.rdb.Pipeline()
 	for p, a := range calls {
@@ -407,6 +441,10 @@ func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis
 	}
 	for _, f := range extra {
 		f(pipe)
+	}
+	var acked *redis.IntCmd
+	if wait {
+		acked = waitCmd(ctx, pipe, s.acks, s.ackTimeout)
 	}
 	all, err := pipe.Exec(ctx)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -434,6 +472,9 @@ func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis
 		for _, p := range again {
 			cmds[p] = retry.Do(ctx, calls[p]...)
 		}
+		if wait {
+			acked = waitCmd(ctx, retry, s.acks, s.ackTimeout)
+		}
 		if _, rerr := retry.Exec(ctx); err == nil {
 			err = rerr
 		}
@@ -451,6 +492,11 @@ func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
+	}
+	if acked != nil {
+		if n, err := acked.Result(); err != nil || n < int64(s.acks) {
+			return nil, fmt.Errorf("%w: %d of %d within %v (%v)", ErrNotReplicated, n, s.acks, s.ackTimeout, err)
+		}
 	}
 	return out, nil
 }
@@ -613,7 +659,7 @@ func (s *Store) Write(ctx context.Context, tokens []string, ws []Write) ([]Write
 		states = redis.NewSliceCmd(ctx, mget...)
 		_ = pipe.Process(ctx, states)
 	}
-	replies, err := s.runCalls(ctx, args, addPlain)
+	replies, err := s.runWrites(ctx, args, addPlain)
 	if err != nil {
 		return nil, err
 	}
@@ -857,7 +903,7 @@ func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error)
 		a, j := c.item(i)
 		a[j] = key
 	}
-	replies, err := s.runCalls(ctx, c.args)
+	replies, err := s.runWrites(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
@@ -905,7 +951,7 @@ func (s *Store) RescheduleMany(ctx context.Context, tokens []string, ms []Move) 
 		a, j := c.item(i)
 		a[j], a[j+1], a[j+2] = m.Key, m.Due, RevBytes(m.Rev)
 	}
-	replies, err := s.runCalls(ctx, c.args)
+	replies, err := s.runWrites(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
@@ -959,10 +1005,16 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 // record; rev is the revision of the dead record the caller read. It
 // reports whether the job was requeued. tok is as for Reschedule.
 func (s *Store) Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error) {
-	n, err := s.requeue.Run(ctx, s.rdb, keysWrite(s.parts[s.PartitionOf(key)]), tok, key, RevBytes(rev), due, rec).Int()
-	if err != nil {
-		return false, wrap(err)
+	keys := keysWrite(s.parts[s.PartitionOf(key)])
+	call := []any{"evalsha", s.requeue.Hash(), len(keys)}
+	for _, k := range keys {
+		call = append(call, k)
 	}
+	replies, err := s.runWrites(ctx, [][]any{append(call, tok, key, RevBytes(rev), due, rec)})
+	if err != nil {
+		return false, err
+	}
+	n, _ := replies[0].(int64)
 	return n == 1, nil
 }
 
@@ -1235,4 +1287,12 @@ func (s *Store) Poll(ctx context.Context, p int, tok string, loaded int64, ttl t
 		res.Inbox = append(res.Inbox, Entry{Key: key, Due: due})
 	}
 	return res, nil
+}
+
+// waitCmd queues WAIT acks timeout on pipe: how many replicas have every
+// write of the connection so far.
+func waitCmd(ctx context.Context, pipe redis.Pipeliner, acks int, timeout time.Duration) *redis.IntCmd {
+	cmd := redis.NewIntCmd(ctx, "wait", acks, timeout.Milliseconds())
+	_ = pipe.Process(ctx, cmd)
+	return cmd
 }

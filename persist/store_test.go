@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -853,6 +854,50 @@ func TestRepair(t *testing.T) {
 	require.Equal(t, map[string]string{"t/live": "O"}, marks, "the owner's own mark of a live job stays")
 	_, _, err = b.store.Repair(b.ctx, 0, "intruder", RepairCursor{}, 10, 1000)
 	require.ErrorIs(t, err, ErrFenced)
+}
+
+// TestReplicaAcks: with ReplicaAcks a write returns only once replicas
+// acknowledged it (WAIT in the same round trip); without enough replicas it
+// fails with ErrNotReplicated, though the primary applied it.
+func TestReplicaAcks(t *testing.T) {
+	t.Parallel()
+	primary := redistest.Start(t, redistest.Options{})
+	primary.RequireReal(t)
+	replica, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
+	require.NoError(t, err)
+	t.Cleanup(replica.Close)
+	rdb := primary.Client(t)
+	ctx := context.Background()
+	rc := replica.NewClient()
+	defer rc.Close()
+	require.Eventually(t, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, 20*time.Second, 20*time.Millisecond)
+
+	one, err := New(rdb, Options{Namespace: "r", Partitions: 2, ReplicaAcks: 1})
+	require.NoError(t, err)
+	require.NoError(t, one.Init(ctx))
+	res, err := one.Write(ctx, nil, []Write{{Key: "t/a", Due: 5, Record: rec("")}, {Key: "t/b", Due: 5, Record: rec(""), Replace: true, Fresh: true}})
+	require.NoError(t, err, "the replica acknowledged")
+	require.Equal(t, []WriteResult{Stored, Stored}, res)
+	_, err = one.CancelMany(ctx, []string{"t/a"})
+	require.NoError(t, err)
+
+	two, err := New(rdb, Options{Namespace: "r", Partitions: 2, ReplicaAcks: 2, ReplicaTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = two.Write(ctx, nil, []Write{{Key: "t/c", Due: 5, Record: rec("")}})
+	require.ErrorIs(t, err, ErrNotReplicated, "one replica of two")
+	_, st, err := two.Get(ctx, "t/c")
+	require.NoError(t, err)
+	require.Equal(t, Pending, st, "the primary applied it")
+	_, err = two.RescheduleMany(ctx, nil, []Move{{Key: "t/c", Due: 9, Rev: 2}})
+	require.ErrorIs(t, err, ErrNotReplicated)
+
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primary.Addr}})
+	defer cluster.Close()
+	_, err = New(cluster, Options{ReplicaAcks: 1})
+	require.ErrorIs(t, err, ErrUnsupportedClient)
 }
 
 // ownAndAnnounce takes the first n partitions' leases as owner "O" and

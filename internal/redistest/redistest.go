@@ -48,6 +48,13 @@ type Options struct {
 	Fsync string
 	// Dir is the data directory; default a new temporary directory.
 	Dir string
+	// ReplicaOf, if set (host:port), starts the server as a replica of
+	// that server.
+	ReplicaOf string
+	// Sentinel, if set, starts a Sentinel instead of a server, with these
+	// lines of configuration (sentinel monitor ..., written to a file in
+	// Dir that the Sentinel rewrites).
+	Sentinel string
 }
 
 // Server is a redis-server process (or the miniredis fallback).
@@ -64,6 +71,7 @@ type Server struct {
 	cmd      *exec.Cmd // nil when not running
 	wait     chan error
 	mini     *miniredis.Miniredis
+	admin    *redis.Client // see client; closed by Close
 	stopTick chan struct{} // stops the miniredis clock
 	tickDone chan struct{}
 }
@@ -183,16 +191,36 @@ func (s *Server) NewClient() *redis.Client {
 func (s *Server) Dir() string { return s.opts.Dir }
 
 func (s *Server) start() error {
-	args := []string{
+	common := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--dir", s.opts.Dir, "--save", "", "--daemonize", "no",
+		"--dir", s.opts.Dir, "--daemonize", "no",
 		"--logfile", filepath.Join(s.opts.Dir, "redis.log"),
 		"--protected-mode", "no",
 	}
-	if s.opts.AOF {
-		args = append(args, "--appendonly", "yes", "--appendfsync", s.opts.Fsync)
-	} else {
-		args = append(args, "--appendonly", "no")
+	var args []string
+	switch {
+	case s.opts.Sentinel != "":
+		conf := filepath.Join(s.opts.Dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil { // a restart keeps the rewritten one
+			if err := os.WriteFile(conf, []byte(s.opts.Sentinel+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+		args = append([]string{conf, "--sentinel"}, common...)
+	default:
+		args = append(common, "--save", "")
+		if s.opts.AOF {
+			args = append(args, "--appendonly", "yes", "--appendfsync", s.opts.Fsync)
+		} else {
+			args = append(args, "--appendonly", "no")
+		}
+		if s.opts.ReplicaOf != "" {
+			host, port, err := net.SplitHostPort(s.opts.ReplicaOf)
+			if err != nil {
+				return err
+			}
+			args = append(args, "--replicaof", host, port)
+		}
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
@@ -277,6 +305,12 @@ func (s *Server) Close() {
 		return
 	}
 	s.Kill()
+	s.mu.Lock()
+	if s.admin != nil {
+		_ = s.admin.Close()
+		s.admin = nil
+	}
+	s.mu.Unlock()
 	if s.ownDir {
 		_ = os.RemoveAll(s.opts.Dir)
 	}

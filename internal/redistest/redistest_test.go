@@ -3,7 +3,9 @@ package redistest
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,4 +33,23 @@ func TestWithoutAOFDataIsGone(t *testing.T) {
 	require.NoError(t, s.Restart())
 	require.Zero(t, c.Exists(ctx, "k").Val())
 	require.Error(t, s.Restart(), "restart of a running server")
+}
+
+func TestSentinelSetFailsOver(t *testing.T) {
+	t.Parallel()
+	Start(t, Options{}).RequireReal(t)
+	set := StartSentinelSet(t, 2)
+	ctx := context.Background()
+	c := set.Client(t, redis.FailoverOptions{})
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	before, err := set.PrimaryAddr(ctx)
+	require.NoError(t, err)
+	require.Equal(t, set.Primary.Addr, before)
+	set.Failover(t)
+	after, err := set.PrimaryAddr(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, before, after)
+	require.Eventually(t, func() bool { return c.Set(ctx, "k2", "v2", 0).Err() == nil }, 20*time.Second, 50*time.Millisecond,
+		"the failover client writes to the new primary")
+	require.Equal(t, "v", c.Get(ctx, "k").Val(), "a replicated write survives")
 }

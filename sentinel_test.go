@@ -1,0 +1,249 @@
+package wheelq
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/faultproxy"
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/persist"
+)
+
+var sentinelMeasure = flag.Bool("sentinel.measure", false,
+	"TestSentinelFailoverUnderLoad: also run without ReplicaAcks and log the acknowledged jobs a failover loses")
+
+// failoverUnderLoad schedules jobs from 16 goroutines on a queue with
+// ReplicaAcks acks through a failover client of a real Sentinel set (a
+// primary, two replicas, three Sentinels), fails the primary over with
+// SENTINEL FAILOVER while they run, and reports how many jobs Schedule
+// acknowledged and how many of those the new primary does not have.
+func failoverUnderLoad(t *testing.T, acks int) (acked, lost int) {
+	set := redistest.StartSentinelSet(t, 2)
+	rdb := set.Client(t, redis.FailoverOptions{ContextTimeoutEnabled: true})
+	q, err := New(rdb, Config{Namespace: "fo", ReplicaAcks: acks, WriteTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	var ids []string
+	var failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("g%02d-%07d", g, i)
+				if _, err := q.Schedule(ctx, "fo", nil, ID(id), After(time.Hour)); err != nil {
+					failed.Add(1)
+					time.Sleep(time.Millisecond) // Redis is switching: do not spin
+					continue
+				}
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	set.Failover(t)
+	time.Sleep(2 * time.Second) // writes go on through the switch
+	close(stop)
+	wg.Wait()
+	// Every acknowledged job must be on the new primary.
+	require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 20*time.Second, 50*time.Millisecond)
+	for lo := 0; lo < len(ids); lo += 1000 {
+		pipe := rdb.Pipeline()
+		batch := ids[lo:min(lo+1000, len(ids))]
+		cmds := make([]*redis.BoolCmd, len(batch))
+		for i, id := range batch {
+			key := persist.JobKey("fo", id)
+			cmds[i] = pipe.HExists(ctx, q.store.Keys(q.store.PartitionOf(key)).Jobs, key)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(t, err)
+		for _, c := range cmds {
+			if !c.Val() {
+				lost++
+			}
+		}
+	}
+	t.Logf("ReplicaAcks %d: %d acknowledged, %d failed calls, %d acknowledged but lost at the failover", acks, len(ids), failed.Load(), lost)
+	return len(ids), lost
+}
+
+// TestSentinelFailoverUnderLoad is issue 13's failover scenario: a
+// SENTINEL FAILOVER during writes from 16 goroutines lost tens of
+// thousands of acknowledged jobs (the old primary took writes for seconds
+// after the replica was promoted). With ReplicaAcks equal to the number of
+// replicas, an acknowledgement means every replica has the job, so the
+// promoted one has it: none is lost.
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	t.Run("ReplicaAcks=2", func(t *testing.T) {
+		acked, lost := failoverUnderLoad(t, 2)
+		require.Positive(t, acked)
+		require.Zero(t, lost, "acknowledged jobs lost at the failover")
+	})
+	if *sentinelMeasure {
+		t.Run("ReplicaAcks=0", func(t *testing.T) {
+			acked, _ := failoverUnderLoad(t, 0)
+			require.Positive(t, acked)
+		})
+	}
+}
+
+// BenchmarkScheduleReplicaAcks measures what ReplicaAcks costs: Schedule
+// from 32 goroutines on a primary with two replicas, with no WAIT and with
+// WAIT for both replicas.
+func BenchmarkScheduleReplicaAcks(b *testing.B) {
+	primary := redistest.Start(b, redistest.Options{})
+	primary.RequireReal(b)
+	for range 2 {
+		r, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
+		require.NoError(b, err)
+		b.Cleanup(r.Close)
+	}
+	rdb := primary.Client(b)
+	ctx := context.Background()
+	require.Eventually(b, func() bool {
+		info, err := rdb.Info(ctx, "replication").Result()
+		return err == nil && strings.Count(info, "state=online") == 2
+	}, 20*time.Second, 20*time.Millisecond)
+	for _, acks := range []int{0, 2} {
+		b.Run(fmt.Sprintf("acks=%d", acks), func(b *testing.B) {
+			q, err := New(rdb, Config{Namespace: fmt.Sprintf("ra%d", acks), ReplicaAcks: acks})
+			require.NoError(b, err)
+			defer func() { _ = q.Shutdown(ctx) }()
+			b.ReportAllocs()
+			b.SetParallelism(16) // 2 cores x 16 = 32 goroutines
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := q.Schedule(ctx, "t", nil, After(time.Hour)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// partitionedPrimary schedules jobs from 16 goroutines through a client
+// that reaches the primary directly, while the primary's replicas and the
+// Sentinels reach it through a fault proxy; the proxy is blackholed (the
+// primary is cut off from them, not from its clients), the Sentinels
+// promote a replica, writes go on to the old primary for a second, then
+// the partition heals and the Sentinels make the old primary a replica of
+// the new one (its writes since the cut are gone). It reports how many
+// jobs Schedule acknowledged and how many of those the new primary lacks.
+func partitionedPrimary(t *testing.T, acks int) (acked, lost int) {
+	var proxy *faultproxy.Proxy
+	set := redistest.StartSentinelSetVia(t, 2, func(primary string) string {
+		proxy = faultproxy.Start(t, primary)
+		return proxy.Addr()
+	})
+	ctx := context.Background()
+	direct := redis.NewClient(&redis.Options{Addr: set.Primary.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = direct.Close() })
+	q, err := New(direct, Config{Namespace: "pp", ReplicaAcks: acks, ReplicaTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+
+	var mu sync.Mutex
+	var ids []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("g%02d-%07d", g, i)
+				if _, err := q.Schedule(ctx, "pp", nil, ID(id), After(time.Hour)); err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	old := proxy.Addr()
+	proxy.Blackhole(true)
+	require.Eventually(t, func() bool {
+		now, err := set.PrimaryAddr(ctx)
+		return err == nil && now != old
+	}, 30*time.Second, 50*time.Millisecond, "the Sentinels promote a replica")
+	time.Sleep(time.Second) // the old primary goes on taking writes
+	close(stop)
+	wg.Wait()
+	proxy.Blackhole(false)
+	proxy.CloseAll() // connections that lost bytes in the blackhole are broken
+	newAddr, err := set.PrimaryAddr(ctx)
+	require.NoError(t, err)
+	newPrimary := redis.NewClient(&redis.Options{Addr: newAddr})
+	t.Cleanup(func() { _ = newPrimary.Close() })
+	require.Eventually(t, func() bool {
+		role, err := direct.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "slave"
+	}, 30*time.Second, 50*time.Millisecond, "the old primary becomes a replica of the new one")
+	for lo := 0; lo < len(ids); lo += 1000 {
+		pipe := newPrimary.Pipeline()
+		batch := ids[lo:min(lo+1000, len(ids))]
+		cmds := make([]*redis.BoolCmd, len(batch))
+		for i, id := range batch {
+			key := persist.JobKey("pp", id)
+			cmds[i] = pipe.HExists(ctx, q.store.Keys(q.store.PartitionOf(key)).Jobs, key)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(t, err)
+		for _, c := range cmds {
+			if !c.Val() {
+				lost++
+			}
+		}
+	}
+	t.Logf("partitioned primary, ReplicaAcks %d: %d acknowledged, %d acknowledged but lost", acks, len(ids), lost)
+	return len(ids), lost
+}
+
+// TestPartitionedPrimaryFailover: an old primary cut off from its replicas
+// and the Sentinels but not from its clients takes writes after a replica
+// was promoted; without ReplicaAcks they were acknowledged and are lost
+// when the partition heals. With ReplicaAcks none of them is
+// acknowledged, and no acknowledged job is lost.
+func TestPartitionedPrimaryFailover(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	t.Run("ReplicaAcks=0", func(t *testing.T) {
+		acked, lost := partitionedPrimary(t, 0)
+		require.Positive(t, acked)
+		require.Positive(t, lost, "without ReplicaAcks the cut-off primary's acknowledged writes are lost")
+	})
+	t.Run("ReplicaAcks=2", func(t *testing.T) {
+		acked, lost := partitionedPrimary(t, 2)
+		require.Positive(t, acked)
+		require.Zero(t, lost, "acknowledged jobs lost")
+	})
+}
