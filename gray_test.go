@@ -294,7 +294,10 @@ func (l *runLog) handler(t *testing.T, proc string) Handler {
 		l.mu.Lock()
 		l.runs[j.ID] = append(l.runs[j.ID], proc)
 		l.mu.Unlock()
-		l.ch <- struct{}{}
+		select {
+		case l.ch <- struct{}{}: // for tests that wait for runs
+		default: // a test that only counts runs does not drain it
+		}
 		return nil
 	})
 }

@@ -55,6 +55,9 @@ type Options struct {
 	// lines of configuration (sentinel monitor ..., written to a file in
 	// Dir that the Sentinel rewrites).
 	Sentinel string
+	// Cluster starts the server with cluster mode enabled (a node of a
+	// Redis Cluster; see StartCluster).
+	Cluster bool
 }
 
 // Server is a redis-server process (or the miniredis fallback).
@@ -213,6 +216,10 @@ func (s *Server) start() error {
 			args = append(args, "--appendonly", "yes", "--appendfsync", s.opts.Fsync)
 		} else {
 			args = append(args, "--appendonly", "no")
+		}
+		if s.opts.Cluster {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.opts.Dir, "nodes.conf"),
+				"--cluster-node-timeout", "2000")
 		}
 		if s.opts.ReplicaOf != "" {
 			host, port, err := net.SplitHostPort(s.opts.ReplicaOf)

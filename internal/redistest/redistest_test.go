@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,4 +53,27 @@ func TestSentinelSetFailsOver(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Set(ctx, "k2", "v2", 0).Err() == nil }, 20*time.Second, 50*time.Millisecond,
 		"the failover client writes to the new primary")
 	require.Equal(t, "v", c.Get(ctx, "k").Val(), "a replicated write survives")
+}
+
+func TestClusterFailsOver(t *testing.T) {
+	t.Parallel()
+	Start(t, Options{}).RequireReal(t)
+	c := StartCluster(t)
+	ctx := context.Background()
+	cc := c.Client(t, redis.ClusterOptions{})
+	for i := range 100 {
+		require.NoError(t, cc.Set(ctx, fmt.Sprintf("k%d", i), i, 0).Err())
+	}
+	require.Len(t, c.Primaries(ctx), 3)
+	promoted := c.Failover(t)
+	require.Len(t, c.Primaries(ctx), 3)
+	require.Contains(t, c.Primaries(ctx), promoted)
+	require.Eventually(t, func() bool {
+		for i := range 100 {
+			if v, err := cc.Get(ctx, fmt.Sprintf("k%d", i)).Int(); err != nil || v != i {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "every key readable after the failover")
 }

@@ -1,0 +1,229 @@
+package wheelq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// behaviour runs the queue's basic promises on rdb (a worker, and a
+// producer that never starts): jobs run once at their time, cancels win,
+// reschedules move, a failed run retries, a dead job is requeued and runs,
+// and nothing is left pending.
+func behaviour(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	cfg := Config{Namespace: "b", Partitions: 8, Backoff: func(int, error) time.Duration { return 20 * time.Millisecond }}
+	worker, err := New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = worker.Shutdown(context.Background()) })
+	producer, err := New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = producer.Shutdown(context.Background()) })
+	log := newRunLog()
+	h := log.handler(t, "worker")
+	var deadOnce atomic.Bool
+	require.NoError(t, worker.Handle("b", HandlerFunc(func(ctx context.Context, j *Job) error {
+		_ = h.HandleJob(ctx, j)
+		switch {
+		case j.ID == "retry" && j.Attempt == 1:
+			return errors.New("once more")
+		case j.ID == "dead" && deadOnce.CompareAndSwap(false, true): // requeued, it runs with attempts reset
+			return Permanent(errors.New("give up"))
+		}
+		return nil
+	})))
+	require.NoError(t, worker.Start(ctx))
+	<-worker.Ready()
+	const n = 40
+	for i := range n {
+		_, err := producer.Schedule(ctx, "b", nil, ID(fmt.Sprint(i)), After(300*time.Millisecond+time.Duration(i)*10*time.Millisecond))
+		require.NoError(t, err)
+	}
+	for _, id := range []string{"retry", "dead"} {
+		_, err := producer.Schedule(ctx, "b", nil, ID(id), After(100*time.Millisecond))
+		require.NoError(t, err)
+	}
+	for i := range 10 {
+		require.NoError(t, producer.Cancel(ctx, "b", fmt.Sprint(i)))
+		require.NoError(t, producer.Reschedule(ctx, "b", fmt.Sprint(10+i), time.Now().Add(700*time.Millisecond)))
+	}
+	runs := func() int {
+		c := 0
+		for _, ps := range log.snapshot() {
+			c += len(ps)
+		}
+		return c
+	}
+	eventually(t, func() bool { return runs() == n-10+3 }, "30 jobs, the retry twice, the dead one once")
+	eventually(t, func() bool {
+		info, err := producer.Lookup(ctx, "b", "dead")
+		return err == nil && info.State == StateDead
+	}, "dead-lettered")
+	require.NoError(t, producer.Requeue(ctx, "b", "dead", time.Now()))
+	eventually(t, func() bool { return len(log.snapshot()["dead"]) == 2 }, "the requeued job runs")
+	var last string
+	if !assert.Eventually(t, func() bool {
+		st, err := producer.Stats(ctx)
+		last = fmt.Sprintf("pending %d dead %d err %v", st.Pending, st.Dead, err)
+		return err == nil && st.Pending == 0 && st.Dead == 0
+	}, wait, 10*time.Millisecond, "nothing left pending") {
+		for p := range 8 {
+			k := producer.store.Keys(p)
+			t.Logf("partition %d: pending %v dead %v running %v", p, rdb.ZRange(ctx, k.Pending, 0, -1).Val(),
+				rdb.ZRange(ctx, k.Dead, 0, -1).Val(), rdb.HGetAll(ctx, k.Running).Val())
+		}
+		st, _ := worker.Stats(ctx)
+		t.Fatalf("%s; worker %+v", last, st)
+	}
+	for id, ps := range log.snapshot() {
+		switch id {
+		case "retry", "dead":
+			require.Len(t, ps, 2, id)
+		default:
+			require.Len(t, ps, 1, "job %s", id)
+			var i int
+			_, _ = fmt.Sscan(id, &i)
+			require.GreaterOrEqual(t, i, 10, "cancelled job %s ran", id)
+		}
+	}
+}
+
+// TestDeployments runs the behaviour above on a real Sentinel set (a
+// primary, two replicas, three Sentinels, through a failover client) and
+// a real Redis Cluster (three primaries with a replica each).
+func TestDeployments(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	t.Run("Sentinel", func(t *testing.T) {
+		t.Parallel()
+		set := redistest.StartSentinelSet(t, 2)
+		behaviour(t, set.Client(t, redis.FailoverOptions{ContextTimeoutEnabled: true}))
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.StartCluster(t)
+		behaviour(t, c.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true}))
+	})
+}
+
+// TestClusterScriptCacheLost is issue 13's Cluster scenario: one primary
+// lost its script cache (a promoted replica: SCRIPT LOAD is not
+// replicated); calls that had applied on the other primaries were sent
+// again, and 140 of 320 new jobs came back ErrDuplicate. Only the calls
+// that got NOSCRIPT are sent again (and a replay is recognised anyway).
+func TestClusterScriptCacheLost(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	q, err := New(rdb, Config{Namespace: "sc"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	_, err = q.Schedule(ctx, "s", nil, ID("warm"), After(time.Hour)) // the layout check and the scripts loaded
+	require.NoError(t, err)
+	require.NoError(t, c.Primaries(ctx)[0].NewClient().ScriptFlush(ctx).Err())
+	var dup, other atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 10 {
+				_, err := q.Schedule(ctx, "s", nil, ID(fmt.Sprintf("%02d-%d", g, i)), After(time.Hour))
+				switch {
+				case errors.Is(err, ErrDuplicate):
+					dup.Add(1)
+				case err != nil:
+					other.Add(1)
+					t.Log(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, dup.Load(), "new jobs reported duplicate")
+	require.Zero(t, other.Load())
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(321), st.Pending)
+}
+
+// TestClusterFailoverUnderLoad: CLUSTER FAILOVER of one primary while 16
+// goroutines schedule jobs due within seconds and a worker runs them:
+// every acknowledged job runs, none early.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	cfg := Config{Namespace: "cf", Partitions: 8, WriteTimeout: 2 * time.Second}
+	worker, err := New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = worker.Shutdown(context.Background()) })
+	log := newRunLog()
+	require.NoError(t, worker.Handle("cf", log.handler(t, "worker")))
+	require.NoError(t, worker.Start(ctx))
+	<-worker.Ready()
+	producer, err := New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = producer.Shutdown(context.Background()) })
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("g%02d-%06d", g, i)
+				if _, err := producer.Schedule(ctx, "cf", nil, ID(id), After(time.Second)); err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				acked[id] = true
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond) // a few hundred jobs a second
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	c.Failover(t)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	var missing []string
+	if !assert.Eventually(t, func() bool {
+		runs := log.snapshot()
+		missing = missing[:0]
+		for id := range acked {
+			if len(runs[id]) == 0 {
+				missing = append(missing, id)
+			}
+		}
+		return len(missing) == 0
+	}, wait, 20*time.Millisecond, "every acknowledged job ran") {
+		for _, id := range missing[:min(5, len(missing))] {
+			info, err := producer.Lookup(ctx, "cf", id)
+			t.Logf("not run: %s: %+v %v", id, info, err)
+		}
+		st, _ := worker.Stats(ctx)
+		t.Fatalf("%d of %d acknowledged jobs did not run; worker %+v", len(missing), len(acked), st)
+	}
+	t.Logf("cluster failover: %d acknowledged, all ran", len(acked))
+}
