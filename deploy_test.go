@@ -178,40 +178,16 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = producer.Shutdown(context.Background()) })
 
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("g%02d-%06d", g, i)
-				if _, err := producer.Schedule(ctx, "cf", nil, ID(id), After(time.Second)); err != nil {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				mu.Lock()
-				acked[id] = true
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond) // a few hundred jobs a second
-			}
-		})
-	}
+	stop := scheduleLoad(producer, "cf", time.Second, 5*time.Millisecond) // a few hundred jobs a second
 	time.Sleep(time.Second)
 	c.Failover(t)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	ids, _ := stop()
 	var missing []string
 	if !assert.Eventually(t, func() bool {
 		runs := log.snapshot()
 		missing = missing[:0]
-		for id := range acked {
+		for _, id := range ids {
 			if len(runs[id]) == 0 {
 				missing = append(missing, id)
 			}
@@ -223,7 +199,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			t.Logf("not run: %s: %+v %v", id, info, err)
 		}
 		st, _ := worker.Stats(ctx)
-		t.Fatalf("%d of %d acknowledged jobs did not run; worker %+v", len(missing), len(acked), st)
+		t.Fatalf("%d of %d acknowledged jobs did not run; worker %+v", len(missing), len(ids), st)
 	}
-	t.Logf("cluster failover: %d acknowledged, all ran", len(acked))
+	t.Logf("cluster failover: %d acknowledged, all ran", len(ids))
 }

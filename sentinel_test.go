@@ -34,55 +34,15 @@ func failoverUnderLoad(t *testing.T, acks int) (acked, lost int) {
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 	ctx := context.Background()
 
-	var mu sync.Mutex
-	var ids []string
-	var failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("g%02d-%07d", g, i)
-				if _, err := q.Schedule(ctx, "fo", nil, ID(id), After(time.Hour)); err != nil {
-					failed.Add(1)
-					time.Sleep(time.Millisecond) // Redis is switching: do not spin
-					continue
-				}
-				mu.Lock()
-				ids = append(ids, id)
-				mu.Unlock()
-			}
-		})
-	}
+	stop := scheduleLoad(q, "fo", time.Hour, 0)
 	time.Sleep(time.Second)
 	set.Failover(t)
 	time.Sleep(2 * time.Second) // writes go on through the switch
-	close(stop)
-	wg.Wait()
+	ids, failed := stop()
 	// Every acknowledged job must be on the new primary.
 	require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 20*time.Second, 50*time.Millisecond)
-	for lo := 0; lo < len(ids); lo += 1000 {
-		pipe := rdb.Pipeline()
-		batch := ids[lo:min(lo+1000, len(ids))]
-		cmds := make([]*redis.BoolCmd, len(batch))
-		for i, id := range batch {
-			key := persist.JobKey("fo", id)
-			cmds[i] = pipe.HExists(ctx, q.store.Keys(q.store.PartitionOf(key)).Jobs, key)
-		}
-		_, err := pipe.Exec(ctx)
-		require.NoError(t, err)
-		for _, c := range cmds {
-			if !c.Val() {
-				lost++
-			}
-		}
-	}
-	t.Logf("ReplicaAcks %d: %d acknowledged, %d failed calls, %d acknowledged but lost at the failover", acks, len(ids), failed.Load(), lost)
+	lost = missingJobs(t, rdb, q, "fo", ids)
+	t.Logf("ReplicaAcks %d: %d acknowledged, %d failed calls, %d acknowledged but lost at the failover", acks, len(ids), failed, lost)
 	return len(ids), lost
 }
 
@@ -165,29 +125,7 @@ func partitionedPrimary(t *testing.T, acks int) (acked, lost int) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 
-	var mu sync.Mutex
-	var ids []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("g%02d-%07d", g, i)
-				if _, err := q.Schedule(ctx, "pp", nil, ID(id), After(time.Hour)); err != nil {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				mu.Lock()
-				ids = append(ids, id)
-				mu.Unlock()
-			}
-		})
-	}
+	stop := scheduleLoad(q, "pp", time.Hour, 0)
 	time.Sleep(500 * time.Millisecond)
 	old := proxy.Addr()
 	proxy.Blackhole(true)
@@ -196,8 +134,7 @@ func partitionedPrimary(t *testing.T, acks int) (acked, lost int) {
 		return err == nil && now != old
 	}, 30*time.Second, 50*time.Millisecond, "the Sentinels promote a replica")
 	time.Sleep(time.Second) // the old primary goes on taking writes
-	close(stop)
-	wg.Wait()
+	ids, _ := stop()
 	proxy.Blackhole(false)
 	proxy.CloseAll() // connections that lost bytes in the blackhole are broken
 	newAddr, err := set.PrimaryAddr(ctx)
@@ -208,22 +145,7 @@ func partitionedPrimary(t *testing.T, acks int) (acked, lost int) {
 		role, err := direct.Do(ctx, "ROLE").Slice()
 		return err == nil && len(role) > 0 && role[0] == "slave"
 	}, 30*time.Second, 50*time.Millisecond, "the old primary becomes a replica of the new one")
-	for lo := 0; lo < len(ids); lo += 1000 {
-		pipe := newPrimary.Pipeline()
-		batch := ids[lo:min(lo+1000, len(ids))]
-		cmds := make([]*redis.BoolCmd, len(batch))
-		for i, id := range batch {
-			key := persist.JobKey("pp", id)
-			cmds[i] = pipe.HExists(ctx, q.store.Keys(q.store.PartitionOf(key)).Jobs, key)
-		}
-		_, err := pipe.Exec(ctx)
-		require.NoError(t, err)
-		for _, c := range cmds {
-			if !c.Val() {
-				lost++
-			}
-		}
-	}
+	lost = missingJobs(t, newPrimary, q, "pp", ids)
 	t.Logf("partitioned primary, ReplicaAcks %d: %d acknowledged, %d acknowledged but lost", acks, len(ids), lost)
 	return len(ids), lost
 }
@@ -246,4 +168,68 @@ func TestPartitionedPrimaryFailover(t *testing.T) {
 		require.Positive(t, acked)
 		require.Zero(t, lost, "acknowledged jobs lost")
 	})
+}
+
+// scheduleLoad schedules jobs of topic, each with a new id and due after,
+// from 16 goroutines, pausing pace between a goroutine's calls, until the
+// returned stop is called; stop waits for them and returns the ids whose
+// Schedule returned nil and how many calls failed.
+func scheduleLoad(q *Queue, topic string, after, pace time.Duration) (stop func() (acked []string, failed int64)) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var ids []string
+	var fails atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				id := fmt.Sprintf("g%02d-%07d", g, i)
+				if _, err := q.Schedule(ctx, topic, nil, ID(id), After(after)); err != nil {
+					fails.Add(1)
+					time.Sleep(time.Millisecond) // Redis is switching: do not spin
+					continue
+				}
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+				if pace > 0 {
+					time.Sleep(pace)
+				}
+			}
+		})
+	}
+	return func() ([]string, int64) {
+		close(done)
+		wg.Wait()
+		return ids, fails.Load()
+	}
+}
+
+// missingJobs counts the jobs of topic among ids that rdb (a primary) does
+// not have, reading q's keys.
+func missingJobs(t *testing.T, rdb redis.Cmdable, q *Queue, topic string, ids []string) (lost int) {
+	ctx := context.Background()
+	for lo := 0; lo < len(ids); lo += 1000 {
+		pipe := rdb.Pipeline()
+		batch := ids[lo:min(lo+1000, len(ids))]
+		cmds := make([]*redis.BoolCmd, len(batch))
+		for i, id := range batch {
+			key := persist.JobKey(topic, id)
+			cmds[i] = pipe.HExists(ctx, q.store.Keys(q.store.PartitionOf(key)).Jobs, key)
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(t, err)
+		for _, c := range cmds {
+			if !c.Val() {
+				lost++
+			}
+		}
+	}
+	return lost
 }

@@ -299,16 +299,7 @@ func TestPollReplyLost(t *testing.T) {
 // nothing for a lease's time and nothing said why), and its take-over too.
 func TestWaitingForLeaseIsLogged(t *testing.T) {
 	t.Parallel()
-	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
-	store, sink := newFakeStore(t), &fakeSink{}
-	store.holder[1] = "other"
-	var buf syncBuffer
-	passes := make(chan struct{}, 100)
-	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
-		LeaseTTL: 3 * time.Second, Clock: clk, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
-		OnPass: func() { passes <- struct{}{} }})
-	require.NoError(t, err)
-	store.r = r
+	r, store, _, clk, passes, buf := setupLogged(t, func(store *fakeStore, _ time.Time) { store.holder[1] = "other" })
 	r.Start(context.Background())
 	<-passes
 	require.Equal(t, 1, r.Owned())
@@ -332,18 +323,11 @@ func TestWaitingForLeaseIsLogged(t *testing.T) {
 // warning by every sweep, by a process that does not own it either.
 func TestOverdueIsLogged(t *testing.T) {
 	t.Parallel()
-	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
-	store, sink := newFakeStore(t), &fakeSink{}
-	store.holder[1] = "stuck"
-	store.pending[1] = []persist.Entry{{Key: "b/late", Due: clk.Now().Add(-2 * time.Minute).UnixMicro()}}
-	store.pending[0] = []persist.Entry{{Key: "a/fine", Due: clk.Now().Add(-time.Second).UnixMicro()}}
-	var buf syncBuffer
-	passes := make(chan struct{}, 100)
-	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
-		LeaseTTL: 3 * time.Second, Clock: clk, Logger: slog.New(slog.NewTextHandler(&buf, nil)),
-		OnPass: func() { passes <- struct{}{} }})
-	require.NoError(t, err)
-	store.r = r
+	r, _, _, clk, passes, buf := setupLogged(t, func(store *fakeStore, now time.Time) {
+		store.holder[1] = "stuck"
+		store.pending[1] = []persist.Entry{{Key: "b/late", Due: now.Add(-2 * time.Minute).UnixMicro()}}
+		store.pending[0] = []persist.Entry{{Key: "a/fine", Due: now.Add(-time.Second).UnixMicro()}}
+	})
 	r.Start(context.Background())
 	<-passes
 	require.NotContains(t, buf.String(), "jobs overdue", "no sweep yet")
@@ -356,6 +340,22 @@ func TestOverdueIsLogged(t *testing.T) {
 	require.Contains(t, out, "owned_here=false")
 	require.NotContains(t, out, "partition=0 overdue", "a second late is not a minute late")
 	require.NoError(t, r.Stop(context.Background()))
+}
+
+// setupLogged is setup with the Recoverer's log kept in a buffer; prepare
+// fills the store before New (now is the clock's start).
+func setupLogged(t *testing.T, prepare func(store *fakeStore, now time.Time)) (*Recoverer, *fakeStore, *fakeSink, *wheel.FakeClock, chan struct{}, *syncBuffer) {
+	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
+	store, sink := newFakeStore(t), &fakeSink{}
+	prepare(store, clk.Now())
+	buf := &syncBuffer{}
+	passes := make(chan struct{}, 100)
+	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
+		LeaseTTL: 3 * time.Second, Clock: clk, Logger: slog.New(slog.NewTextHandler(buf, nil)),
+		OnPass: func() { passes <- struct{}{} }})
+	require.NoError(t, err)
+	store.r = r
+	return r, store, sink, clk, passes, buf
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
