@@ -54,8 +54,17 @@ func TestCrashChild(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	q, err := New(rdb, crashConfig())
 	require.NoError(t, err)
+	require.NoError(t, q.Handle("c", fireLogger(f)))
+	require.NoError(t, q.Start(context.Background()))
+	select {} // until killed
+}
+
+// fireLogger is the child processes' handler: it appends one line per
+// start to f, "id due_us start_us attempt pid" (readFires reads them), and
+// takes 0-2 ms, so that runs are in flight at a kill sometimes.
+func fireLogger(f *os.File) Handler {
 	var mu sync.Mutex
-	require.NoError(t, q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error {
+	return HandlerFunc(func(_ context.Context, j *Job) error {
 		line := fmt.Sprintf("%s %d %d %d %d\n", j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), j.Attempt, os.Getpid())
 		mu.Lock()
 		_, err := f.WriteString(line) // one write(2): survives SIGKILL
@@ -65,9 +74,7 @@ func TestCrashChild(t *testing.T) {
 		}
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // be in flight sometimes
 		return nil
-	})))
-	require.NoError(t, q.Start(context.Background()))
-	select {} // until killed
+	})
 }
 
 type child struct {

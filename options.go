@@ -47,7 +47,9 @@ type Config struct {
 	PollInterval time.Duration
 	// LeaseTTL is how long a partition stays with a process that stopped
 	// renewing its lease (a crash); then another process takes it over.
-	// Default 10s.
+	// It is also how long a process that stopped stays in the namespace's
+	// roster of live workers, by which the partitions are shared out
+	// evenly among the started processes. Default 10s.
 	LeaseTTL time.Duration
 	// WriteTimeout bounds the Redis round trip of Schedule, Cancel,
 	// Reschedule and of a batch of acks. Default 5s.
@@ -89,8 +91,11 @@ type Config struct {
 	// leases to lapse (during which its own jobs, and the partitions' jobs,
 	// would wait). Two live processes with one InstanceID would take each
 	// other's partitions and break every promise: leave it empty unless the
-	// platform guarantees it is unique. At most 128 bytes, no '#'. Default
-	// empty (leases always lapse before another process takes them).
+	// platform guarantees it is unique. It is also the process's id in
+	// the roster of live workers, so a restarted process gets the same
+	// share of the partitions back and a rolling restart moves no other
+	// process's partitions. At most 128 bytes, no '#'. Default empty
+	// (leases always lapse before another process takes them).
 	InstanceID string
 	// RunWhileRedisDown is an availability mode, off by default. Off, a job
 	// starts only after Redis confirmed its claim, so every promise holds

@@ -229,8 +229,15 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if pollClock == wheel.RealClock() {
 		pollClock = wheel.RuntimeClock()
 	}
+	member := token
+	if cfg.InstanceID != "" {
+		// A restarted incarnation keeps its place in the roster, and so
+		// its share of the partitions: a rolling restart moves nothing.
+		member = cfg.InstanceID
+	}
 	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
 		Token:        token,
+		Member:       member,
 		Horizon:      cfg.Horizon,
 		PollInterval: cfg.PollInterval,
 		LeaseTTL:     cfg.LeaseTTL,
@@ -335,8 +342,27 @@ func (q *Queue) checkLayout(ctx context.Context) error {
 }
 
 // Ready is closed once the jobs of the partitions taken at Start are
-// loaded (or the queue stopped).
+// loaded (or the queue stopped). It does not mean that this process runs
+// anything: where other processes run on the namespace, the partitions
+// assigned to this one may still be handed over (see Owned).
 func (q *Queue) Ready() <-chan struct{} { return q.recov.Ready() }
+
+// Owned returns the partitions whose jobs this process runs now, in
+// order. The processes started on a namespace share its partitions out
+// evenly by a roster of live workers kept in Redis, so a process may own
+// none: before Start, while its share is being handed over by the
+// process that had it, while the former owner's lease has not yet lapsed
+// (after a crash, at most Config.LeaseTTL), or when there are more
+// processes than partitions. A health check can use it with Ready.
+func (q *Queue) Owned() []int {
+	var out []int
+	for p, tok := range q.recov.Tokens() {
+		if tok != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // Schedule stores a job and returns its id once Redis has acknowledged the
 // write; only then is the job armed in memory. It runs at its due time
@@ -516,8 +542,22 @@ func (s *sink) Release(p int) {
 		q.dropTask(t)
 	}
 	if len(drop) > 0 {
-		q.log.Warn("wheelq: partition lost; its claimed jobs will not start here", "partition", p, "jobs", len(drop))
+		q.log.Info("wheelq: partition released; its claimed jobs that had not started go to its next owner", "partition", p, "jobs", len(drop))
 	}
+}
+
+// Busy: a job of partition p claimed here (or being claimed) has an
+// outcome not yet stored.
+func (s *sink) Busy(p int) bool {
+	q := (*Queue)(s)
+	q.inflightMu.Lock()
+	defer q.inflightMu.Unlock()
+	for k := range q.inflight {
+		if q.store.PartitionOf(k) == p {
+			return true
+		}
+	}
+	return false
 }
 
 // Renewed: tasks that waited for a renewal go through the start gate
@@ -1155,7 +1195,7 @@ func (q *Queue) execCorrupt(ctx context.Context, cs []corruptJob) error {
 	now := wall.UnixMicro()
 	for _, c := range cs {
 		p := q.store.PartitionOf(c.key)
-		if q.recov.LoadedUntil(p) != recovery.NotOwned {
+		if q.recov.Holds(p) {
 			_, err := q.store.DeadLetterCorrupt(ctx, q.fence[p], c.key, c.raw, c.rec, now)
 			if err != nil && !errors.Is(err, persist.ErrFenced) {
 				// The batch is retried whole; the ones done already find
@@ -1316,13 +1356,14 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	// Outcomes of partitions lost to another owner are dropped: that owner
 	// runs those jobs again (at-least-once). Shutdown stores the outcomes
-	// before it releases the leases.
+	// before it releases the leases, and a partition handed over keeps its
+	// lease until they are stored (Holds).
 	kept := os
 	for i, o := range os {
-		if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) == recovery.NotOwned {
+		if !q.recov.Holds(q.store.PartitionOf(o.Key)) {
 			kept = slices.Clip(os[:i:i]) // copy on the first drop
 			for _, o := range os[i+1:] {
-				if q.recov.LoadedUntil(q.store.PartitionOf(o.Key)) != recovery.NotOwned {
+				if q.recov.Holds(q.store.PartitionOf(o.Key)) {
 					kept = append(kept, o)
 				}
 			}

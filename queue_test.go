@@ -123,14 +123,16 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 }
 
 // wqKeys returns the Redis keys the queue left, but for the namespace's
-// meta key, the partitions' leases and loaded markers, and the tombstones
-// of recent cancels (which expire two minutes after the last cancel).
+// meta key and roster, the partitions' leases and loaded markers, and the
+// tombstones of recent cancels (which expire two minutes after the last
+// cancel).
 func wqKeys(t *testing.T, b *bundle) []string {
 	keys, err := b.rdb.Keys(b.ctx, "wq:*").Result()
 	require.NoError(t, err)
 	var out []string
 	for _, k := range keys {
-		if !strings.HasSuffix(k, ":meta") && !strings.HasSuffix(k, ":lease") && !strings.HasSuffix(k, ":loaded") && !strings.Contains(k, ":cancelled") {
+		if !strings.HasSuffix(k, ":meta") && !strings.HasSuffix(k, ":lease") && !strings.HasSuffix(k, ":loaded") && !strings.Contains(k, ":cancelled") &&
+			!strings.HasSuffix(k, ":members") && !strings.HasSuffix(k, ":members-version") {
 			out = append(out, k)
 		}
 	}

@@ -41,6 +41,10 @@ type Stats struct {
 	UnstoredOutcomes int
 	// OwnedPartitions is the number of partitions this process runs.
 	OwnedPartitions int
+	// Members is the number of live started processes of the namespace,
+	// by the roster in Redis as this process last read it (0 before
+	// Start): they share the partitions out evenly.
+	Members int
 	// Armed counts jobs brought into memory by reloads, polls and inboxes
 	// (not by this process's own Schedule).
 	Armed int64
@@ -93,6 +97,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Running:          int(q.running.Load()),
 		UnstoredOutcomes: q.settles.Pending() + q.corrupts.Pending(),
 		OwnedPartitions:  q.recov.Owned(),
+		Members:          q.recov.Members(),
 		Armed:            q.recov.Armed(),
 		Swept:            q.recov.Swept(),
 		Repaired:         q.recov.Repaired(),

@@ -44,6 +44,7 @@ type Store interface {
 	RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Census(ctx context.Context, before int64) (persist.Census, error)
 	Repair(ctx context.Context, p int, tok string, cur persist.RepairCursor, count int, now int64) (persist.RepairCursor, persist.RepairResult, error)
+	Members(ctx context.Context, op persist.MemberOp, id string, ttl time.Duration) (persist.Roster, error)
 }
 
 var _ Store = (*persist.Store)(nil)
@@ -60,6 +61,11 @@ type Sink interface {
 	// Renewed tells that the leases were renewed: Owns may say yes again
 	// for partitions whose validity had run out while the renewal was late.
 	Renewed()
+	// Busy reports whether runs of partition p claimed here still have
+	// outcomes not stored in Redis. A partition handed over to another
+	// process keeps its lease until Busy says no, so that those outcomes
+	// are stored under the lease they were claimed under.
+	Busy(p int) bool
 }
 
 // Config configures a Recoverer. A zero field means its default.
@@ -67,6 +73,10 @@ type Config struct {
 	// Token identifies this process's leases; it must be unique per
 	// process start. Required.
 	Token string
+	// Member is this process's id in the namespace's roster of live
+	// workers, by which partitions are assigned (see Assign): a stable
+	// instance id keeps its share across restarts. Default Token.
+	Member string
 	// Horizon is how far ahead jobs are held in memory. Default 1 minute.
 	Horizon time.Duration
 	// PollInterval is how often the poller advances the window and drains
@@ -125,15 +135,26 @@ type Recoverer struct {
 	cfg   Config
 	log   *slog.Logger
 
-	loaded  []atomic.Int64           // per partition: loaded-until (unix µs) or NotOwned
-	tokens  atomic.Pointer[[]string] // per partition: Token where owned, else ""
-	base    time.Time                // the clock's reading at New: validity is counted from it
-	valid   []atomic.Int64           // per partition: owned until base+valid (ns), by this process's clock
-	epoch   []atomic.Uint64          // per partition: counts acquisitions and releases
-	reset   []bool                   // per partition: needs a full reload; poller goroutine only
-	waiting []bool                   // per partition: held by another process, said in the log; poller goroutine only
-	repairs []persist.RepairCursor   // per partition: where the repair walk stands; poller goroutine only
-	scanned []int64                  // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
+	loaded []atomic.Int64           // per partition: loaded-until (unix µs) or NotOwned
+	tokens atomic.Pointer[[]string] // per partition: Token where owned, else ""
+	base   time.Time                // the clock's reading at New: validity is counted from it
+	valid  []atomic.Int64           // per partition: owned until base+valid (ns), by this process's clock
+	epoch  []atomic.Uint64          // per partition: counts acquisitions and releases
+	// draining: per partition, handed over to another process but its
+	// lease kept (and renewed) until the outcomes of its runs claimed here
+	// are stored (Sink.Busy), then released.
+	draining []atomic.Bool
+	// target: per partition, assigned to this process by the last roster
+	// read (all of them until one succeeds); poller goroutine only.
+	target []bool
+	// version is the roster's version at the last read; poller goroutine
+	// only. members is the number of live members it listed.
+	version int64
+	members atomic.Int32
+	reset   []bool                 // per partition: needs a full reload; poller goroutine only
+	waiting []bool                 // per partition: held by another process, said in the log; poller goroutine only
+	repairs []persist.RepairCursor // per partition: where the repair walk stands; poller goroutine only
+	scanned []int64                // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
 	// nextLease is when the leases are renewed next; poller goroutine only.
 	nextLease time.Time
 	// lastNow, lastWall are the clock's readings at the last pass, to tell
@@ -158,6 +179,9 @@ type errString struct{ s string }
 func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("recovery: empty token")
+	}
+	if cfg.Member == "" {
+		cfg.Member = cfg.Token
 	}
 	if cfg.Horizon == 0 {
 		cfg.Horizon = time.Minute
@@ -200,17 +224,20 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	n := store.Partitions()
 	r := &Recoverer{
 		store: store, sink: sink, cfg: cfg,
-		log:     cfg.Logger,
-		loaded:  make([]atomic.Int64, n),
-		base:    cfg.Clock.Now(),
-		valid:   make([]atomic.Int64, n),
-		epoch:   make([]atomic.Uint64, n),
-		reset:   make([]bool, n),
-		waiting: make([]bool, n),
-		repairs: make([]persist.RepairCursor, n),
-		scanned: make([]int64, n),
-		ready:   make(chan struct{}),
-		done:    make(chan struct{}),
+		log:      cfg.Logger,
+		loaded:   make([]atomic.Int64, n),
+		base:     cfg.Clock.Now(),
+		valid:    make([]atomic.Int64, n),
+		epoch:    make([]atomic.Uint64, n),
+		draining: make([]atomic.Bool, n),
+		target:   make([]bool, n),
+		version:  -1,
+		reset:    make([]bool, n),
+		waiting:  make([]bool, n),
+		repairs:  make([]persist.RepairCursor, n),
+		scanned:  make([]int64, n),
+		ready:    make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -218,6 +245,7 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 	for p := range r.loaded {
 		r.loaded[p].Store(NotOwned)
 		r.scanned[p] = math.MinInt64 / 2
+		r.target[p] = true
 	}
 	empty := make([]string, n)
 	r.tokens.Store(&empty)
@@ -250,6 +278,18 @@ func (r *Recoverer) Tokens() []string { return *r.tokens.Load() }
 
 // Owned returns the number of partitions owned.
 func (r *Recoverer) Owned() int { return int(r.owned.Load()) }
+
+// Holds reports whether this process holds partition p's lease in Redis:
+// it owns p, or is handing p over and still stores the outcomes of the
+// runs it claimed there. Outcomes of a partition not held are not stored
+// (another process owns it and runs those jobs).
+func (r *Recoverer) Holds(p int) bool {
+	return r.loaded[p].Load() != NotOwned || r.draining[p].Load()
+}
+
+// Members returns the number of live workers in the namespace's roster at
+// the last read (0 before the first).
+func (r *Recoverer) Members() int { return int(r.members.Load()) }
 
 // Armed returns the number of jobs armed by reloads, inboxes and polls.
 func (r *Recoverer) Armed() int64 { return r.armed.Load() }
@@ -287,18 +327,23 @@ func (r *Recoverer) Stop(ctx context.Context) error {
 	}
 	cancel()
 	<-r.done
-	var owned []int
+	var held []int
 	for p := range r.loaded {
-		if r.loaded[p].Load() != NotOwned {
-			owned = append(owned, p)
-			r.release(p)
+		if r.Holds(p) {
+			held = append(held, p)
+			r.lose(p)
 		}
 	}
-	if len(owned) == 0 {
-		return nil
+	var errs []error
+	if len(held) > 0 {
+		_, err := r.store.LeaseAll(ctx, held, persist.LeaseRelease, r.cfg.Token, 0)
+		errs = append(errs, err)
 	}
-	_, err := r.store.LeaseAll(ctx, owned, persist.LeaseRelease, r.cfg.Token, 0)
-	return err
+	// Leave the roster after the leases are free: the others read the
+	// roster's new version at their next pass and take the partitions
+	// over at once.
+	_, err := r.store.Members(ctx, persist.MemberLeave, r.cfg.Member, 0)
+	return errors.Join(append(errs, err)...)
 }
 
 func (r *Recoverer) run(ctx context.Context) {
@@ -312,6 +357,7 @@ func (r *Recoverer) run(ctx context.Context) {
 	first := true
 	for ctx.Err() == nil {
 		r.renewIfDue(ctx)
+		r.watch(ctx)
 		now, wall := wheel.Readings(r.cfg.Clock)
 		r.noteWallStep(now, wall)
 		r.pass(ctx, wall)
@@ -372,7 +418,10 @@ func (r *Recoverer) noteWallStep(now, wall time.Time) {
 	}
 }
 
-// leases renews the owned partitions and tries to acquire the others. A
+// leases is the lease round, every LeaseTTL/3 and whenever the roster
+// changed: it renews this process's roster entry and reads the roster,
+// renews the leases it holds, hands over the partitions now assigned to
+// another member, and tries to acquire the free ones assigned to it. A
 // partition's validity is counted from when its call was sent; when a
 // renewal fails and the validity has run out, the partition is released
 // (its lease may have lapsed in Redis and been taken by another process).
@@ -382,66 +431,176 @@ func (r *Recoverer) leases(ctx context.Context) {
 	validUntil := int64(sent.Sub(r.base) + r.cfg.LeaseTTL - r.cfg.DriftMargin)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	var owned, free []int
+	r.readRoster(ctx)
+	var held []int
 	for p := range r.loaded {
-		if r.loaded[p].Load() != NotOwned {
-			owned = append(owned, p)
-		} else {
-			free = append(free, p)
+		if r.Holds(p) {
+			held = append(held, p)
 		}
 	}
-	ttl := r.cfg.LeaseTTL
-	if len(owned) > 0 {
-		held, err := r.store.LeaseAll(ctx, owned, persist.LeaseRenew, r.cfg.Token, ttl)
+	if len(held) > 0 {
+		ok, err := r.store.LeaseAll(ctx, held, persist.LeaseRenew, r.cfg.Token, r.cfg.LeaseTTL)
 		if err != nil {
 			r.noteErr("renew leases", err)
 			// Unsure: the partitions are owned until their validity ends
 			// (Owns says so to every start); past it they are let go.
 			now := int64(r.cfg.Clock.Now().Sub(r.base))
-			for _, p := range owned {
+			for _, p := range held {
 				if now >= r.valid[p].Load() {
 					r.log.Warn("wheelq: lease not renewed in time, releasing", "partition", p)
-					r.release(p)
+					r.lose(p)
 				}
 			}
 		} else {
-			for i, p := range owned {
-				if held[i] {
+			for i, p := range held {
+				if ok[i] {
 					r.valid[p].Store(validUntil)
 				} else {
 					r.log.Warn("wheelq: lease lost", "partition", p)
-					r.release(p)
+					r.lose(p)
 				}
 			}
 			r.sink.Renewed()
 		}
 	}
-	if len(free) > 0 {
-		held, err := r.store.LeaseAll(ctx, free, persist.LeaseAcquire, r.cfg.Token, ttl)
-		if err != nil {
-			r.noteErr("acquire leases", err)
-			return
+	r.handOver(ctx)
+	r.acquire(ctx, validUntil)
+}
+
+// readRoster renews this process's entry in the roster and reads it: the
+// partitions assigned to this process become its target. On an error the
+// last target stands.
+func (r *Recoverer) readRoster(ctx context.Context) {
+	ro, err := r.store.Members(ctx, persist.MemberBeat, r.cfg.Member, r.cfg.LeaseTTL)
+	if err != nil {
+		r.noteErr("roster", err)
+		return
+	}
+	me, found := slices.BinarySearch(ro.Members, r.cfg.Member)
+	if !found {
+		r.noteErr("roster", fmt.Errorf("this process (%s) is missing from the roster it just joined", r.cfg.Member))
+		return
+	}
+	r.version = ro.Version
+	owner := Assign(ro.Members, len(r.target))
+	share, changed := 0, r.members.Swap(int32(len(ro.Members))) != int32(len(ro.Members))
+	for p := range r.target {
+		mine := owner[p] == me
+		changed = changed || mine != r.target[p]
+		r.target[p] = mine
+		if mine {
+			share++
 		}
-		for i, p := range free {
-			if !held[i] && !r.waiting[p] {
+	}
+	if changed {
+		r.log.Info("wheelq: partitions assigned", "members", len(ro.Members), "share", share, "partitions", len(r.target))
+	}
+}
+
+// watch runs between passes: it reads the roster's version (one small
+// call), and runs a lease round at once when the roster changed (a member
+// joined, left or expired); otherwise it finishes the hand-overs whose
+// runs are settled and tries again for the partitions assigned here that
+// another process still holds, so that a hand-over or a lapsed lease is
+// taken up within a poll interval.
+func (r *Recoverer) watch(ctx context.Context) {
+	sent := r.cfg.Clock.Now()
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	ro, err := r.store.Members(cctx, persist.MemberPeek, r.cfg.Member, 0)
+	if err != nil {
+		r.noteErr("roster", err)
+		return
+	}
+	if ro.Version != r.version {
+		r.leases(ctx)
+		return
+	}
+	r.finishHandOvers(cctx)
+	r.acquire(cctx, int64(sent.Sub(r.base)+r.cfg.LeaseTTL-r.cfg.DriftMargin))
+}
+
+// handOver starts handing over every owned partition that the roster
+// assigns to another member: no job of it starts here any more, and its
+// lease is released once the outcomes of the runs claimed here are
+// stored (finishHandOvers).
+func (r *Recoverer) handOver(ctx context.Context) {
+	for p := range r.loaded {
+		if r.target[p] || r.loaded[p].Load() == NotOwned {
+			continue
+		}
+		r.log.Info("wheelq: handing a partition over to the member the roster assigns it to", "partition", p)
+		r.draining[p].Store(true) // before release: Holds stays true throughout
+		r.release(p)
+	}
+	r.finishHandOvers(ctx)
+}
+
+// finishHandOvers releases the leases of the partitions being handed over
+// that have no run left whose outcome is not stored.
+func (r *Recoverer) finishHandOvers(ctx context.Context) {
+	var done []int
+	for p := range r.draining {
+		if r.draining[p].Load() && !r.sink.Busy(p) {
+			done = append(done, p)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	if _, err := r.store.LeaseAll(ctx, done, persist.LeaseRelease, r.cfg.Token, 0); err != nil {
+		r.noteErr("hand over", err)
+		return // still held: renewed, and released at the next pass
+	}
+	for _, p := range done {
+		r.draining[p].Store(false)
+	}
+}
+
+// acquire tries to take the free partitions assigned to this process.
+// validUntil is the validity of a lease taken now (see leases).
+func (r *Recoverer) acquire(ctx context.Context, validUntil int64) {
+	var want []int
+	for p := range r.loaded {
+		if r.target[p] && !r.Holds(p) {
+			want = append(want, p)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	got, err := r.store.LeaseAll(ctx, want, persist.LeaseAcquire, r.cfg.Token, r.cfg.LeaseTTL)
+	if err != nil {
+		r.noteErr("acquire leases", err)
+		return
+	}
+	for i, p := range want {
+		if !got[i] {
+			if !r.waiting[p] {
 				r.waiting[p] = true
-				r.log.Info("wheelq: partition held by another process; waiting for its lease (at most LeaseTTL after that process stops renewing it)",
+				r.log.Info("wheelq: partition assigned here is held by another process; waiting for it to hand it over or for its lease to lapse (at most LeaseTTL after that process stops renewing it)",
 					"partition", p, "lease_ttl", r.cfg.LeaseTTL)
 			}
-			if held[i] {
-				if r.waiting[p] {
-					r.waiting[p] = false
-					r.log.Info("wheelq: took a partition over", "partition", p)
-				}
-				r.valid[p].Store(validUntil)
-				r.epoch[p].Add(1)
-				r.reset[p] = true
-				r.loaded[p].Store(math.MinInt64 + 1) // owned, nothing loaded yet
-				r.owned.Add(1)
-			}
+			continue
 		}
-		r.publishTokens()
+		if r.waiting[p] {
+			r.waiting[p] = false
+			r.log.Info("wheelq: took a partition over", "partition", p)
+		}
+		r.valid[p].Store(validUntil)
+		r.epoch[p].Add(1)
+		r.reset[p] = true
+		r.loaded[p].Store(math.MinInt64 + 1) // owned, nothing loaded yet
+		r.owned.Add(1)
 	}
+	r.publishTokens()
+}
+
+// lose forgets partition p, owned or being handed over: its lease is no
+// longer (surely) this process's.
+func (r *Recoverer) lose(p int) {
+	r.draining[p].Store(false)
+	r.release(p)
 }
 
 func (r *Recoverer) release(p int) {
@@ -500,7 +659,7 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 		cancel()
 		if errors.Is(err, persist.ErrFenced) {
 			r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
-			r.release(p)
+			r.lose(p)
 			continue
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,11 +34,51 @@ type fakeStore struct {
 	// losePoll makes the next Poll apply and then fail, as a poll whose
 	// reply was lost (or came after the caller's deadline) does.
 	losePoll bool
+	// others are the roster's members besides the callers of a beat;
+	// version is the roster's version (setOthers changes it).
+	others  []string
+	version int64
+	self    map[string]bool
+}
+
+// setOthers sets the roster's other members, as a member joining or
+// leaving would.
+func (f *fakeStore) setOthers(ms ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.others = ms
+	f.version++
+}
+
+func (f *fakeStore) Members(_ context.Context, op persist.MemberOp, id string, _ time.Duration) (persist.Roster, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch op {
+	case persist.MemberBeat:
+		if !f.self[id] {
+			f.self[id] = true
+			f.version++
+		}
+	case persist.MemberLeave:
+		if f.self[id] {
+			delete(f.self, id)
+			f.version++
+		}
+	}
+	ro := persist.Roster{Version: f.version}
+	if op == persist.MemberBeat {
+		ro.Members = append(ro.Members, f.others...)
+		for m := range f.self {
+			ro.Members = append(ro.Members, m)
+		}
+		slices.Sort(ro.Members)
+	}
+	return ro, nil
 }
 
 func newFakeStore(t *testing.T) *fakeStore {
 	return &fakeStore{t: t, holder: map[int]string{}, loaded: map[int]int64{}, inbox: map[int][]persist.Entry{},
-		pending: map[int][]persist.Entry{}, fenced: map[int]bool{}, renewOK: true}
+		pending: map[int][]persist.Entry{}, fenced: map[int]bool{}, renewOK: true, self: map[string]bool{}}
 }
 
 func (f *fakeStore) Partitions() int { return 2 }
@@ -136,6 +177,22 @@ type fakeSink struct {
 	armed    []string
 	released []int
 	renewals int
+	busy     map[int]bool
+}
+
+func (s *fakeSink) Busy(p int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy[p]
+}
+
+func (s *fakeSink) setBusy(p int, b bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy == nil {
+		s.busy = map[int]bool{}
+	}
+	s.busy[p] = b
 }
 
 func (s *fakeSink) Arm(es []persist.Entry) {
@@ -239,6 +296,7 @@ func TestFencedAndLostLeasesAreReleased(t *testing.T) {
 
 	store.mu.Lock()
 	store.fenced[0] = true
+	store.holder[0] = "other" // fenced: another process holds the lease
 	store.mu.Unlock()
 	clk.BlockUntilSleeping()
 	clk.Advance(time.Second)
@@ -251,7 +309,7 @@ func TestFencedAndLostLeasesAreReleased(t *testing.T) {
 	// A renewal that says no releases the partition too.
 	store.mu.Lock()
 	store.renewOK = false
-	store.holder[0] = "other"
+	store.holder[1] = "other"
 	store.mu.Unlock()
 	clk.BlockUntilSleeping()
 	clk.Advance(time.Second) // LeaseTTL/3 has passed: renew
@@ -303,7 +361,7 @@ func TestWaitingForLeaseIsLogged(t *testing.T) {
 	r.Start(context.Background())
 	<-passes
 	require.Equal(t, 1, r.Owned())
-	require.Contains(t, buf.String(), "partition held by another process; waiting")
+	require.Contains(t, buf.String(), "partition assigned here is held by another process; waiting")
 	require.Contains(t, buf.String(), "partition=1")
 	require.Equal(t, 1, strings.Count(buf.String(), "waiting"), "said once, not at every try")
 
@@ -311,7 +369,7 @@ func TestWaitingForLeaseIsLogged(t *testing.T) {
 	delete(store.holder, 1) // the other process's lease lapsed
 	store.mu.Unlock()
 	clk.BlockUntilSleeping()
-	clk.Advance(time.Second) // LeaseTTL/3: the leases are tried again
+	clk.Advance(time.Second) // the next pass tries again
 	<-passes
 	require.Equal(t, 2, r.Owned())
 	require.Contains(t, buf.String(), "took a partition over")
@@ -374,4 +432,58 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestHandOver (issue 16): a member joining the roster gets its share of
+// the partitions. The owner stops starting the jobs of a partition it hands
+// over at once, but keeps its lease until the outcomes of the runs it
+// claimed there are stored (Sink.Busy), so that they are stored under the
+// lease they were claimed under; then it releases it. A member leaving
+// gives its share back.
+func TestHandOver(t *testing.T) {
+	t.Parallel()
+	r, store, sink, clk, passes := setup(t)
+	r.Start(context.Background())
+	<-passes
+	require.Equal(t, 2, r.Owned(), "alone in the roster: every partition")
+	require.Equal(t, 1, r.Members())
+
+	owner := Assign([]string{"me", "other"}, 2)
+	give := 0 // the partition the roster {me, other} assigns to other
+	if owner[0] == 0 {
+		give = 1
+	}
+	sink.setBusy(give, true) // a run of it claimed here is not settled yet
+	store.setOthers("other")
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second)
+	<-passes
+	require.Equal(t, 2, r.Members())
+	require.Equal(t, 1, r.Owned())
+	require.Equal(t, int64(NotOwned), r.LoadedUntil(give), "no job of it starts here any more")
+	require.True(t, r.Holds(give), "its lease is kept while an outcome is not stored")
+	_, released := sink.snapshot()
+	require.Equal(t, []int{give}, released)
+	store.mu.Lock()
+	require.Equal(t, "me", store.holder[give])
+	store.mu.Unlock()
+
+	sink.setBusy(give, false)
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second)
+	<-passes
+	require.False(t, r.Holds(give))
+	store.mu.Lock()
+	require.Empty(t, store.holder[give], "released once settled")
+	store.mu.Unlock()
+
+	store.setOthers() // the other member left
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second)
+	<-passes
+	require.Equal(t, 2, r.Owned(), "its share comes back")
+	require.NoError(t, r.Stop(context.Background()))
+	store.mu.Lock()
+	require.Empty(t, store.self, "left the roster")
+	store.mu.Unlock()
 }
