@@ -151,6 +151,9 @@ type Recoverer struct {
 	// only. members is the number of live members it listed.
 	version int64
 	members atomic.Int32
+	// eager is until when the poller retries a hand-over every
+	// handOverStep (see await); poller goroutine only.
+	eager   time.Time
 	reset   []bool                 // per partition: needs a full reload; poller goroutine only
 	waiting []bool                 // per partition: held by another process, said in the log; poller goroutine only
 	repairs []persist.RepairCursor // per partition: where the repair walk stands; poller goroutine only
@@ -375,8 +378,55 @@ func (r *Recoverer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		sl.Sleep(earliest(r.cfg.Clock.Now().Add(r.cfg.PollInterval), r.nextLease))
+		r.await(ctx, sl, earliest(r.cfg.Clock.Now().Add(r.cfg.PollInterval), r.nextLease))
 	}
+}
+
+// handOverStep is how often a process tries again, during a hand-over,
+// to release what it hands over (once its runs are settled) or to take
+// what it is handed: a job due meanwhile waits for one step at most
+// instead of a poll interval.
+const handOverStep = 2 * time.Millisecond
+
+// await sleeps until next, the next pass. During a hand-over (until
+// eager) it wakes every handOverStep to finish the hand-overs whose runs
+// are settled and to try again for the partitions assigned here; it
+// returns early when it took one, so that the next pass loads it at once.
+func (r *Recoverer) await(ctx context.Context, sl wheel.Sleeper, next time.Time) {
+	for {
+		now := r.cfg.Clock.Now()
+		if !now.Before(r.eager) || !r.handingOver() {
+			sl.Sleep(next)
+			return
+		}
+		step := now.Add(handOverStep)
+		if !step.Before(next) {
+			sl.Sleep(next)
+			return
+		}
+		sl.Sleep(step)
+		if ctx.Err() != nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		r.finishHandOvers(cctx)
+		took := r.acquire(cctx, int64(r.cfg.Clock.Now().Sub(r.base)+r.cfg.LeaseTTL-r.cfg.DriftMargin))
+		cancel()
+		if took {
+			return
+		}
+	}
+}
+
+// handingOver says whether a partition is being handed over here or to
+// here: one being drained, or one assigned here and not yet held.
+func (r *Recoverer) handingOver() bool {
+	for p := range r.target {
+		if r.draining[p].Load() || (r.target[p] && !r.Holds(p)) {
+			return true
+		}
+	}
+	return false
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -494,8 +544,17 @@ func (r *Recoverer) readRoster(ctx context.Context) {
 	}
 	if changed {
 		r.log.Info("wheelq: partitions assigned", "members", len(ro.Members), "share", share, "partitions", len(r.target))
+		// The hand-overs this change starts, here and in the other
+		// members, are retried closely for a while (see await).
+		r.eager = r.cfg.Clock.Now().Add(handOverWindow)
 	}
 }
+
+// handOverWindow is how long after a roster change the poller retries
+// hand-overs every handOverStep: a hand-over waits for the runs claimed
+// under the old owner, which usually end within it. After it, they are
+// retried at every pass.
+const handOverWindow = time.Second
 
 // watch runs between passes: it reads the roster's version (one small
 // call), and runs a lease round at once when the roster changed (a member
@@ -557,9 +616,10 @@ func (r *Recoverer) finishHandOvers(ctx context.Context) {
 	}
 }
 
-// acquire tries to take the free partitions assigned to this process.
-// validUntil is the validity of a lease taken now (see leases).
-func (r *Recoverer) acquire(ctx context.Context, validUntil int64) {
+// acquire tries to take the free partitions assigned to this process,
+// and says whether it took any. validUntil is the validity of a lease
+// taken now (see leases).
+func (r *Recoverer) acquire(ctx context.Context, validUntil int64) (took bool) {
 	var want []int
 	for p := range r.loaded {
 		if r.target[p] && !r.Holds(p) {
@@ -567,13 +627,14 @@ func (r *Recoverer) acquire(ctx context.Context, validUntil int64) {
 		}
 	}
 	if len(want) == 0 {
-		return
+		return false
 	}
 	got, err := r.store.LeaseAll(ctx, want, persist.LeaseAcquire, r.cfg.Token, r.cfg.LeaseTTL)
 	if err != nil {
 		r.noteErr("acquire leases", err)
-		return
+		return false
 	}
+	defer r.publishTokens()
 	for i, p := range want {
 		if !got[i] {
 			if !r.waiting[p] {
@@ -592,8 +653,9 @@ func (r *Recoverer) acquire(ctx context.Context, validUntil int64) {
 		r.reset[p] = true
 		r.loaded[p].Store(math.MinInt64 + 1) // owned, nothing loaded yet
 		r.owned.Add(1)
+		took = true
 	}
-	r.publishTokens()
+	return took
 }
 
 // lose forgets partition p, owned or being handed over: its lease is no
