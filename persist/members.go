@@ -65,3 +65,25 @@ func (s *Store) Members(ctx context.Context, op MemberOp, id string, ttl time.Du
 	slices.Sort(r.Members)
 	return r, nil
 }
+
+// WatchRoster calls changed whenever the roster changes (a member joined,
+// left or expired, as seen by a call of Members), until ctx ends. It
+// holds a subscription (one connection) meanwhile. Changes published
+// while the subscription was broken are missed: a caller still peeks at
+// the version now and then.
+func (s *Store) WatchRoster(ctx context.Context, changed func()) error {
+	ps := s.rdb.Subscribe(ctx, membersKeys(s.ns)[0])
+	defer ps.Close()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case _, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			changed()
+		}
+	}
+}

@@ -49,6 +49,16 @@ type Store interface {
 
 var _ Store = (*persist.Store)(nil)
 
+// RosterWatcher is what a Store may offer besides: a call that runs until
+// ctx ends and calls changed whenever the roster changes, so that a
+// process reacts to a member joining or leaving at once instead of at its
+// next pass. persist.Store has it.
+type RosterWatcher interface {
+	WatchRoster(ctx context.Context, changed func()) error
+}
+
+var _ RosterWatcher = (*persist.Store)(nil)
+
 // Sink is the in-memory side: the queue's wheel.
 type Sink interface {
 	// Arm puts jobs in memory at their due times (unix µs), in the order
@@ -356,6 +366,14 @@ func (r *Recoverer) run(ctx context.Context) {
 	defer sl.Close()
 	stop := context.AfterFunc(ctx, sl.Wake)
 	defer stop()
+	if w, ok := r.store.(RosterWatcher); ok {
+		// A roster change wakes the poller: its next watch sees it.
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wg.Go(func() { _ = w.WatchRoster(wctx, sl.Wake) })
+	}
 	nextSweep := r.cfg.Clock.Now().Add(r.cfg.SweepInterval)
 	first := true
 	for ctx.Err() == nil {

@@ -51,6 +51,10 @@ var workloads = []workload{
 }
 
 func main() {
+	if spec := os.Getenv(envTeamChild); spec != "" {
+		teamChild(spec) // a worker process of the team workload
+		return
+	}
 	var cfg config
 	var names string
 	flag.StringVar(&names, "workload", "precision,memory,addcancel", "comma-separated workloads, or \"all\"")

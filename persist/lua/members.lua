@@ -8,8 +8,9 @@
 -- ARGV[3]  time to live of the caller's entry, ms (beat)
 --
 -- Every call first drops the members whose entry has expired. The version
--- is incremented when a member joins, leaves or expires, so a process can
--- watch it cheaply (peek) and read the whole roster only when it changed.
+-- is incremented when a member joins, leaves or expires, and published on
+-- the channel named KEYS[1], so a process can watch it cheaply (peek, or
+-- a subscription) and read the whole roster only when it changed.
 --
 -- Returns {version} for peek and leave, {version, id1, id2, ...} (live
 -- members, sorted) for beat.
@@ -28,6 +29,9 @@ end
 local v
 if changed then
   v = redis.call('INCR', KEYS[2])
+  -- Wake the members now rather than at their next poll (WatchRoster);
+  -- the channel is named after the roster's key.
+  redis.call('PUBLISH', KEYS[1], v)
 else
   v = tonumber(redis.call('GET', KEYS[2]) or '0')
 end
