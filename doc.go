@@ -105,4 +105,13 @@
 // what it held; the new owner runs those jobs. The assumption: a
 // process's clock does not run slower than Redis's by more than the
 // margin over a lease.
+//
+// The started processes of a namespace share its partitions out evenly
+// (each owns about Partitions/N; Owned lists them). They find each other
+// through a roster of live workers in Redis; a process joining gets its
+// share handed over, and one that shuts down hands its share over at once.
+// A hand-over keeps the old owner's lease until the outcomes of the runs
+// it claimed in the partition are stored, so it runs no job twice. A
+// process that dies keeps its share until its leases lapse (LeaseTTL), or
+// until it restarts with the same Config.InstanceID.
 package wheelq

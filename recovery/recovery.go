@@ -487,9 +487,10 @@ func (r *Recoverer) noteWallStep(now, wall time.Time) {
 }
 
 // leases is the lease round, every LeaseTTL/3 and whenever the roster
-// changed: it renews this process's roster entry and reads the roster,
-// renews the leases it holds, hands over the partitions now assigned to
-// another member, and tries to acquire the free ones assigned to it. A
+// changed: it renews the leases it holds, then (unless that failed)
+// renews this process's roster entry and reads the roster, hands over the
+// partitions now assigned to another member, and tries to acquire the
+// free ones assigned to it. A
 // partition's validity is counted from when its call was sent; when a
 // renewal fails and the validity has run out, the partition is released
 // (its lease may have lapsed in Redis and been taken by another process).
@@ -499,7 +500,7 @@ func (r *Recoverer) leases(ctx context.Context) {
 	validUntil := int64(sent.Sub(r.base) + r.cfg.LeaseTTL - r.cfg.DriftMargin)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	r.readRoster(ctx)
+	renewed := true
 	var held []int
 	for p := range r.loaded {
 		if r.Holds(p) {
@@ -510,6 +511,7 @@ func (r *Recoverer) leases(ctx context.Context) {
 		ok, err := r.store.LeaseAll(ctx, held, persist.LeaseRenew, r.cfg.Token, r.cfg.LeaseTTL)
 		if err != nil {
 			r.noteErr("renew leases", err)
+			renewed = false
 			// Unsure: the partitions are owned until their validity ends
 			// (Owns says so to every start); past it they are let go.
 			now := int64(r.cfg.Clock.Now().Sub(r.base))
@@ -530,6 +532,13 @@ func (r *Recoverer) leases(ctx context.Context) {
 			}
 			r.sink.Renewed()
 		}
+	}
+	if renewed {
+		// A process stays in the roster only while it can keep its
+		// leases: one that reaches the roster's key but not its
+		// partitions (a Cluster node cut off) drops out when its entry
+		// expires, and its share goes to the others.
+		r.readRoster(ctx)
 	}
 	r.handOver(ctx)
 	r.acquire(ctx, validUntil)

@@ -39,6 +39,9 @@ type fakeStore struct {
 	others  []string
 	version int64
 	self    map[string]bool
+	beats   int
+	// renewErr, if set, fails every renewal as an unreachable node does.
+	renewErr error
 }
 
 // setOthers sets the roster's other members, as a member joining or
@@ -55,6 +58,7 @@ func (f *fakeStore) Members(_ context.Context, op persist.MemberOp, id string, _
 	defer f.mu.Unlock()
 	switch op {
 	case persist.MemberBeat:
+		f.beats++
 		if !f.self[id] {
 			f.self[id] = true
 			f.version++
@@ -86,6 +90,9 @@ func (f *fakeStore) Partitions() int { return 2 }
 func (f *fakeStore) LeaseAll(_ context.Context, parts []int, op persist.LeaseOp, token string, _ time.Duration) ([]bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if op == persist.LeaseRenew && f.renewErr != nil {
+		return nil, f.renewErr
+	}
 	out := make([]bool, len(parts))
 	for i, p := range parts {
 		switch op {
@@ -486,4 +493,32 @@ func TestHandOver(t *testing.T) {
 	store.mu.Lock()
 	require.Empty(t, store.self, "left the roster")
 	store.mu.Unlock()
+}
+
+// TestNoBeatWithoutLeases: a process whose renewals fail (it reaches the
+// roster's key but not its partitions, say a Cluster node cut off) stops
+// renewing its roster entry, so that it drops out and the others take its
+// share; once renewals work again it beats again.
+func TestNoBeatWithoutLeases(t *testing.T) {
+	t.Parallel()
+	r, store, _, clk, passes := setup(t)
+	r.Start(context.Background())
+	<-passes
+	beats := func() int { store.mu.Lock(); defer store.mu.Unlock(); return store.beats }
+	before := beats()
+	store.mu.Lock()
+	store.renewErr = errors.New("i/o timeout (injected)")
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second) // LeaseTTL/3: a lease round
+	<-passes
+	require.Equal(t, before, beats(), "no beat after a failed renewal")
+	store.mu.Lock()
+	store.renewErr = nil
+	store.mu.Unlock()
+	clk.BlockUntilSleeping()
+	clk.Advance(time.Second)
+	<-passes
+	require.Equal(t, before+1, beats(), "beats again once renewals work")
+	require.NoError(t, r.Stop(context.Background()))
 }
