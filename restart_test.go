@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/persist"
 )
 
 const (
@@ -74,11 +75,14 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 
-	// Another instance name never takes a live lease over.
-	q, err := New(rdb, restartConfig("worker-2"))
+	// Another instance name never takes a live lease over (a process of
+	// another instance gets a share only when its holder hands it over).
+	st, err := persist.New(rdb, persist.Options{Namespace: "restart", Partitions: 2})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
-	require.NoError(t, q.Start(ctx))
-	<-q.Ready()
-	require.Zero(t, q.recov.Owned(), "worker-2 waits for worker-1's leases")
+	for p := range 2 {
+		held, wait, err := st.Lease(ctx, p, persist.LeaseAcquire, "worker-2#other", 3*time.Second)
+		require.NoError(t, err)
+		require.False(t, held, "worker-2 took worker-1's live lease of partition %d", p)
+		require.Positive(t, wait)
+	}
 }
