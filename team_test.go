@@ -32,14 +32,12 @@ const (
 )
 
 // teamConfig is the configuration of the team tests' processes: the
-// default 16 partitions, and short leases so that a crash is taken over
-// within the test's time.
+// crash tests' (short leases and polls, so that a crash is taken over
+// within the test's time) with the default 16 partitions.
 func teamConfig(ns, instance string) Config {
-	return Config{
-		Namespace: ns, Partitions: teamParts, LeaseTTL: 2 * time.Second, InstanceID: instance,
-		Horizon: 2 * time.Second, PollInterval: 20 * time.Millisecond,
-		Backoff: func(int, error) time.Duration { return 10 * time.Millisecond },
-	}
+	cfg := crashConfig()
+	cfg.Namespace, cfg.Partitions, cfg.LeaseTTL, cfg.InstanceID = ns, teamParts, 2*time.Second, instance
+	return cfg
 }
 
 // TestTeamChild is a worker process of the team tests; it does nothing
@@ -66,6 +64,42 @@ func TestTeamChild(t *testing.T) {
 	os.Exit(0)
 }
 
+// team is three worker processes (TestTeamChild) and a producer in this
+// process, on a redis-server of their own.
+type team struct {
+	srv      *redistest.Server
+	rdb      redis.UniversalClient
+	producer *Queue
+	logPath  string
+	children []*child
+}
+
+// startTeam starts a team and waits until its workers share the
+// partitions.
+func startTeam(t *testing.T) *team {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	tm := &team{srv: srv, rdb: srv.Client(t), logPath: filepath.Join(t.TempDir(), "fires.log")}
+	var err error
+	tm.producer, err = New(tm.rdb, teamConfig("team", ""))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tm.producer.Shutdown(context.Background()) })
+	for range 3 {
+		c := startTeamChild(t, srv.Addr, tm.logPath, "")
+		t.Cleanup(c.kill)
+		tm.children = append(tm.children, c)
+	}
+	eventually(t, func() bool { return tm.balanced(3) }, "three processes share the partitions")
+	return tm
+}
+
+// balanced says whether n processes hold the team's partitions evenly.
+func (tm *team) balanced(n int) bool {
+	byTok, _ := holders(tm.rdb, "team")
+	return balanced(leaseCounts(byTok), n)
+}
+
 func startTeamChild(t *testing.T, addr, logPath, instance string) *child {
 	t.Helper()
 	return startTestChild(t, "TestTeamChild", envTeamRedis+"="+addr, envTeamLog+"="+logPath, envTeamInstance+"="+instance)
@@ -85,16 +119,14 @@ func (c *child) term(t *testing.T) {
 
 // holders reads the namespace's partition leases: how many each token
 // holds, and how many are free.
-func holders(t *testing.T, rdb redis.UniversalClient, ns string) (byToken map[string]int, free int) {
-	t.Helper()
+func holders(rdb redis.UniversalClient, ns string) (byToken map[string]int, free int) {
 	byToken = map[string]int{}
 	for p := range teamParts {
 		tok, err := rdb.Get(context.Background(), fmt.Sprintf("wq:{%s:%d}:lease", ns, p)).Result()
-		if err == redis.Nil {
-			free++
+		if err != nil {
+			free++ // redis.Nil; an error counts as unknown, never as held
 			continue
 		}
-		require.NoError(t, err)
 		byToken[tok]++
 	}
 	return byToken, free
@@ -253,36 +285,23 @@ func TestTeamJoinLeaveWhileFiring(t *testing.T) {
 // a job runs twice only if it was in flight in the killed process.
 func TestTeamKill9OneOfThree(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	rdb := srv.Client(t)
-	logPath := filepath.Join(t.TempDir(), "fires.log")
-	producer, err := New(rdb, teamConfig("team", ""))
-	require.NoError(t, err)
-	defer producer.Shutdown(context.Background())
-	var cs []*child
-	for range 3 {
-		c := startTeamChild(t, srv.Addr, logPath, "")
-		t.Cleanup(c.kill)
-		cs = append(cs, c)
-	}
-	eventually(t, func() bool { byTok, _ := holders(t, rdb, "team"); return balanced(leaseCounts(byTok), 3) }, "three processes share the partitions")
-
+	tm := startTeam(t)
+	cs, rdb := tm.children, tm.rdb
 	h := newHistory()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { h.produce(t, producer, stop) })
+	wg.Go(func() { h.produce(t, tm.producer, stop) })
 	time.Sleep(time.Second)
 	killed := time.Now()
 	cs[0].kill()
-	eventually(t, func() bool { byTok, _ := holders(t, rdb, "team"); return balanced(leaseCounts(byTok), 2) }, "two processes take the killed one's share over")
+	eventually(t, func() bool { return tm.balanced(2) }, "two processes take the killed one's share over")
 	t.Logf("kill -9 of one of three: its partitions taken over %v after the kill (LeaseTTL 2s)", time.Since(killed).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	waitDrained(t, rdb, producer)
+	waitDrained(t, rdb, tm.producer)
 
-	fires := readFires(t, logPath)
+	fires := readFires(t, tm.logPath)
 	dups := h.check(t, fires)
 	killedPid := cs[0].cmd.Process.Pid
 	for id, fs := range fires {
@@ -301,41 +320,27 @@ func TestTeamKill9OneOfThree(t *testing.T) {
 // once, none early; the lateness of every job during it is logged.
 func TestTeamRollingRestart(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	rdb := srv.Client(t)
-	logPath := filepath.Join(t.TempDir(), "fires.log")
-	producer, err := New(rdb, teamConfig("team", ""))
-	require.NoError(t, err)
-	defer producer.Shutdown(context.Background())
-	var cs []*child
-	for range 3 {
-		c := startTeamChild(t, srv.Addr, logPath, "")
-		t.Cleanup(c.kill)
-		cs = append(cs, c)
-	}
-	isBalanced := func() bool { byTok, _ := holders(t, rdb, "team"); return balanced(leaseCounts(byTok), 3) }
-	eventually(t, isBalanced, "three processes share the partitions")
-
+	tm := startTeam(t)
+	cs, rdb, logPath := tm.children, tm.rdb, tm.logPath
 	h := newHistory()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { h.produce(t, producer, stop) })
+	wg.Go(func() { h.produce(t, tm.producer, stop) })
 	for i := range cs {
 		time.Sleep(300 * time.Millisecond)
 		began := time.Now()
 		cs[i].term(t)
-		cs[i] = startTeamChild(t, srv.Addr, logPath, "")
+		cs[i] = startTeamChild(t, tm.srv.Addr, logPath, "")
 		t.Cleanup(cs[i].kill)
-		eventually(t, isBalanced, "the restarted process gets its share")
+		eventually(t, func() bool { return tm.balanced(3) }, "the restarted process gets its share")
 		t.Logf("process %d restarted and balanced in %v", i, time.Since(began).Round(time.Millisecond))
 	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	waitDrained(t, rdb, producer)
+	waitDrained(t, rdb, tm.producer)
 
-	fires := readFires(t, logPath)
+	fires := readFires(t, tm.logPath)
 	dups := h.check(t, fires)
 	var twice []string
 	for id, fs := range fires {

@@ -25,6 +25,7 @@ import (
 func init() {
 	workloads = append(workloads,
 		workload{"team", "1-5 processes on a namespace: balance, take-over after a graceful shutdown and after kill -9, lateness and jobs/s of 3 worker processes vs 1", runTeam},
+		workload{"handover", "lateness of 20,000 jobs due over [1s, 5s] while a worker joins and one leaves, vs no change, interleaved", runHandOver},
 	)
 }
 
@@ -409,4 +410,103 @@ func teamRun(ctx context.Context, br *benchRedis, dir, tag string, procs, n, bur
 func producerCounts(ctx context.Context, q *wheelq.Queue) (pending, dead int64, err error) {
 	st, err := q.Stats(ctx)
 	return st.Pending, st.Dead, err
+}
+
+func runHandOver(ctx context.Context, cfg *config, emit func(result)) error {
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	reps := 3
+	if cfg.quick {
+		reps = 1
+	}
+	for rep := range reps {
+		for _, churn := range []bool{false, true} {
+			r, err := handOverRun(ctx, br, cfg.size(20_000, 2_000), churn)
+			if err != nil {
+				return err
+			}
+			r["rep"] = rep
+			emit(r)
+		}
+	}
+	return nil
+}
+
+// handOverRun runs n jobs due over [1s, 5s] (scheduled before the first
+// is due, so none waits for an inbox) on two workers in this process; with
+// churn, a third joins at 2 s and the first leaves at 3.5 s, each moving
+// about a third of the partitions. It reports the runs' lateness.
+func handOverRun(ctx context.Context, br *benchRedis, n int, churn bool) (result, error) {
+	ns := namespace("handover")
+	lat := newLateness(n)
+	wanted := make([]time.Time, n)
+	worker := func() (*wheelq.Queue, error) {
+		q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+		if err != nil {
+			return nil, err
+		}
+		q.Handle("h", wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+			now := time.Now()
+			i, _ := strconv.Atoi(j.ID)
+			lat.record(i, wanted[i], now)
+			return nil
+		}))
+		return q, q.Start(ctx)
+	}
+	var qs []*wheelq.Queue
+	defer func() {
+		for _, q := range qs {
+			_ = q.Shutdown(ctx)
+		}
+	}()
+	for range 2 {
+		q, err := worker()
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+	}
+	if _, err := until(ctx, 30*time.Second, "two workers balanced", func() (bool, error) {
+		return len(qs[0].Owned()) == teamParts/2 && len(qs[1].Owned()) == teamParts/2, nil
+	}); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	ds := dues(t0, n, time.Second, 5*time.Second)
+	copy(wanted, ds)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			for i := g; i < n; i += 16 {
+				if _, err := qs[0].Schedule(ctx, "h", nil, wheelq.ID(strconv.Itoa(i)), wheelq.At(ds[i])); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if churn {
+		time.Sleep(time.Until(t0.Add(2 * time.Second)))
+		q, err := worker()
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+		time.Sleep(time.Until(t0.Add(3500 * time.Millisecond)))
+		if err := qs[0].Shutdown(ctx); err != nil {
+			return nil, err
+		}
+	}
+	waitAll(ctx, lat, t0.Add(15*time.Second))
+	system := "2 workers, no change"
+	if churn {
+		system = "2 workers, a 3rd joins at 2 s, the 1st leaves at 3.5 s"
+	}
+	r := lat.result("team-handover", system, n)
+	r["schedule_errors"] = failed.Load()
+	return r, nil
 }
