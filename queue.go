@@ -1248,7 +1248,10 @@ func (q *Queue) mayStart(t *task, now, wall time.Time) bool {
 		q.hold(t, now, wall)
 		return false
 	}
-	if q.recov.Epoch(t.part) != t.epoch {
+	if q.recov.Epoch(t.part) != t.epoch || q.recov.LoadedUntil(t.part) == recovery.NotOwned {
+		// Another epoch, or released: a claim whose epoch was read just
+		// after a hand-over began has the new epoch but no owner here;
+		// waiting for a renewal would keep the hand-over waiting for it.
 		q.dropTask(t)
 		return false
 	}

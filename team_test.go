@@ -352,3 +352,31 @@ func TestTeamRollingRestart(t *testing.T) {
 	p50, p99, most := lateness(fires)
 	t.Logf("rolling restart of 3: %d jobs acknowledged, all run once; lateness p50 %v p99 %v max %v", len(h.acked), p50, p99, most)
 }
+
+// TestStartGateDropsTasksOfReleasedPartitions: a claim whose epoch was
+// read just after a hand-over began (the claimer had checked ownership
+// and marked the job in flight just before) carries the new epoch while
+// the partition is owned by no one here. The start gate used to put such
+// a task in the wait for a lease renewal, where it stayed, in flight, for
+// ever: the hand-over waited for it, and the partition's new owner never
+// got the lease. It is dropped now (its claim mark is cleared by the new
+// owner's take-over).
+func TestStartGateDropsTasksOfReleasedPartitions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	q, err := New(srv.Client(t), Config{Partitions: 2})
+	require.NoError(t, err) // not started: no partition is owned
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	key := "t/x"
+	p := q.store.PartitionOf(key)
+	q.inflight[key] = struct{}{}
+	tk := &task{key: key, part: p, epoch: q.recov.Epoch(p), verified: true, due: time.Now().Add(-time.Second)}
+	now, wall := time.Now(), time.Now()
+	require.False(t, q.mayStart(tk, now, wall))
+	q.heldMu.Lock()
+	waiting := len(q.leaseWait)
+	q.heldMu.Unlock()
+	require.Zero(t, waiting, "a task of a partition not owned here waits for no renewal")
+	require.False(t, (*sink)(q).Busy(p), "and is not in flight any more")
+	require.EqualValues(t, 1, q.stats.dropped.Load())
+}
