@@ -1334,7 +1334,8 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		o.Record = rec.Encode()
 		q.cache.Remove(t.key)
 		q.stats.dead.Add(1)
-		q.log.Warn("wheelq: job dead-lettered", "key", t.key, "attempt", attempt, "err", err)
+		q.log.Warn("wheelq: job dead-lettered", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
+			"max_attempts", t.rec.MaxAttempts, "err", err)
 	default:
 		delay := q.cfg.Backoff(attempt, err)
 		if errors.As(err, &retryErr) {
@@ -1348,6 +1349,8 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		o.Due = ceilMicro(wall.Add(delay))
 		q.cache.Add(t.key, &rec)
 		q.stats.retried.Add(1)
+		q.log.Warn("wheelq: job failed; retrying", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
+			"max_attempts", t.rec.MaxAttempts, "retry_in", delay, "err", err)
 	}
 	if aerr := q.settles.Add(o); aerr != nil {
 		// Only after a hard shutdown: the job stays pending and runs again.
