@@ -99,6 +99,8 @@ func (c *crashStore) Write(ctx context.Context, tokens []string, ws []persist.Wr
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	res, err := c.engineStore.Write(ctx, tokens, ws)
 	if err == nil {
 		for i, r := range res {
@@ -123,6 +125,8 @@ func (c *crashStore) CancelMany(ctx context.Context, keys []string) ([]persist.C
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	res, err := c.engineStore.CancelMany(ctx, keys)
 	if err == nil {
 		for i, ch := range res {
@@ -136,6 +140,8 @@ func (c *crashStore) Cancel(ctx context.Context, key string) (persist.Change, er
 	if err := c.dead(); err != nil {
 		return persist.NotFound, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	ch, err := c.engineStore.Cancel(ctx, key)
 	if err == nil {
 		c.noteCancel(key, ch)
@@ -147,6 +153,8 @@ func (c *crashStore) RescheduleMany(ctx context.Context, tokens []string, ms []p
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	res, err := c.engineStore.RescheduleMany(ctx, tokens, ms)
 	if err == nil {
 		for i, ch := range res {
@@ -162,6 +170,8 @@ func (c *crashStore) Reschedule(ctx context.Context, tok, key string, due int64,
 	if err := c.dead(); err != nil {
 		return persist.NotFound, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	ch, err := c.engineStore.Reschedule(ctx, tok, key, due, rev)
 	if err == nil && ch != persist.NotFound {
 		c.h.Note(crashpoint.Event{Kind: crashpoint.Rescheduled, Key: key, Due: due})
@@ -180,6 +190,8 @@ func (c *crashStore) Settle(ctx context.Context, tokens []string, now int64, os 
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	applied, err := c.engineStore.Settle(ctx, tokens, now, os)
 	if err == nil {
 		for i, o := range os {
@@ -217,6 +229,8 @@ func (c *crashStore) Requeue(ctx context.Context, tok, key string, rev uint32, d
 	if err := c.dead(); err != nil {
 		return false, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	ok, err := c.engineStore.Requeue(ctx, tok, key, rev, due, rec)
 	if err == nil && ok {
 		c.h.Note(crashpoint.Event{Kind: crashpoint.Rescheduled, Key: key, Due: due})

@@ -103,6 +103,7 @@ type Hooks struct {
 	// is called from the engine's goroutines and must not block.
 	Observe func(Event)
 
+	calls    atomic.Int64 // store calls that change jobs, in flight
 	dead     atomic.Bool
 	deadOnce sync.Once
 	deadCh   chan struct{}
@@ -165,6 +166,17 @@ func (h *Hooks) Kill() {
 		kill()
 	}
 }
+
+// Enter is called by the engine's store before a call that changes jobs,
+// Exit after it (and after its events are noted).
+func (h *Hooks) Enter() { h.calls.Add(1) }
+
+// Exit: see Enter.
+func (h *Hooks) Exit() { h.calls.Add(-1) }
+
+// InFlight returns the number of store calls that change jobs in flight:
+// with none, every change Redis applied has been noted.
+func (h *Hooks) InFlight() int64 { return h.calls.Load() }
 
 // Note reports an event to Observe, if set.
 func (h *Hooks) Note(e Event) {
