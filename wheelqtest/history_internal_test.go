@@ -39,7 +39,7 @@ func TestCheckRules(t *testing.T) {
 		{name: "twice, written again between", events: []event{ev(crashpoint.Written, 1), ev(crashpoint.Written, 4), ev(crashpoint.Acked, 7)},
 			runs: []Run{run(2, 3, t0), run(5, 6, t0)}},
 		{name: "after its ack", events: []event{ev(crashpoint.Written, 1), ev(crashpoint.Acked, 4)},
-			runs: []Run{run(2, 3, t0), {Topic: "job", ID: "x", Due: t0, Start: t0, Err: errFake, Done: true, startSeq: 6, endSeq: 7}},
+			runs:    []Run{run(2, 3, t0), {Topic: "job", ID: "x", Due: t0, Start: t0, Err: errFake, Done: true, startSeq: 6, endSeq: 7}},
 			crashes: []Crash{{Point: AfterRun, seq: 5}}, want: "after its ack was stored"},
 		{name: "after a cancel", events: []event{ev(crashpoint.Written, 1), ev(crashpoint.Cancelled, 2)},
 			runs: []Run{run(3, 4, t0)}, want: "after a cancel"},
