@@ -376,7 +376,8 @@ func (h *Harness) Crashed() bool {
 // included), and returns once every job due by then has run and its
 // outcome is stored in Redis, or once an armed crash point was reached (the
 // queue is then stopped; Restart starts the next one). On a crashed queue
-// it only moves the clock: time passes while the process is down. It
+// it only moves the clock: time passes while the process is down.
+// Advance(0) runs what is due now (a job scheduled in the past, say). It
 // returns ErrNotSettled if due jobs do not settle within Options.Timeout.
 func (h *Harness) Advance(d time.Duration) error {
 	if d < 0 {
