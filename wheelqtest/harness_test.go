@@ -85,6 +85,7 @@ func TestCrashPoints(t *testing.T) {
 					name = p.String() + "/job"
 				}
 				t.Run(name, func(t *testing.T) {
+					t.Parallel()
 					var h *wheelqtest.Harness
 					var l *ledger
 					if rdb == nil {
