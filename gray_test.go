@@ -393,10 +393,13 @@ func TestLargeRecordsOnSlowLink(t *testing.T) {
 		require.NoError(t, err)
 	}
 	proxy := faultproxy.Start(t, srv.Addr)
-	proxy.SetBandwidth(16 << 20) // 40 MiB take 2.5 s; a claim may take 1 s
+	proxy.SetBandwidth(16 << 20) // 40 MiB take 2.5 s; a claim may take 2 s
 	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = slow.Close() })
-	q := (&bundle{srv: srv, rdb: slow, ctx: b.ctx}).newQueue(t, Config{Partitions: 1, MaxPayload: 2 << 20, WriteTimeout: time.Second})
+	// A bounded claim (4 MiB) takes 0.25 s on the wire; the 2 s timeout
+	// leaves room for a busy machine under -race (1 s did not, while other
+	// builds ran), and is still shorter than the 40 MiB of an unbounded one.
+	q := (&bundle{srv: srv, rdb: slow, ctx: b.ctx}).newQueue(t, Config{Partitions: 1, MaxPayload: 2 << 20, WriteTimeout: 2 * time.Second})
 	var ran atomic.Int32
 	require.NoError(t, q.Handle("big", HandlerFunc(func(_ context.Context, j *Job) error {
 		if len(j.Payload) != len(payload) {
