@@ -304,3 +304,31 @@ func TestBadInput(t *testing.T) {
 	require.NoError(t, h.Close())
 	require.ErrorIs(t, h.Restart(), wheelqtest.ErrClosed)
 }
+
+// TestCancelAndDuringRun: a cancelled job never runs (the checker agrees),
+// and a run cut short by DuringRun sees its context cancelled with
+// ErrCrashed as the cause.
+func TestCancelAndDuringRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := wheelqtest.New(t, wheelqtest.Options{})
+	causes := make(chan error, 4)
+	require.NoError(t, h.Handle("job", wheelq.HandlerFunc(func(ctx context.Context, j *wheelq.Job) error {
+		causes <- context.Cause(ctx)
+		return nil
+	})))
+	for _, id := range []string{"paid", "cut"} {
+		_, err := h.Queue().Schedule(ctx, "job", nil, wheelq.ID(id), wheelq.After(time.Minute))
+		require.NoError(t, err)
+	}
+	require.NoError(t, h.Queue().Cancel(ctx, "job", "paid"))
+	require.NoError(t, h.CrashAtJob(wheelqtest.DuringRun, "job", "cut"))
+	require.NoError(t, h.Advance(time.Hour))
+	require.True(t, h.Crashed())
+	require.ErrorIs(t, <-causes, wheelqtest.ErrCrashed)
+	require.NoError(t, h.Restart())
+	require.NoError(t, <-causes, "the rerun has a live context")
+	require.Empty(t, h.Runs("job", "paid"))
+	require.Len(t, h.Runs("job", "cut"), 2)
+	require.NoError(t, h.Check())
+}
