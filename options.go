@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -107,6 +108,12 @@ type Config struct {
 	// unreachable from here may still run at its old time, and a run whose
 	// ack cannot be stored before the lease lapses runs again elsewhere.
 	RunWhileRedisDown bool
+	// Testing is for package wheelqtest only, and nil everywhere else: its
+	// type lives in an internal package, so no other package can make
+	// one. It connects the queue to wheelqtest's harness (crash points and
+	// the history of what was stored). Nil costs one nil check per crash
+	// point.
+	Testing *crashpoint.Hooks
 
 	test testHooks // set by this package's tests only
 }

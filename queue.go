@@ -19,6 +19,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/persist"
 	"github.com/wheelq/wheelq/recovery"
 	"github.com/wheelq/wheelq/wheel"
@@ -181,6 +182,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if cfg.test.wrapStore != nil {
 		store = cfg.test.wrapStore(store)
 	}
+	if cfg.Testing != nil {
+		store = newCrashStore(store, cfg.Testing) // refuses every call once crashed
+	}
 	cache, err := lru.New[string, *persist.Record](cfg.CacheSize)
 	if err != nil {
 		return nil, err
@@ -205,6 +209,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		startSig:     make(chan struct{}, 1),
 	}
 	q.turn = sync.NewCond(&q.turnMu)
+	if cfg.Testing != nil {
+		cfg.Testing.Bind(q.crash)
+	}
 	token := base64.RawURLEncoding.EncodeToString(tok[:])
 	if cfg.InstanceID != "" {
 		// The lease script recognises leases of a former incarnation by
@@ -457,6 +464,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	if res == persist.Duplicate {
 		return "", fmt.Errorf("%w: %s", ErrDuplicate, key)
 	}
+	if q.crashAt(crashpoint.AfterWrite, key) {
+		return "", fmt.Errorf("wheelq: schedule %s: %w", key, crashpoint.ErrCrashed)
+	}
 	q.stats.scheduled.Add(1)
 	// Announce, then scan: read LoadedUntil only now, after the write.
 	q.arm(key, dueUs, &rec)
@@ -504,6 +514,9 @@ func (s *sink) Arm(es []persist.Entry) {
 	q := (*Queue)(s)
 	now, wall := wheel.Readings(q.clock)
 	for _, e := range es {
+		if q.crashAt(crashpoint.MidReload, e.Key) {
+			return
+		}
 		// A score before the epoch (stored by an older version) is
 		// past: armed at the epoch, it runs at once.
 		q.armAt(e.Key, max(e.Due, 0), now, wall)
@@ -1284,6 +1297,9 @@ func (q *Queue) run(t *task) {
 	if !q.mayStart(t, now, wall) {
 		return
 	}
+	if q.crashAt(crashpoint.AfterClaim, t.key) {
+		return
+	}
 	q.running.Add(1)
 	defer q.running.Add(-1)
 	q.late.record(wall.Sub(t.due))
@@ -1301,8 +1317,14 @@ func (q *Queue) run(t *task) {
 		err = fmt.Errorf("%w %q", ErrNoHandler, job.Topic)
 	} else {
 		ctx, cancel := context.WithTimeout(q.hardCtx, q.cfg.HandlerTimeout)
+		if q.crashAt(crashpoint.DuringRun, t.key) {
+			ctx = abandoned(ctx)
+		}
 		err = call(ctx, h, job)
 		cancel()
+	}
+	if q.crashAt(crashpoint.AfterRun, t.key) {
+		return
 	}
 	q.settle(t, attempt, err)
 }

@@ -189,6 +189,14 @@ func (c *FakeClock) BlockUntilSleeping() {
 	}
 }
 
+// Idle reports, without waiting, whether every open sleeper of this clock is
+// asleep (see BlockUntilSleeping).
+func (c *FakeClock) Idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.allAsleepLocked()
+}
+
 func (c *FakeClock) allAsleepLocked() bool {
 	for s := range c.sleepers {
 		if !s.sleeping {

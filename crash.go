@@ -1,0 +1,268 @@
+package wheelq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/wheelq/wheelq/internal/crashpoint"
+	"github.com/wheelq/wheelq/persist"
+)
+
+// This file is the engine's side of package wheelqtest's crash points
+// (Config.Testing). With Config.Testing nil, none of it runs: each point
+// in queue.go is one nil check (crashAt inlines to it).
+
+// crashAt reports whether the queue crashes at point p for the job key:
+// Config.Testing is set and its hook says so (the store then already
+// refuses every call). The caller abandons what it was doing.
+func (q *Queue) crashAt(p crashpoint.Point, key string) bool {
+	return q.cfg.Testing != nil && q.cfg.Testing.Hit(p, key)
+}
+
+// crash stops the queue as a SIGKILL would stop its process: the store
+// already refuses every call (Hooks.MarkDead), so nothing queued is
+// flushed, no claim is given back and no lease is released; running
+// handlers' contexts are cancelled at once and their outcomes dropped. It
+// returns once every goroutine of the queue has returned (a handler that
+// ignores its context is waited for).
+func (q *Queue) crash() {
+	q.cfg.Testing.MarkDead()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no grace: Shutdown cancels the handlers and abandons the flush
+	_ = q.Shutdown(ctx)
+	q.workers.Wait()
+}
+
+// crashStore is the store of a queue with Config.Testing set: once the
+// queue is dead it refuses every call (a killed process sends nothing),
+// and it tells the hooks what each applied call did to which job.
+type crashStore struct {
+	engineStore
+	h *crashpoint.Hooks
+}
+
+func newCrashStore(s engineStore, h *crashpoint.Hooks) engineStore {
+	return &crashStore{engineStore: s, h: h}
+}
+
+func (c *crashStore) dead() error {
+	if c.h.Dead() {
+		return fmt.Errorf("wheelq: store: %w", crashpoint.ErrCrashed)
+	}
+	return nil
+}
+
+func (c *crashStore) Init(ctx context.Context) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.engineStore.Init(ctx)
+}
+
+func (c *crashStore) LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration) ([]bool, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	return c.engineStore.LeaseAll(ctx, parts, op, token, ttl)
+}
+
+func (c *crashStore) Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (persist.PollResult, error) {
+	if err := c.dead(); err != nil {
+		return persist.PollResult{}, err
+	}
+	return c.engineStore.Poll(ctx, p, tok, loaded, ttl, reset, maxInbox)
+}
+
+func (c *crashStore) RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
+	if err := c.dead(); err != nil {
+		return nil, cur, err
+	}
+	return c.engineStore.RangePending(ctx, p, after, until, cur, limit)
+}
+
+func (c *crashStore) Census(ctx context.Context, before int64) (persist.Census, error) {
+	if err := c.dead(); err != nil {
+		return persist.Census{}, err
+	}
+	return c.engineStore.Census(ctx, before)
+}
+
+func (c *crashStore) Repair(ctx context.Context, p int, tok string, cur persist.RepairCursor, count int, now int64) (persist.RepairCursor, persist.RepairResult, error) {
+	if err := c.dead(); err != nil {
+		return cur, persist.RepairResult{}, err
+	}
+	return c.engineStore.Repair(ctx, p, tok, cur, count, now)
+}
+
+func (c *crashStore) Write(ctx context.Context, tokens []string, ws []persist.Write) ([]persist.WriteResult, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	res, err := c.engineStore.Write(ctx, tokens, ws)
+	if err == nil {
+		for i, r := range res {
+			if r != persist.Duplicate {
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Written, Key: ws[i].Key, Due: ws[i].Due})
+			}
+		}
+	}
+	return res, err
+}
+
+func (c *crashStore) noteCancel(key string, ch persist.Change) {
+	switch ch {
+	case persist.Changed:
+		c.h.Note(crashpoint.Event{Kind: crashpoint.Cancelled, Key: key})
+	case persist.ChangedWhileRunning:
+		c.h.Note(crashpoint.Event{Kind: crashpoint.CancelledRunning, Key: key})
+	}
+}
+
+func (c *crashStore) CancelMany(ctx context.Context, keys []string) ([]persist.Change, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	res, err := c.engineStore.CancelMany(ctx, keys)
+	if err == nil {
+		for i, ch := range res {
+			c.noteCancel(keys[i], ch)
+		}
+	}
+	return res, err
+}
+
+func (c *crashStore) Cancel(ctx context.Context, key string) (persist.Change, error) {
+	if err := c.dead(); err != nil {
+		return persist.NotFound, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	ch, err := c.engineStore.Cancel(ctx, key)
+	if err == nil {
+		c.noteCancel(key, ch)
+	}
+	return ch, err
+}
+
+func (c *crashStore) RescheduleMany(ctx context.Context, tokens []string, ms []persist.Move) ([]persist.Change, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	res, err := c.engineStore.RescheduleMany(ctx, tokens, ms)
+	if err == nil {
+		for i, ch := range res {
+			if ch != persist.NotFound {
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Rescheduled, Key: ms[i].Key, Due: ms[i].Due})
+			}
+		}
+	}
+	return res, err
+}
+
+func (c *crashStore) Reschedule(ctx context.Context, tok, key string, due int64, rev uint32) (persist.Change, error) {
+	if err := c.dead(); err != nil {
+		return persist.NotFound, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	ch, err := c.engineStore.Reschedule(ctx, tok, key, due, rev)
+	if err == nil && ch != persist.NotFound {
+		c.h.Note(crashpoint.Event{Kind: crashpoint.Rescheduled, Key: key, Due: due})
+	}
+	return ch, err
+}
+
+func (c *crashStore) Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest) ([]persist.ClaimResult, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	return c.engineStore.Claim(ctx, tokens, reqs)
+}
+
+func (c *crashStore) Settle(ctx context.Context, tokens []string, now int64, os []persist.Outcome) ([]bool, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	applied, err := c.engineStore.Settle(ctx, tokens, now, os)
+	if err == nil {
+		for i, o := range os {
+			if i >= len(applied) || !applied[i] {
+				continue
+			}
+			switch o.Op {
+			case persist.Ack:
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Acked, Key: o.Key})
+			case persist.Retry:
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Retried, Key: o.Key, Due: o.Due})
+			case persist.Dead:
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Dead, Key: o.Key})
+			}
+		}
+	}
+	return applied, err
+}
+
+func (c *crashStore) DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error) {
+	if err := c.dead(); err != nil {
+		return false, err
+	}
+	return c.engineStore.DeadLetterCorrupt(ctx, tok, key, raw, rec, now)
+}
+
+func (c *crashStore) Get(ctx context.Context, key string) (persist.Record, persist.State, error) {
+	if err := c.dead(); err != nil {
+		return persist.Record{}, 0, err
+	}
+	return c.engineStore.Get(ctx, key)
+}
+
+func (c *crashStore) Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error) {
+	if err := c.dead(); err != nil {
+		return false, err
+	}
+	c.h.Enter()
+	defer c.h.Exit()
+	ok, err := c.engineStore.Requeue(ctx, tok, key, rev, due, rec)
+	if err == nil && ok {
+		c.h.Note(crashpoint.Event{Kind: crashpoint.Rescheduled, Key: key, Due: due})
+	}
+	return ok, err
+}
+
+func (c *crashStore) RangeDead(ctx context.Context, p int, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
+	if err := c.dead(); err != nil {
+		return nil, cur, err
+	}
+	return c.engineStore.RangeDead(ctx, p, cur, limit)
+}
+
+func (c *crashStore) Records(ctx context.Context, p int, keys []string) ([][]byte, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	return c.engineStore.Records(ctx, p, keys)
+}
+
+func (c *crashStore) Counts(ctx context.Context) (pending, dead int64, err error) {
+	if err := c.dead(); err != nil {
+		return 0, 0, err
+	}
+	return c.engineStore.Counts(ctx)
+}
+
+// abandoned returns ctx already cancelled, its cause crashpoint.ErrCrashed:
+// the context of a run whose process died while it ran.
+func abandoned(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(ctx)
+	cancel(crashpoint.ErrCrashed)
+	return ctx
+}
