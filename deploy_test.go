@@ -3,6 +3,7 @@ package wheelq
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -203,4 +204,99 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged jobs did not run; worker %+v", len(missing), len(ids), st)
 	}
 	t.Logf("cluster failover, ReplicaAcks 1: %d acknowledged, %d failed calls; all ran, 0 lost", len(ids), failed)
+}
+
+var deployAll = flag.Bool("deploy.all", false,
+	"run the behaviour tests that loop over eachDeployment on a real Sentinel set and a real Redis Cluster too, not only on a standalone server")
+
+// shared holds the Sentinel set and the Cluster that -deploy.all's subtests
+// share, started at first use and stopped by TestMain; each test works in
+// a namespace of its own.
+var shared struct {
+	sentinelOnce, clusterOnce sync.Once
+	sentinel                  *redistest.SentinelSet
+	cluster                   *redistest.Cluster
+	sentinelErr, clusterErr   error
+	ns                        atomic.Int64
+}
+
+// closeShared stops what shared started.
+func closeShared() {
+	if shared.sentinel != nil {
+		shared.sentinel.Close()
+	}
+	if shared.cluster != nil {
+		shared.cluster.Close()
+	}
+}
+
+// deployment is a Redis deployment that behaviour tests run on.
+type deployment struct {
+	name string
+	// client returns a client of the shared deployment, closed at t's
+	// cleanup; nil for a standalone server of the test's own.
+	client func(t *testing.T) redis.UniversalClient
+	// acks is the ReplicaAcks of its queues (every replica of a primary).
+	acks int
+}
+
+// setup is the package's setup on d: a started queue in a namespace of the
+// test's own.
+func (d deployment) setup(t *testing.T, cfg Config) *bundle {
+	t.Helper()
+	if d.client == nil {
+		return setup(t, cfg)
+	}
+	b := d.bundle(t)
+	b.q = b.newQueue(t, cfg)
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	return b
+}
+
+// bundle returns a bundle on d without a queue: a server of the test's
+// own, or a client of the shared deployment and a namespace of the test's
+// own.
+func (d deployment) bundle(t *testing.T) *bundle {
+	t.Helper()
+	if d.client == nil {
+		srv := redistest.Start(t, redistest.Options{})
+		return &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	}
+	return &bundle{rdb: d.client(t), ctx: context.Background(), ns: fmt.Sprintf("d%d", shared.ns.Add(1)), acks: d.acks}
+}
+
+// eachDeployment runs body as a parallel subtest per deployment: a
+// standalone server ("standalone") always; with -deploy.all also a real
+// Sentinel set (a primary, two replicas, three Sentinels; "sentinel") and a
+// real Cluster (three primaries with a replica each; "cluster"), where
+// queues wait for every replica (ReplicaAcks 2 and 1) unless the test's
+// Config says otherwise.
+func eachDeployment(t *testing.T, body func(t *testing.T, d deployment)) {
+	ds := []deployment{{name: "standalone"}}
+	if *deployAll {
+		ds = append(ds, deployment{name: "sentinel", client: sharedSentinel, acks: 2}, deployment{name: "cluster", client: sharedCluster, acks: 1})
+	}
+	for _, d := range ds {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			body(t, d)
+		})
+	}
+}
+
+func sharedSentinel(t *testing.T) redis.UniversalClient {
+	shared.sentinelOnce.Do(func() { shared.sentinel, shared.sentinelErr = redistest.NewSentinelSet(2, nil) })
+	if shared.sentinelErr != nil {
+		t.Fatalf("-deploy.all: %v", shared.sentinelErr)
+	}
+	return shared.sentinel.Client(t, redis.FailoverOptions{ContextTimeoutEnabled: true})
+}
+
+func sharedCluster(t *testing.T) redis.UniversalClient {
+	shared.clusterOnce.Do(func() { shared.cluster, shared.clusterErr = redistest.NewCluster() })
+	if shared.clusterErr != nil {
+		t.Fatalf("-deploy.all: %v", shared.clusterErr)
+	}
+	return shared.cluster.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true})
 }

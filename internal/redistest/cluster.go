@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,23 +25,35 @@ type Cluster struct {
 // where redis-server is missing (RequireReal on a Start()ed server).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	c, err := NewCluster()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// NewCluster is StartCluster for a cluster that outlives a test (shared by
+// several): the caller must Close it.
+func NewCluster() (*Cluster, error) {
 	c := &Cluster{}
 	for range 6 {
 		s, err := StartServer(Options{AOF: true, Cluster: true})
 		if err != nil {
-			t.Fatalf("redistest: cluster: %v", err)
+			c.Close()
+			return nil, fmt.Errorf("redistest: cluster: %w", err)
 		}
-		t.Cleanup(s.Close)
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, tail(out))
+		c.Close()
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w: %s", err, tail(out))
 	}
 	ctx := context.Background()
-	c.waitUntil(t, "a healthy cluster", func() bool {
+	err := c.wait("a healthy cluster", func() bool {
 		for _, n := range c.Nodes {
 			info, err := n.client().ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
@@ -56,7 +69,18 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		return len(c.Primaries(ctx)) == 3
 	})
-	return c
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close stops every node.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Close()
+	}
 }
 
 // Addrs returns the nodes' addresses.
@@ -124,11 +148,18 @@ func (c *Cluster) Failover(t testing.TB) *Server {
 
 func (c *Cluster) waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	if err := c.wait(what, cond); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+func (c *Cluster) wait(what string, cond func() bool) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster: no %s after 60 s", what)
+			return fmt.Errorf("redistest: cluster: no %s after 60 s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return nil
 }
