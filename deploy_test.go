@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/faultproxy"
 	"github.com/wheelq/wheelq/internal/redistest"
 )
 
@@ -299,4 +301,84 @@ func sharedCluster(t *testing.T) redis.UniversalClient {
 		t.Fatalf("-deploy.all: %v", shared.clusterErr)
 	}
 	return shared.cluster.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true})
+}
+
+// partitionedClusterPrimary schedules jobs from 16 goroutines on a Cluster
+// whose first primary's replica replicates through a fault proxy (clients
+// and the cluster bus reach the primary directly). The proxy is
+// blackholed: the replica gets none of the primary's writes from then on,
+// while the primary goes on taking them for a second; then the replica
+// takes over (CLUSTER FAILOVER TAKEOVER, as after a failure it could not
+// tell from a dead primary), the old primary learns it over the bus and
+// becomes its replica (its writes since the cut are gone). It reports how
+// many jobs Schedule acknowledged and how many of those the primaries
+// lack.
+func partitionedClusterPrimary(t *testing.T, acks int) (acked, lost int) {
+	var proxy *faultproxy.Proxy
+	c := redistest.StartClusterVia(t, func(first string) string {
+		proxy = faultproxy.Start(t, first)
+		return proxy.Addr()
+	})
+	ctx := context.Background()
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == proxy.Addr() {
+			addr = c.Nodes[0].Addr // clients reach the primary directly
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	rdb := c.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true, Dialer: dial})
+	var replica *redis.Client
+	for _, n := range c.Nodes[1:] {
+		nc := n.NewClient()
+		t.Cleanup(func() { _ = nc.Close() })
+		role, err := nc.Do(ctx, "ROLE").Slice()
+		require.NoError(t, err)
+		if role[0] == "slave" && fmt.Sprintf("%v:%v", role[1], role[2]) == proxy.Addr() {
+			replica = nc
+		}
+	}
+	require.NotNil(t, replica, "the first node is a primary whose replica replicates through the proxy")
+	q, err := New(rdb, Config{Namespace: "cp", Partitions: 8, ReplicaAcks: acks, ReplicaTimeout: 300 * time.Millisecond, WriteTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+
+	stop := scheduleLoad(q, "cp", time.Hour, 0)
+	time.Sleep(500 * time.Millisecond)
+	proxy.Blackhole(true)
+	time.Sleep(time.Second) // the old primary goes on taking writes
+	require.NoError(t, replica.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())
+	old := c.Nodes[0].NewClient()
+	t.Cleanup(func() { _ = old.Close() })
+	require.Eventually(t, func() bool {
+		role, err := old.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "slave"
+	}, 30*time.Second, 20*time.Millisecond, "the old primary becomes a replica of the new one")
+	time.Sleep(500 * time.Millisecond) // writes go on to the new primary
+	ids, _ := stop()
+	proxy.Blackhole(false)
+	proxy.CloseAll()
+	fresh := c.Client(t, redis.ClusterOptions{Dialer: dial})
+	lost = missingJobs(t, fresh, q, "cp", ids)
+	t.Logf("cluster, partitioned primary, ReplicaAcks %d: %d acknowledged, %d acknowledged but lost", acks, len(ids), lost)
+	return len(ids), lost
+}
+
+// TestClusterPartitionedPrimaryFailover is TestPartitionedPrimaryFailover
+// on a Cluster: a primary that no longer reaches its replica goes on
+// taking writes until the replica takes over; without ReplicaAcks they
+// were acknowledged and are lost, with it none of them is acknowledged.
+func TestClusterPartitionedPrimaryFailover(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	t.Run("ReplicaAcks=0", func(t *testing.T) {
+		acked, lost := partitionedClusterPrimary(t, 0)
+		require.Positive(t, acked)
+		require.Positive(t, lost, "without ReplicaAcks the cut-off primary's acknowledged writes are lost")
+	})
+	t.Run("ReplicaAcks=1", func(t *testing.T) {
+		acked, lost := partitionedClusterPrimary(t, 1)
+		require.Positive(t, acked)
+		require.Zero(t, lost, "acknowledged jobs lost")
+	})
 }

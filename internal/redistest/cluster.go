@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -25,7 +26,18 @@ type Cluster struct {
 // where redis-server is missing (RequireReal on a Start()ed server).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	c, err := NewCluster()
+	return StartClusterVia(t, nil)
+}
+
+// StartClusterVia is StartCluster where the first node (one of the
+// primaries) announces, as its client port, the address via returns for
+// its own (a fault proxy, say): its replica replicates through it and
+// cluster clients are told it, while the cluster bus goes direct. A client
+// that should reach the node directly maps that address back (a Dialer).
+// nil via is StartCluster.
+func StartClusterVia(t testing.TB, via func(first string) string) *Cluster {
+	t.Helper()
+	c, err := NewClusterVia(via)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -35,7 +47,11 @@ func StartCluster(t testing.TB) *Cluster {
 
 // NewCluster is StartCluster for a cluster that outlives a test (shared by
 // several): the caller must Close it.
-func NewCluster() (*Cluster, error) {
+func NewCluster() (*Cluster, error) { return NewClusterVia(nil) }
+
+// NewClusterVia is StartClusterVia for a cluster that outlives a test: the
+// caller must Close it.
+func NewClusterVia(via func(first string) string) (*Cluster, error) {
 	c := &Cluster{}
 	for range 6 {
 		s, err := StartServer(Options{AOF: true, Cluster: true})
@@ -44,6 +60,16 @@ func NewCluster() (*Cluster, error) {
 			return nil, fmt.Errorf("redistest: cluster: %w", err)
 		}
 		c.Nodes = append(c.Nodes, s)
+	}
+	if via != nil {
+		_, port, err := net.SplitHostPort(via(c.Nodes[0].Addr))
+		if err == nil {
+			err = c.Nodes[0].client().ConfigSet(context.Background(), "cluster-announce-port", port).Err()
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("redistest: cluster: announce: %w", err)
+		}
 	}
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
