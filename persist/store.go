@@ -427,8 +427,9 @@ func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis
 }
 
 // runWrites is runCalls for the writes of jobs: with Options.ReplicaAcks,
-// the pipeline ends with a WAIT for the replicas, and a write they did not
-// acknowledge fails with ErrNotReplicated.
+// the pipeline ends with a WAIT for the replicas (on a cluster, one per
+// primary: see runOnPrimaries), and a write they did not acknowledge fails
+// with ErrNotReplicated.
 func (s *Store) runWrites(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	return s.run(ctx, calls, s.acks > 0, extra...)
 }
