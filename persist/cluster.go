@@ -12,8 +12,8 @@ import (
 )
 
 // maxReroutes bounds how many times runOnPrimaries sends calls again after
-// a redirect (a failover or a slot migration under way); the caller's
-// context bounds it too.
+// a redirect (a failover or a slot migration under way) or a NOSCRIPT; the
+// caller's context bounds it too.
 const maxReroutes = 10
 
 // runOnPrimaries is runWrites on a cluster. WAIT counts the writes of the
@@ -51,12 +51,12 @@ func (s *Store) runOnPrimaries(ctx context.Context, calls [][]any, extra ...func
 			todo = append(todo, i)
 		}
 	}
-	var redirect error // the last redirect seen
+	var redirect, again error // the last redirect seen; the last reason to send calls again
 	for round := 0; len(todo) > 0; round++ {
-		if round > 0 && redirect != nil {
-			if round > maxReroutes {
-				return nil, wrap(redirect)
-			}
+		if round > maxReroutes {
+			return nil, wrap(again)
+		}
+		if redirect != nil {
 			cc.ReloadState(ctx)
 			if err := sleepCtx(ctx, time.Duration(round)*20*time.Millisecond); err != nil {
 				return nil, fmt.Errorf("persist: %w (after %v)", err, redirect)
@@ -87,6 +87,7 @@ func (s *Store) runOnPrimaries(ctx context.Context, calls [][]any, extra ...func
 		for _, r := range res {
 			todo = append(todo, r.again...)
 			redirect = cmp.Or(redirect, r.redirect)
+			again = cmp.Or(r.redirect, r.noscript, again)
 			lost, refused, unacked = cmp.Or(lost, r.lost), cmp.Or(refused, r.refused), cmp.Or(unacked, r.unacked)
 		}
 		// A lost reply first (the outcome is unknown), then writes made but
@@ -107,6 +108,7 @@ func (s *Store) runOnPrimaries(ctx context.Context, calls [][]any, extra ...func
 type nodeRound struct {
 	again    []int // calls to send again: redirected, or NOSCRIPT
 	redirect error // a redirect among them
+	noscript error // a NOSCRIPT among them
 	lost     error // a failure that is not Redis's answer: the outcome is unknown
 	refused  error // Redis's answer to a call: an error
 	unacked  error // a write applied here that not enough replicas acknowledged
@@ -131,6 +133,7 @@ func (s *Store) runOnNode(ctx context.Context, node *redis.Client, calls [][]any
 			out[idx[k]], applied = v, true
 		case redis.HasErrorPrefix(err, "NOSCRIPT"):
 			noscript = true
+			r.noscript = err
 			r.again = append(r.again, idx[k])
 		case notRun(err):
 			r.redirect = cmp.Or(r.redirect, err)
