@@ -27,32 +27,33 @@ import (
 // Start and runs.
 func TestPastDueTimesRunAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	b.q = b.newQueue(t, Config{})
-	key := persist.JobKey("past", "stored")
-	k := b.q.store.Keys(b.q.store.PartitionOf(key))
-	rec := persist.Record{Rev: 1, MaxAttempts: 3, Created: time.Now()}
-	require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, rec.Encode()).Err())
-	require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: float64(time.Time{}.UnixMicro()), Member: key}).Err())
-	r := newRuns()
-	require.NoError(t, b.q.Handle("past", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	require.NoError(t, b.q.Start(b.ctx))
-	<-b.q.Ready()
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.bundle(t)
+		b.q = b.newQueue(t, Config{})
+		key := persist.JobKey("past", "stored")
+		k := b.q.store.Keys(b.q.store.PartitionOf(key))
+		rec := persist.Record{Rev: 1, MaxAttempts: 3, Created: time.Now()}
+		require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, rec.Encode()).Err())
+		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: float64(time.Time{}.UnixMicro()), Member: key}).Err())
+		r := newRuns()
+		require.NoError(t, b.q.Handle("past", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		require.NoError(t, b.q.Start(b.ctx))
+		<-b.q.Ready()
 
-	_, err := b.q.Schedule(b.ctx, "past", nil, ID("zero"), At(time.Time{}))
-	require.NoError(t, err)
-	_, err = b.q.Schedule(b.ctx, "past", nil, ID("1900"), At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
-	require.NoError(t, err)
-	_, err = b.q.Schedule(b.ctx, "past", nil, ID("moved"), After(time.Hour))
-	require.NoError(t, err)
-	require.NoError(t, b.q.Reschedule(b.ctx, "past", "moved", time.Time{}))
-	ran := map[string]bool{}
-	for range 4 {
-		ran[r.next(t).ID] = true
-	}
-	require.Equal(t, map[string]bool{"stored": true, "zero": true, "1900": true, "moved": true}, ran)
-	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "every job acked")
+		_, err := b.q.Schedule(b.ctx, "past", nil, ID("zero"), At(time.Time{}))
+		require.NoError(t, err)
+		_, err = b.q.Schedule(b.ctx, "past", nil, ID("1900"), At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
+		require.NoError(t, err)
+		_, err = b.q.Schedule(b.ctx, "past", nil, ID("moved"), After(time.Hour))
+		require.NoError(t, err)
+		require.NoError(t, b.q.Reschedule(b.ctx, "past", "moved", time.Time{}))
+		ran := map[string]bool{}
+		for range 4 {
+			ran[r.next(t).ID] = true
+		}
+		require.Equal(t, map[string]bool{"stored": true, "zero": true, "1900": true, "moved": true}, ran)
+		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "every job acked")
+	})
 }
 
 // TestEmptyIDIsInvalid: ID("") is an error, not a random id (which would
@@ -60,20 +61,22 @@ func TestPastDueTimesRunAtOnce(t *testing.T) {
 // refuse an empty one (or one too long to exist) too.
 func TestEmptyIDIsInvalid(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	id, err := b.q.Schedule(b.ctx, "t", nil, ID(""))
-	require.ErrorIs(t, err, ErrInvalidID)
-	require.Empty(t, id)
-	st, err := b.q.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.Pending, "nothing stored")
-	for _, bad := range []string{"", strings.Repeat("x", 513)} {
-		require.ErrorIs(t, b.q.Cancel(b.ctx, "t", bad), ErrInvalidID)
-		require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", bad, time.Now()), ErrInvalidID)
-		require.ErrorIs(t, b.q.Requeue(b.ctx, "t", bad, time.Now()), ErrInvalidID)
-		_, err = b.q.Lookup(b.ctx, "t", bad)
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		id, err := b.q.Schedule(b.ctx, "t", nil, ID(""))
 		require.ErrorIs(t, err, ErrInvalidID)
-	}
+		require.Empty(t, id)
+		st, err := b.q.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "nothing stored")
+		for _, bad := range []string{"", strings.Repeat("x", 513)} {
+			require.ErrorIs(t, b.q.Cancel(b.ctx, "t", bad), ErrInvalidID)
+			require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", bad, time.Now()), ErrInvalidID)
+			require.ErrorIs(t, b.q.Requeue(b.ctx, "t", bad, time.Now()), ErrInvalidID)
+			_, err = b.q.Lookup(b.ctx, "t", bad)
+			require.ErrorIs(t, err, ErrInvalidID)
+		}
+	})
 }
 
 // TestMaxAttemptsOutOfRange: MaxAttempts below 1 is an error, not the
@@ -81,33 +84,37 @@ func TestEmptyIDIsInvalid(t *testing.T) {
 // or in Config. Nothing is stored.
 func TestMaxAttemptsOutOfRange(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	for _, n := range []int{0, -1, 1 << 31} {
-		_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(n))
-		require.ErrorIs(t, err, ErrInvalidOption, "MaxAttempts(%d)", n)
-	}
-	_, err := b.q.Lookup(b.ctx, "t", "x")
-	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
-	_, err = New(b.rdb, Config{MaxAttempts: 1 << 31})
-	require.Error(t, err)
-	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(1<<31-1))
-	require.NoError(t, err, "the largest that can be stored")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		for _, n := range []int{0, -1, 1 << 31} {
+			_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(n))
+			require.ErrorIs(t, err, ErrInvalidOption, "MaxAttempts(%d)", n)
+		}
+		_, err := b.q.Lookup(b.ctx, "t", "x")
+		require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+		_, err = New(b.rdb, Config{MaxAttempts: 1 << 31})
+		require.Error(t, err)
+		_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), MaxAttempts(1<<31-1))
+		require.NoError(t, err, "the largest that can be stored")
+	})
 }
 
 // TestAtWithAfterIsInvalid: At and After together (in either order) are
 // an error, not the last one silently; nothing is stored.
 func TestAtWithAfterIsInvalid(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	for _, opts := range [][]Option{
-		{At(time.Now().Add(time.Hour)), After(time.Minute)},
-		{After(time.Minute), At(time.Now().Add(time.Hour))},
-	} {
-		_, err := b.q.Schedule(b.ctx, "t", nil, append(opts, ID("x"))...)
-		require.ErrorIs(t, err, ErrInvalidOption, "%v", opts)
-	}
-	_, err := b.q.Lookup(b.ctx, "t", "x")
-	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		for _, opts := range [][]Option{
+			{At(time.Now().Add(time.Hour)), After(time.Minute)},
+			{After(time.Minute), At(time.Now().Add(time.Hour))},
+		} {
+			_, err := b.q.Schedule(b.ctx, "t", nil, append(opts, ID("x"))...)
+			require.ErrorIs(t, err, ErrInvalidOption, "%v", opts)
+		}
+		_, err := b.q.Lookup(b.ctx, "t", "x")
+		require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+	})
 }
 
 // TestNilOptionAndUnknownPolicy: a nil Option is an error, not a panic;
@@ -115,15 +122,17 @@ func TestAtWithAfterIsInvalid(t *testing.T) {
 // not Reject silently.
 func TestNilOptionAndUnknownPolicy(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	var err error
-	require.NotPanics(t, func() { _, err = b.q.Schedule(b.ctx, "t", nil, nil) })
-	require.ErrorIs(t, err, ErrInvalidOption)
-	_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), OnDuplicate(DuplicatePolicy(7)))
-	require.ErrorIs(t, err, ErrInvalidOption)
-	st, err := b.q.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.Pending, "nothing stored")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		var err error
+		require.NotPanics(t, func() { _, err = b.q.Schedule(b.ctx, "t", nil, nil) })
+		require.ErrorIs(t, err, ErrInvalidOption)
+		_, err = b.q.Schedule(b.ctx, "t", nil, ID("x"), OnDuplicate(DuplicatePolicy(7)))
+		require.ErrorIs(t, err, ErrInvalidOption)
+		st, err := b.q.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "nothing stored")
+	})
 }
 
 // TestInspectBadArguments: DeadJobs with a negative limit is an error,
@@ -131,23 +140,25 @@ func TestNilOptionAndUnknownPolicy(t *testing.T) {
 // ErrTooFar, as Schedule and Reschedule are, and leaves the job dead.
 func TestInspectBadArguments(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{MaxDelay: time.Hour})
-	var err error
-	require.NotPanics(t, func() { _, err = b.q.DeadJobs(b.ctx, -1) })
-	require.ErrorIs(t, err, ErrInvalidOption)
-	_, err = b.q.Schedule(b.ctx, "nohandler", nil, ID("d"), MaxAttempts(1))
-	require.NoError(t, err)
-	eventually(t, func() bool {
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{MaxDelay: time.Hour})
+		var err error
+		require.NotPanics(t, func() { _, err = b.q.DeadJobs(b.ctx, -1) })
+		require.ErrorIs(t, err, ErrInvalidOption)
+		_, err = b.q.Schedule(b.ctx, "nohandler", nil, ID("d"), MaxAttempts(1))
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			info, err := b.q.Lookup(b.ctx, "nohandler", "d")
+			return err == nil && info.State == StateDead
+		}, "dead-lettered")
+		dead, err := b.q.DeadJobs(b.ctx, 0)
+		require.NoError(t, err)
+		require.Empty(t, dead)
+		require.ErrorIs(t, b.q.Requeue(b.ctx, "nohandler", "d", time.Now().Add(2*time.Hour)), ErrTooFar)
 		info, err := b.q.Lookup(b.ctx, "nohandler", "d")
-		return err == nil && info.State == StateDead
-	}, "dead-lettered")
-	dead, err := b.q.DeadJobs(b.ctx, 0)
-	require.NoError(t, err)
-	require.Empty(t, dead)
-	require.ErrorIs(t, b.q.Requeue(b.ctx, "nohandler", "d", time.Now().Add(2*time.Hour)), ErrTooFar)
-	info, err := b.q.Lookup(b.ctx, "nohandler", "d")
-	require.NoError(t, err)
-	require.Equal(t, StateDead, info.State, "still dead")
+		require.NoError(t, err)
+		require.Equal(t, StateDead, info.State, "still dead")
+	})
 }
 
 // TestCallsAfterShutdownAreErrClosed: after Shutdown every call but Handle
@@ -155,28 +166,30 @@ func TestInspectBadArguments(t *testing.T) {
 // nothing in Redis; Stats still gives the process's own figures.
 func TestCallsAfterShutdownAreErrClosed(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), After(time.Hour))
-	require.NoError(t, err)
-	require.NoError(t, b.q.Shutdown(b.ctx))
-	_, err = b.q.Schedule(b.ctx, "t", nil, ID("y"))
-	require.ErrorIs(t, err, ErrClosed)
-	require.ErrorIs(t, b.q.Cancel(b.ctx, "t", "x"), ErrClosed)
-	require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", "x", time.Now()), ErrClosed)
-	require.ErrorIs(t, b.q.Requeue(b.ctx, "t", "x", time.Now()), ErrClosed)
-	_, err = b.q.Lookup(b.ctx, "t", "x")
-	require.ErrorIs(t, err, ErrClosed)
-	_, err = b.q.DeadJobs(b.ctx, 10)
-	require.ErrorIs(t, err, ErrClosed)
-	st, err := b.q.Stats(b.ctx)
-	require.ErrorIs(t, err, ErrClosed)
-	require.Equal(t, uint64(1), st.Scheduled, "the process's own figures")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		_, err := b.q.Schedule(b.ctx, "t", nil, ID("x"), After(time.Hour))
+		require.NoError(t, err)
+		require.NoError(t, b.q.Shutdown(b.ctx))
+		_, err = b.q.Schedule(b.ctx, "t", nil, ID("y"))
+		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, b.q.Cancel(b.ctx, "t", "x"), ErrClosed)
+		require.ErrorIs(t, b.q.Reschedule(b.ctx, "t", "x", time.Now()), ErrClosed)
+		require.ErrorIs(t, b.q.Requeue(b.ctx, "t", "x", time.Now()), ErrClosed)
+		_, err = b.q.Lookup(b.ctx, "t", "x")
+		require.ErrorIs(t, err, ErrClosed)
+		_, err = b.q.DeadJobs(b.ctx, 10)
+		require.ErrorIs(t, err, ErrClosed)
+		st, err := b.q.Stats(b.ctx)
+		require.ErrorIs(t, err, ErrClosed)
+		require.Equal(t, uint64(1), st.Scheduled, "the process's own figures")
 
-	other := b.newQueue(t, Config{})
-	info, err := other.Lookup(b.ctx, "t", "x")
-	require.NoError(t, err)
-	require.Equal(t, StatePending, info.State, "not cancelled")
-	require.Greater(t, time.Until(info.Due), 30*time.Minute, "not rescheduled")
+		other := b.newQueue(t, Config{})
+		info, err := other.Lookup(b.ctx, "t", "x")
+		require.NoError(t, err)
+		require.Equal(t, StatePending, info.State, "not cancelled")
+		require.Greater(t, time.Until(info.Due), 30*time.Minute, "not rescheduled")
+	})
 }
 
 // TestRingClientRefused: a *redis.Ring shards keys over servers, so the
@@ -200,29 +213,29 @@ func TestRingClientRefused(t *testing.T) {
 // process whose Start failed on the mismatch. Nothing is written.
 func TestLayoutMismatchRefusedToProducers(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	worker := b.newQueue(t, Config{Partitions: 8})
-	require.NoError(t, worker.Start(b.ctx))
-	producer := b.newQueue(t, Config{Partitions: 16})
-	failed := b.newQueue(t, Config{Partitions: 16})
-	require.ErrorIs(t, failed.Start(b.ctx), ErrLayout)
-	for _, q := range []*Queue{producer, failed} {
-		for i := range 16 { // some fall in partitions 8-15, which no worker reads
-			_, err := q.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.bundle(t)
+		worker := b.newQueue(t, Config{Partitions: 8})
+		require.NoError(t, worker.Start(b.ctx))
+		producer := b.newQueue(t, Config{Partitions: 16})
+		failed := b.newQueue(t, Config{Partitions: 16})
+		require.ErrorIs(t, failed.Start(b.ctx), ErrLayout)
+		for _, q := range []*Queue{producer, failed} {
+			for i := range 16 { // some fall in partitions 8-15, which no worker reads
+				_, err := q.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+				require.ErrorIs(t, err, ErrLayout)
+			}
+			require.ErrorIs(t, q.Cancel(b.ctx, "t", "0"), ErrLayout)
+			require.ErrorIs(t, q.Reschedule(b.ctx, "t", "0", time.Now()), ErrLayout)
+			require.ErrorIs(t, q.Requeue(b.ctx, "t", "0", time.Now()), ErrLayout)
+			_, err := q.Lookup(b.ctx, "t", "0")
+			require.ErrorIs(t, err, ErrLayout)
+			_, err = q.DeadJobs(b.ctx, 1)
 			require.ErrorIs(t, err, ErrLayout)
 		}
-		require.ErrorIs(t, q.Cancel(b.ctx, "t", "0"), ErrLayout)
-		require.ErrorIs(t, q.Reschedule(b.ctx, "t", "0", time.Now()), ErrLayout)
-		require.ErrorIs(t, q.Requeue(b.ctx, "t", "0", time.Now()), ErrLayout)
-		_, err := q.Lookup(b.ctx, "t", "0")
-		require.ErrorIs(t, err, ErrLayout)
-		_, err = q.DeadJobs(b.ctx, 1)
-		require.ErrorIs(t, err, ErrLayout)
-	}
-	keys, err := b.rdb.Keys(b.ctx, "wq:*:jobs").Result()
-	require.NoError(t, err)
-	require.Empty(t, keys, "nothing written")
+		keys := b.keys(t, ":jobs")
+		require.Empty(t, keys, "nothing written")
+	})
 }
 
 // failFirst fails the first command of a name with an error, as if Redis
@@ -354,46 +367,47 @@ func TestScheduleUnderMaxmemoryLeavesNoHalfJob(t *testing.T) {
 // forever).
 func TestCorruptRecordsAreDeadLettered(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	b.q = b.newQueue(t, Config{})
-	good := (&persist.Record{Rev: 7, MaxAttempts: 3, Created: time.Now(), Payload: []byte("payload")}).Encode()
-	raws := map[string][]byte{
-		"empty":    {},
-		"short":    good[:3],
-		"trailing": append(append([]byte{}, good...), "junk"...),
-	}
-	now := float64(time.Now().UnixMicro())
-	for id, raw := range raws {
-		key := persist.JobKey("c", id)
-		k := b.q.store.Keys(b.q.store.PartitionOf(key))
-		require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
-		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: now, Member: key}).Err())
-	}
-	r := newRuns()
-	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	require.NoError(t, b.q.Start(b.ctx))
-	var dead []JobInfo
-	eventually(t, func() bool {
-		var err error
-		dead, err = b.q.DeadJobs(b.ctx, 10)
-		require.NoError(t, err)
-		return len(dead) == len(raws)
-	}, "every corrupt record dead-lettered")
-	for _, d := range dead {
-		require.Equal(t, StateDead, d.State)
-		require.Contains(t, d.LastError, "corrupt", d.ID)
-		require.Equal(t, raws[d.ID], d.Payload, "%s: the raw bytes are kept", d.ID)
-	}
-	st, err := b.q.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.Pending)
-	r.none(t, 50*time.Millisecond)
-	eventually(t, func() bool {
-		n := 0
-		for p := range b.q.store.Partitions() {
-			n += int(b.rdb.HLen(b.ctx, b.q.store.Keys(p).Running).Val())
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.bundle(t)
+		b.q = b.newQueue(t, Config{})
+		good := (&persist.Record{Rev: 7, MaxAttempts: 3, Created: time.Now(), Payload: []byte("payload")}).Encode()
+		raws := map[string][]byte{
+			"empty":    {},
+			"short":    good[:3],
+			"trailing": append(append([]byte{}, good...), "junk"...),
 		}
-		return n == 0
-	}, "no claim mark left")
+		now := float64(time.Now().UnixMicro())
+		for id, raw := range raws {
+			key := persist.JobKey("c", id)
+			k := b.q.store.Keys(b.q.store.PartitionOf(key))
+			require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
+			require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: now, Member: key}).Err())
+		}
+		r := newRuns()
+		require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		require.NoError(t, b.q.Start(b.ctx))
+		var dead []JobInfo
+		eventually(t, func() bool {
+			var err error
+			dead, err = b.q.DeadJobs(b.ctx, 10)
+			require.NoError(t, err)
+			return len(dead) == len(raws)
+		}, "every corrupt record dead-lettered")
+		for _, d := range dead {
+			require.Equal(t, StateDead, d.State)
+			require.Contains(t, d.LastError, "corrupt", d.ID)
+			require.Equal(t, raws[d.ID], d.Payload, "%s: the raw bytes are kept", d.ID)
+		}
+		st, err := b.q.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Pending)
+		r.none(t, 50*time.Millisecond)
+		eventually(t, func() bool {
+			n := 0
+			for p := range b.q.store.Partitions() {
+				n += int(b.rdb.HLen(b.ctx, b.q.store.Keys(p).Running).Val())
+			}
+			return n == 0
+		}, "no claim mark left")
+	})
 }

@@ -78,9 +78,11 @@ type Config struct {
 	// (ask for all of a primary's replicas, and see docs/operations.md for
 	// min-replicas-to-write). A change the primary applied but not enough
 	// replicas acknowledged within ReplicaTimeout fails with an error
-	// wrapping ErrOutcomeUnknown (it may be lost at a failover). Not on a
-	// Cluster client. Default 0: an acknowledgement means the primary has
-	// it (as durable as its persistence settings make it).
+	// wrapping ErrOutcomeUnknown (it may be lost at a failover). On a
+	// Cluster client every primary that takes a write waits for its own
+	// replicas (set it to the replicas each primary has). Default 0: an
+	// acknowledgement means the primary has it (as durable as its
+	// persistence settings make it).
 	ReplicaAcks int
 	// ReplicaTimeout bounds the wait for ReplicaAcks. Default 1s.
 	ReplicaTimeout time.Duration

@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 	// go-redis logs every failed dial; the outage tests cause many.
 	redis.SetLogger(discardLogger{})
 	code := m.Run()
+	closeShared()
 	if code == 0 {
 		if err := leakcheck.Check("github.com/wheelq/wheelq"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -43,10 +44,13 @@ func TestMain(m *testing.M) {
 const wait = 20 * time.Second
 
 type bundle struct {
-	srv *redistest.Server
+	srv *redistest.Server // nil on a shared deployment (eachDeployment)
 	rdb redis.UniversalClient
 	q   *Queue
 	ctx context.Context
+	ns  string // the namespace of queues whose Config names none ("": the default)
+	// acks is the ReplicaAcks of queues whose Config sets none.
+	acks int
 }
 
 // setup starts a redis-server and a started queue on it. cfg's zero fields
@@ -68,6 +72,12 @@ func (b *bundle) newQueue(t *testing.T, cfg Config) *Queue {
 	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 4
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = b.ns
+	}
+	if cfg.ReplicaAcks == 0 {
+		cfg.ReplicaAcks = b.acks
 	}
 	q, err := New(b.rdb, cfg)
 	require.NoError(t, err)
@@ -127,8 +137,7 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 // tombstones of recent cancels (which expire two minutes after the last
 // cancel).
 func wqKeys(t *testing.T, b *bundle) []string {
-	keys, err := b.rdb.Keys(b.ctx, "wq:*").Result()
-	require.NoError(t, err)
+	keys := b.keys(t, "")
 	var out []string
 	for _, k := range keys {
 		if !strings.HasSuffix(k, ":meta") && !strings.HasSuffix(k, ":lease") && !strings.HasSuffix(k, ":loaded") && !strings.Contains(k, ":cancelled") &&
@@ -139,42 +148,71 @@ func wqKeys(t *testing.T, b *bundle) []string {
 	return out
 }
 
+// keys returns the keys of b's namespace (every namespace's on a
+// standalone server with the default one) that end with suffix, read from
+// every primary on a cluster.
+func (b *bundle) keys(t *testing.T, suffix string) []string {
+	t.Helper()
+	pattern := "wq:*" + suffix
+	if b.ns != "" {
+		pattern = "wq:{" + b.ns + ":*" + suffix
+	}
+	cc, ok := b.rdb.(*redis.ClusterClient)
+	if !ok {
+		keys, err := b.rdb.Keys(b.ctx, pattern).Result()
+		require.NoError(t, err)
+		return keys
+	}
+	var mu sync.Mutex
+	var keys []string
+	require.NoError(t, cc.ForEachMaster(b.ctx, func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	}))
+	return keys
+}
+
 func TestScheduleFireAckRemovesEverything(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("mail", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	start := time.Now()
-	var ids []string
-	for i := range 20 {
-		id, err := b.q.Schedule(b.ctx, "mail", []byte(fmt.Sprint(i)), After(time.Duration(i)*5*time.Millisecond))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("mail", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		start := time.Now()
+		var ids []string
+		for i := range 20 {
+			id, err := b.q.Schedule(b.ctx, "mail", []byte(fmt.Sprint(i)), After(time.Duration(i)*5*time.Millisecond))
+			require.NoError(t, err)
+			require.Regexp(t, `^[A-Za-z0-9_-]{12}$`, id, "a random id: 72 bits, URL-safe")
+			ids = append(ids, id)
+		}
+		seen := map[string]bool{}
+		for range 20 {
+			j := r.next(t)
+			require.Equal(t, 1, j.Attempt)
+			require.False(t, seen[j.ID], "ran twice")
+			require.Contains(t, ids, j.ID, "the handler sees the id Schedule returned")
+			seen[j.ID] = true
+		}
+		r.mu.Lock()
+		for i, j := range r.jobs {
+			require.False(t, r.at[i].Before(j.Due), "ran before due")
+			require.False(t, j.Due.Before(start))
+		}
+		r.mu.Unlock()
+		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "acks remove every job key")
+		st, err := b.q.Stats(b.ctx)
 		require.NoError(t, err)
-		require.Regexp(t, `^[A-Za-z0-9_-]{12}$`, id, "a random id: 72 bits, URL-safe")
-		ids = append(ids, id)
-	}
-	seen := map[string]bool{}
-	for range 20 {
-		j := r.next(t)
-		require.Equal(t, 1, j.Attempt)
-		require.False(t, seen[j.ID], "ran twice")
-		require.Contains(t, ids, j.ID, "the handler sees the id Schedule returned")
-		seen[j.ID] = true
-	}
-	r.mu.Lock()
-	for i, j := range r.jobs {
-		require.False(t, r.at[i].Before(j.Due), "ran before due")
-		require.False(t, j.Due.Before(start))
-	}
-	r.mu.Unlock()
-	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "acks remove every job key")
-	st, err := b.q.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Equal(t, uint64(20), st.Succeeded)
-	require.Equal(t, uint64(20), st.Fired)
-	require.Zero(t, st.Pending)
-	require.Equal(t, 4, st.OwnedPartitions)
-	require.Equal(t, uint64(20), st.Lateness.Count)
-	require.Len(t, ids, 20)
+		require.Equal(t, uint64(20), st.Succeeded)
+		require.Equal(t, uint64(20), st.Fired)
+		require.Zero(t, st.Pending)
+		require.Equal(t, 4, st.OwnedPartitions)
+		require.Equal(t, uint64(20), st.Lateness.Count)
+		require.Len(t, ids, 20)
+	})
 }
 
 // TestBacklogRunsEachJobOnce: more jobs due at once than workers (some
@@ -183,188 +221,202 @@ func TestScheduleFireAckRemovesEverything(t *testing.T) {
 // none early, and leave nothing behind.
 func TestBacklogRunsEachJobOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Concurrency: 2})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("b", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	const n = 300
-	at := time.Now().Add(300 * time.Millisecond)
-	for i := range 2 * n {
-		opt := At(at)
-		if i%2 == 0 {
-			opt = At(time.Now().Add(-time.Second))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{Concurrency: 2})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("b", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		const n = 300
+		at := time.Now().Add(300 * time.Millisecond)
+		for i := range 2 * n {
+			opt := At(at)
+			if i%2 == 0 {
+				opt = At(time.Now().Add(-time.Second))
+			}
+			_, err := b.q.Schedule(b.ctx, "b", nil, opt, ID(fmt.Sprint(i)))
+			require.NoError(t, err)
 		}
-		_, err := b.q.Schedule(b.ctx, "b", nil, opt, ID(fmt.Sprint(i)))
+		seen := map[string]bool{}
+		for range 2 * n {
+			j := r.next(t)
+			require.False(t, seen[j.ID], "job %s ran twice", j.ID)
+			seen[j.ID] = true
+		}
+		r.mu.Lock()
+		for i, j := range r.jobs {
+			require.False(t, r.at[i].Before(j.Due), "job %s ran before due", j.ID)
+		}
+		r.mu.Unlock()
+		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "acks remove every job key")
+		st, err := b.q.Stats(b.ctx)
 		require.NoError(t, err)
-	}
-	seen := map[string]bool{}
-	for range 2 * n {
-		j := r.next(t)
-		require.False(t, seen[j.ID], "job %s ran twice", j.ID)
-		seen[j.ID] = true
-	}
-	r.mu.Lock()
-	for i, j := range r.jobs {
-		require.False(t, r.at[i].Before(j.Due), "job %s ran before due", j.ID)
-	}
-	r.mu.Unlock()
-	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "acks remove every job key")
-	st, err := b.q.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Equal(t, uint64(2*n), st.Succeeded)
+		require.Equal(t, uint64(2*n), st.Succeeded)
+	})
 }
 
 func TestRetryDeadLetterRequeue(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	var mu sync.Mutex
-	fail := true
-	r := newRuns()
-	require.NoError(t, b.q.Handle("flaky", HandlerFunc(func(_ context.Context, j *Job) error {
-		r.add(j)
-		mu.Lock()
-		defer mu.Unlock()
-		if fail {
-			return fmt.Errorf("downstream said no to %s", j.ID)
-		}
-		return nil
-	})))
-	_, err := b.q.Schedule(b.ctx, "flaky", []byte("x"), ID("j1"), MaxAttempts(3))
-	require.NoError(t, err)
-	for want := 1; want <= 3; want++ {
-		j := r.next(t)
-		require.Equal(t, want, j.Attempt)
-		if want > 1 {
-			require.Equal(t, "downstream said no to j1", j.LastError)
-		}
-	}
-	r.none(t, 100*time.Millisecond)
-	var dead []JobInfo
-	eventually(t, func() bool {
-		dead, err = b.q.DeadJobs(b.ctx, 10)
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		var mu sync.Mutex
+		fail := true
+		r := newRuns()
+		require.NoError(t, b.q.Handle("flaky", HandlerFunc(func(_ context.Context, j *Job) error {
+			r.add(j)
+			mu.Lock()
+			defer mu.Unlock()
+			if fail {
+				return fmt.Errorf("downstream said no to %s", j.ID)
+			}
+			return nil
+		})))
+		_, err := b.q.Schedule(b.ctx, "flaky", []byte("x"), ID("j1"), MaxAttempts(3))
 		require.NoError(t, err)
-		return len(dead) == 1
-	}, "dead-lettered after the last attempt")
-	require.Equal(t, "j1", dead[0].ID)
-	require.Equal(t, 3, dead[0].Attempts)
-	require.Contains(t, dead[0].LastError, "downstream said no")
-	info, err := b.q.Lookup(b.ctx, "flaky", "j1")
-	require.NoError(t, err)
-	require.Equal(t, StateDead, info.State)
+		for want := 1; want <= 3; want++ {
+			j := r.next(t)
+			require.Equal(t, want, j.Attempt)
+			if want > 1 {
+				require.Equal(t, "downstream said no to j1", j.LastError)
+			}
+		}
+		r.none(t, 100*time.Millisecond)
+		var dead []JobInfo
+		eventually(t, func() bool {
+			dead, err = b.q.DeadJobs(b.ctx, 10)
+			require.NoError(t, err)
+			return len(dead) == 1
+		}, "dead-lettered after the last attempt")
+		require.Equal(t, "j1", dead[0].ID)
+		require.Equal(t, 3, dead[0].Attempts)
+		require.Contains(t, dead[0].LastError, "downstream said no")
+		info, err := b.q.Lookup(b.ctx, "flaky", "j1")
+		require.NoError(t, err)
+		require.Equal(t, StateDead, info.State)
 
-	mu.Lock()
-	fail = false
-	mu.Unlock()
-	require.NoError(t, b.q.Requeue(b.ctx, "flaky", "j1", time.Now()))
-	j := r.next(t)
-	require.Equal(t, 1, j.Attempt, "requeue resets the attempts")
-	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "gone after success")
-	require.ErrorIs(t, b.q.Requeue(b.ctx, "flaky", "j1", time.Now()), ErrNotFound)
+		mu.Lock()
+		fail = false
+		mu.Unlock()
+		require.NoError(t, b.q.Requeue(b.ctx, "flaky", "j1", time.Now()))
+		j := r.next(t)
+		require.Equal(t, 1, j.Attempt, "requeue resets the attempts")
+		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "gone after success")
+		require.ErrorIs(t, b.q.Requeue(b.ctx, "flaky", "j1", time.Now()), ErrNotFound)
+	})
 }
 
 func TestHandlerChoosesRetryAndGiveUp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Backoff: func(int, error) time.Duration { return time.Hour }})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("choose", HandlerFunc(func(_ context.Context, j *Job) error {
-		r.add(j)
-		switch {
-		case j.ID == "perm":
-			return Permanent(errors.New("bad input"))
-		case j.Attempt == 1:
-			return RetryAfter(20*time.Millisecond, errors.New("later"))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{Backoff: func(int, error) time.Duration { return time.Hour }})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("choose", HandlerFunc(func(_ context.Context, j *Job) error {
+			r.add(j)
+			switch {
+			case j.ID == "perm":
+				return Permanent(errors.New("bad input"))
+			case j.Attempt == 1:
+				return RetryAfter(20*time.Millisecond, errors.New("later"))
+			}
+			return nil
+		})))
+		_, err := b.q.Schedule(b.ctx, "choose", nil, ID("perm"))
+		require.NoError(t, err)
+		_, err = b.q.Schedule(b.ctx, "choose", nil, ID("soon"))
+		require.NoError(t, err)
+		got := map[string][]int{}
+		for range 3 {
+			j := r.next(t)
+			got[j.ID] = append(got[j.ID], j.Attempt)
 		}
-		return nil
-	})))
-	_, err := b.q.Schedule(b.ctx, "choose", nil, ID("perm"))
-	require.NoError(t, err)
-	_, err = b.q.Schedule(b.ctx, "choose", nil, ID("soon"))
-	require.NoError(t, err)
-	got := map[string][]int{}
-	for range 3 {
-		j := r.next(t)
-		got[j.ID] = append(got[j.ID], j.Attempt)
-	}
-	require.Equal(t, []int{1}, got["perm"], "permanent: no retry")
-	require.Equal(t, []int{1, 2}, got["soon"], "RetryAfter overrides the hour of backoff")
-	eventually(t, func() bool {
-		info, err := b.q.Lookup(b.ctx, "choose", "perm")
-		return err == nil && info.State == StateDead && strings.Contains(info.LastError, "bad input")
-	}, "permanent failure is dead-lettered")
+		require.Equal(t, []int{1}, got["perm"], "permanent: no retry")
+		require.Equal(t, []int{1, 2}, got["soon"], "RetryAfter overrides the hour of backoff")
+		eventually(t, func() bool {
+			info, err := b.q.Lookup(b.ctx, "choose", "perm")
+			return err == nil && info.State == StateDead && strings.Contains(info.LastError, "bad input")
+		}, "permanent failure is dead-lettered")
+	})
 }
 
 func TestHandlerPanicIsRetried(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("boom", HandlerFunc(func(_ context.Context, j *Job) error {
-		r.add(j)
-		if j.Attempt == 1 {
-			panic("kaboom")
-		}
-		return nil
-	})))
-	_, err := b.q.Schedule(b.ctx, "boom", nil)
-	require.NoError(t, err)
-	require.Equal(t, 1, r.next(t).Attempt)
-	j := r.next(t)
-	require.Equal(t, 2, j.Attempt)
-	require.Contains(t, j.LastError, "kaboom")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("boom", HandlerFunc(func(_ context.Context, j *Job) error {
+			r.add(j)
+			if j.Attempt == 1 {
+				panic("kaboom")
+			}
+			return nil
+		})))
+		_, err := b.q.Schedule(b.ctx, "boom", nil)
+		require.NoError(t, err)
+		require.Equal(t, 1, r.next(t).Attempt)
+		j := r.next(t)
+		require.Equal(t, 2, j.Attempt)
+		require.Contains(t, j.LastError, "kaboom")
+	})
 }
 
 func TestNoHandlerIsRetriedNotDropped(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	_, err := b.q.Schedule(b.ctx, "later", nil, ID("x"), MaxAttempts(2))
-	require.NoError(t, err)
-	eventually(t, func() bool {
-		info, err := b.q.Lookup(b.ctx, "later", "x")
-		return err == nil && info.State == StateDead && strings.Contains(info.LastError, ErrNoHandler.Error())
-	}, "a topic without handler fails the run and is dead-lettered with the reason")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		_, err := b.q.Schedule(b.ctx, "later", nil, ID("x"), MaxAttempts(2))
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			info, err := b.q.Lookup(b.ctx, "later", "x")
+			return err == nil && info.State == StateDead && strings.Contains(info.LastError, ErrNoHandler.Error())
+		}, "a topic without handler fails the run and is dead-lettered with the reason")
+	})
 }
 
 func TestDuplicateBothWays(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("dup", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	_, err := b.q.Schedule(b.ctx, "dup", []byte("first"), ID("a"), After(time.Hour))
-	require.NoError(t, err)
-	_, err = b.q.Schedule(b.ctx, "dup", []byte("second"), ID("a"), After(time.Hour))
-	require.ErrorIs(t, err, ErrDuplicate)
-	info, err := b.q.Lookup(b.ctx, "dup", "a")
-	require.NoError(t, err)
-	require.Equal(t, "first", string(info.Payload))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("dup", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		_, err := b.q.Schedule(b.ctx, "dup", []byte("first"), ID("a"), After(time.Hour))
+		require.NoError(t, err)
+		_, err = b.q.Schedule(b.ctx, "dup", []byte("second"), ID("a"), After(time.Hour))
+		require.ErrorIs(t, err, ErrDuplicate)
+		info, err := b.q.Lookup(b.ctx, "dup", "a")
+		require.NoError(t, err)
+		require.Equal(t, "first", string(info.Payload))
 
-	_, err = b.q.Schedule(b.ctx, "dup", []byte("third"), ID("a"), OnDuplicate(Replace))
-	require.NoError(t, err)
-	j := r.next(t)
-	require.Equal(t, "third", string(j.Payload), "replace moved it to now with the new payload")
-	r.none(t, 100*time.Millisecond)
+		_, err = b.q.Schedule(b.ctx, "dup", []byte("third"), ID("a"), OnDuplicate(Replace))
+		require.NoError(t, err)
+		j := r.next(t)
+		require.Equal(t, "third", string(j.Payload), "replace moved it to now with the new payload")
+		r.none(t, 100*time.Millisecond)
+	})
 }
 
 func TestCancelAndReschedule(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	for _, id := range []string{"keep", "drop", "far", "near"} {
-		_, err := b.q.Schedule(b.ctx, "c", nil, ID(id), After(300*time.Millisecond))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		for _, id := range []string{"keep", "drop", "far", "near"} {
+			_, err := b.q.Schedule(b.ctx, "c", nil, ID(id), After(300*time.Millisecond))
+			require.NoError(t, err)
+		}
+		require.NoError(t, b.q.Cancel(b.ctx, "c", "drop"))
+		require.ErrorIs(t, b.q.Cancel(b.ctx, "c", "drop"), ErrNotFound)
+		require.NoError(t, b.q.Reschedule(b.ctx, "c", "far", time.Now().Add(2*time.Hour)))
+		require.NoError(t, b.q.Reschedule(b.ctx, "c", "near", time.Now()))
+		require.ErrorIs(t, b.q.Reschedule(b.ctx, "c", "nope", time.Now()), ErrNotFound)
+		require.Equal(t, "near", r.next(t).ID)
+		require.Equal(t, "keep", r.next(t).ID)
+		r.none(t, 200*time.Millisecond)
+		info, err := b.q.Lookup(b.ctx, "c", "far")
 		require.NoError(t, err)
-	}
-	require.NoError(t, b.q.Cancel(b.ctx, "c", "drop"))
-	require.ErrorIs(t, b.q.Cancel(b.ctx, "c", "drop"), ErrNotFound)
-	require.NoError(t, b.q.Reschedule(b.ctx, "c", "far", time.Now().Add(2*time.Hour)))
-	require.NoError(t, b.q.Reschedule(b.ctx, "c", "near", time.Now()))
-	require.ErrorIs(t, b.q.Reschedule(b.ctx, "c", "nope", time.Now()), ErrNotFound)
-	require.Equal(t, "near", r.next(t).ID)
-	require.Equal(t, "keep", r.next(t).ID)
-	r.none(t, 200*time.Millisecond)
-	info, err := b.q.Lookup(b.ctx, "c", "far")
-	require.NoError(t, err)
-	require.Equal(t, StatePending, info.State)
-	require.WithinDuration(t, time.Now().Add(2*time.Hour), info.Due, time.Minute)
-	_, err = b.q.Lookup(b.ctx, "c", "drop")
-	require.ErrorIs(t, err, ErrNotFound)
+		require.Equal(t, StatePending, info.State)
+		require.WithinDuration(t, time.Now().Add(2*time.Hour), info.Due, time.Minute)
+		_, err = b.q.Lookup(b.ctx, "c", "drop")
+		require.ErrorIs(t, err, ErrNotFound)
+	})
 }
 
 // scriptTrips counts the round trips that carry a script call while on.
@@ -496,126 +548,135 @@ func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
 
 func TestCancelWhileRunning(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	started, release := make(chan struct{}), make(chan struct{})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("slow", HandlerFunc(func(_ context.Context, j *Job) error {
-		r.add(j)
-		close(started)
-		<-release
-		return errors.New("fails, but was cancelled: no retry")
-	})))
-	_, err := b.q.Schedule(b.ctx, "slow", nil, ID("s"))
-	require.NoError(t, err)
-	<-started
-	require.ErrorIs(t, b.q.Cancel(b.ctx, "slow", "s"), ErrRunning)
-	close(release)
-	r.next(t)
-	r.none(t, 200*time.Millisecond)
-	eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "nothing left, not even the claim mark")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		started, release := make(chan struct{}), make(chan struct{})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("slow", HandlerFunc(func(_ context.Context, j *Job) error {
+			r.add(j)
+			close(started)
+			<-release
+			return errors.New("fails, but was cancelled: no retry")
+		})))
+		_, err := b.q.Schedule(b.ctx, "slow", nil, ID("s"))
+		require.NoError(t, err)
+		<-started
+		require.ErrorIs(t, b.q.Cancel(b.ctx, "slow", "s"), ErrRunning)
+		close(release)
+		r.next(t)
+		r.none(t, 200*time.Millisecond)
+		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "nothing left, not even the claim mark")
+	})
 }
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{MaxPayload: 10, MaxDelay: time.Hour})
-	_, err := b.q.Schedule(b.ctx, "", nil)
-	require.ErrorIs(t, err, ErrInvalidTopic)
-	_, err = b.q.Schedule(b.ctx, "a/b", nil)
-	require.ErrorIs(t, err, ErrInvalidTopic)
-	_, err = b.q.Schedule(b.ctx, "t", make([]byte, 11))
-	require.ErrorIs(t, err, ErrPayloadTooLarge)
-	_, err = b.q.Schedule(b.ctx, "t", nil, After(2*time.Hour))
-	require.ErrorIs(t, err, ErrTooFar)
-	_, err = b.q.Schedule(b.ctx, "t", nil, ID(strings.Repeat("x", 513)))
-	require.ErrorIs(t, err, ErrInvalidID)
-	require.Error(t, b.q.Handle("t", nil))
-	_, err = New(b.rdb, Config{Concurrency: -1})
-	require.Error(t, err)
-	_, err = New(b.rdb, Config{Horizon: time.Second, PollInterval: time.Second})
-	require.Error(t, err)
-	_, err = New(nil, Config{})
-	require.Error(t, err)
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{MaxPayload: 10, MaxDelay: time.Hour})
+		_, err := b.q.Schedule(b.ctx, "", nil)
+		require.ErrorIs(t, err, ErrInvalidTopic)
+		_, err = b.q.Schedule(b.ctx, "a/b", nil)
+		require.ErrorIs(t, err, ErrInvalidTopic)
+		_, err = b.q.Schedule(b.ctx, "t", make([]byte, 11))
+		require.ErrorIs(t, err, ErrPayloadTooLarge)
+		_, err = b.q.Schedule(b.ctx, "t", nil, After(2*time.Hour))
+		require.ErrorIs(t, err, ErrTooFar)
+		_, err = b.q.Schedule(b.ctx, "t", nil, ID(strings.Repeat("x", 513)))
+		require.ErrorIs(t, err, ErrInvalidID)
+		require.Error(t, b.q.Handle("t", nil))
+		_, err = New(b.rdb, Config{Concurrency: -1})
+		require.Error(t, err)
+		_, err = New(b.rdb, Config{Horizon: time.Second, PollInterval: time.Second})
+		require.Error(t, err)
+		_, err = New(nil, Config{})
+		require.Error(t, err)
+	})
 }
 
 func TestCorruptRecordIsDeadLettered(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	_, err := b.q.Schedule(b.ctx, "c", []byte("ok"), ID("x"), After(200*time.Millisecond))
-	require.NoError(t, err)
-	// Corrupt the stored record behind the queue's back (keeping the
-	// revision bytes), and drop the cached copy so the claim reads it.
-	key := "c/x"
-	k := b.q.store.Keys(b.q.store.PartitionOf(key))
-	raw, err := b.rdb.HGet(b.ctx, k.Jobs, key).Bytes()
-	require.NoError(t, err)
-	raw[0] = 0x7f
-	require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
-	b.q.cache.Remove(key)
-	eventually(t, func() bool {
-		dead, err := b.q.DeadJobs(b.ctx, 10)
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("c", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		_, err := b.q.Schedule(b.ctx, "c", []byte("ok"), ID("x"), After(200*time.Millisecond))
 		require.NoError(t, err)
-		return len(dead) == 1 && strings.Contains(dead[0].LastError, "corrupt")
-	}, "corrupt record dead-lettered with the reason")
-	r.none(t, 50*time.Millisecond)
+		// Corrupt the stored record behind the queue's back (keeping the
+		// revision bytes), and drop the cached copy so the claim reads it.
+		key := "c/x"
+		k := b.q.store.Keys(b.q.store.PartitionOf(key))
+		raw, err := b.rdb.HGet(b.ctx, k.Jobs, key).Bytes()
+		require.NoError(t, err)
+		raw[0] = 0x7f
+		require.NoError(t, b.rdb.HSet(b.ctx, k.Jobs, key, raw).Err())
+		b.q.cache.Remove(key)
+		eventually(t, func() bool {
+			dead, err := b.q.DeadJobs(b.ctx, 10)
+			require.NoError(t, err)
+			return len(dead) == 1 && strings.Contains(dead[0].LastError, "corrupt")
+		}, "corrupt record dead-lettered with the reason")
+		r.none(t, 50*time.Millisecond)
+	})
 }
 
 func TestShutdownWaitsForRunningHandlers(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	started := make(chan struct{}, 1)
-	var finished sync.WaitGroup
-	finished.Add(1)
-	require.NoError(t, b.q.Handle("s", HandlerFunc(func(ctx context.Context, j *Job) error {
-		started <- struct{}{}
-		time.Sleep(100 * time.Millisecond) // a handler at work
-		finished.Done()
-		return nil
-	})))
-	_, err := b.q.Schedule(b.ctx, "s", nil, ID("run"))
-	require.NoError(t, err)
-	_, err = b.q.Schedule(b.ctx, "s", nil, ID("later"), After(time.Hour))
-	require.NoError(t, err)
-	<-started
-	require.NoError(t, b.q.Shutdown(b.ctx))
-	finished.Wait()
-	_, err = b.q.Schedule(b.ctx, "s", nil)
-	require.ErrorIs(t, err, ErrClosed)
-	require.ErrorIs(t, b.q.Start(b.ctx), ErrClosed)
-	require.NoError(t, b.q.Shutdown(b.ctx), "idempotent")
-	// The finished run was acked during shutdown; the later job waits.
-	_, err = b.q.Lookup(b.ctx, "s", "run")
-	require.ErrorIs(t, err, ErrClosed)
-	other := b.newQueue(t, Config{}) // looks, never started
-	_, err = other.Lookup(b.ctx, "s", "run")
-	require.ErrorIs(t, err, ErrNotFound)
-	info, err := other.Lookup(b.ctx, "s", "later")
-	require.NoError(t, err)
-	require.Equal(t, StatePending, info.State)
-	leases, err := b.rdb.Keys(b.ctx, "wq:*:lease").Result()
-	require.NoError(t, err)
-	require.Empty(t, leases, "leases are released for a successor")
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		started := make(chan struct{}, 1)
+		var finished sync.WaitGroup
+		finished.Add(1)
+		require.NoError(t, b.q.Handle("s", HandlerFunc(func(ctx context.Context, j *Job) error {
+			started <- struct{}{}
+			time.Sleep(100 * time.Millisecond) // a handler at work
+			finished.Done()
+			return nil
+		})))
+		_, err := b.q.Schedule(b.ctx, "s", nil, ID("run"))
+		require.NoError(t, err)
+		_, err = b.q.Schedule(b.ctx, "s", nil, ID("later"), After(time.Hour))
+		require.NoError(t, err)
+		<-started
+		require.NoError(t, b.q.Shutdown(b.ctx))
+		finished.Wait()
+		_, err = b.q.Schedule(b.ctx, "s", nil)
+		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, b.q.Start(b.ctx), ErrClosed)
+		require.NoError(t, b.q.Shutdown(b.ctx), "idempotent")
+		// The finished run was acked during shutdown; the later job waits.
+		_, err = b.q.Lookup(b.ctx, "s", "run")
+		require.ErrorIs(t, err, ErrClosed)
+		other := b.newQueue(t, Config{}) // looks, never started
+		_, err = other.Lookup(b.ctx, "s", "run")
+		require.ErrorIs(t, err, ErrNotFound)
+		info, err := other.Lookup(b.ctx, "s", "later")
+		require.NoError(t, err)
+		require.Equal(t, StatePending, info.State)
+		leases := b.keys(t, ":lease")
+		require.Empty(t, leases, "leases are released for a successor")
+	})
 }
 
 func TestShutdownDeadlineCancelsHandlers(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	started := make(chan struct{})
-	require.NoError(t, b.q.Handle("stuck", HandlerFunc(func(ctx context.Context, j *Job) error {
-		close(started)
-		<-ctx.Done()
-		return ctx.Err()
-	})))
-	_, err := b.q.Schedule(b.ctx, "stuck", nil, ID("x"))
-	require.NoError(t, err)
-	<-started
-	ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, b.q.Shutdown(ctx), context.DeadlineExceeded)
-	info, err := b.newQueue(t, Config{}).Lookup(b.ctx, "stuck", "x")
-	require.NoError(t, err, "an interrupted job stays in Redis")
-	require.Equal(t, StatePending, info.State)
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		started := make(chan struct{})
+		require.NoError(t, b.q.Handle("stuck", HandlerFunc(func(ctx context.Context, j *Job) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})))
+		_, err := b.q.Schedule(b.ctx, "stuck", nil, ID("x"))
+		require.NoError(t, err)
+		<-started
+		ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, b.q.Shutdown(ctx), context.DeadlineExceeded)
+		info, err := b.newQueue(t, Config{}).Lookup(b.ctx, "stuck", "x")
+		require.NoError(t, err, "an interrupted job stays in Redis")
+		require.Equal(t, StatePending, info.State)
+	})
 }
 
 // TestRedisDownAndBack: with Redis stopped, Schedule fails fast with the
@@ -695,34 +756,35 @@ func awaitRetryArmed(t *testing.T, b *bundle, topic, id string) {
 // Redis: a 30-minute job and its retry an hour later, with no real wait.
 func TestFakeClockLongDelays(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	clk, r := failingOnceOnFakeClock(t, b, "order", 50*time.Minute)
-	t0 := clk.Now()
-	_, err := b.q.Schedule(b.ctx, "order", []byte("o-1"), ID("o-1"), After(30*time.Minute))
-	require.NoError(t, err)
-	_, err = b.q.Schedule(b.ctx, "order", []byte("o-2"), ID("o-2"), After(30*time.Minute))
-	require.NoError(t, err)
-	require.NoError(t, b.q.Cancel(b.ctx, "order", "o-2")) // paid
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.bundle(t)
+		clk, r := failingOnceOnFakeClock(t, b, "order", 50*time.Minute)
+		t0 := clk.Now()
+		_, err := b.q.Schedule(b.ctx, "order", []byte("o-1"), ID("o-1"), After(30*time.Minute))
+		require.NoError(t, err)
+		_, err = b.q.Schedule(b.ctx, "order", []byte("o-2"), ID("o-2"), After(30*time.Minute))
+		require.NoError(t, err)
+		require.NoError(t, b.q.Cancel(b.ctx, "order", "o-2")) // paid
 
-	// Advance only once the poller sleeps: a pass still running would read
-	// the old time, and the next would wait for the clock to move again.
-	clk.BlockUntilSleeping()
-	clk.Advance(30*time.Minute - time.Millisecond)
-	r.none(t, 50*time.Millisecond)
-	clk.Advance(time.Millisecond)
-	j := r.next(t)
-	require.Equal(t, "o-1", j.ID)
-	require.Equal(t, t0.Add(30*time.Minute).UnixMicro(), j.Due.UnixMicro())
-	// The retry is stored 50 (fake) minutes later, and armed once stored.
-	awaitRetryArmed(t, b, "order", "o-1")
-	clk.BlockUntilSleeping()
-	clk.Advance(50*time.Minute - time.Millisecond)
-	r.none(t, 50*time.Millisecond)
-	clk.Advance(time.Millisecond)
-	j = r.next(t)
-	require.Equal(t, 2, j.Attempt)
-	r.none(t, 50*time.Millisecond)
+		// Advance only once the poller sleeps: a pass still running would read
+		// the old time, and the next would wait for the clock to move again.
+		clk.BlockUntilSleeping()
+		clk.Advance(30*time.Minute - time.Millisecond)
+		r.none(t, 50*time.Millisecond)
+		clk.Advance(time.Millisecond)
+		j := r.next(t)
+		require.Equal(t, "o-1", j.ID)
+		require.Equal(t, t0.Add(30*time.Minute).UnixMicro(), j.Due.UnixMicro())
+		// The retry is stored 50 (fake) minutes later, and armed once stored.
+		awaitRetryArmed(t, b, "order", "o-1")
+		clk.BlockUntilSleeping()
+		clk.Advance(50*time.Minute - time.Millisecond)
+		r.none(t, 50*time.Millisecond)
+		clk.Advance(time.Millisecond)
+		j = r.next(t)
+		require.Equal(t, 2, j.Attempt)
+		r.none(t, 50*time.Millisecond)
+	})
 }
 
 // TestSecondProcessTakesOver: two queues on one namespace share the
@@ -730,42 +792,44 @@ func TestFakeClockLongDelays(t *testing.T) {
 // second takes over and runs what the first left.
 func TestSecondProcessTakesOver(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	r := newRuns()
-	h := HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })
-	require.NoError(t, b.q.Handle("t", h))
-	second := b.newQueue(t, Config{})
-	require.NoError(t, second.Handle("t", h))
-	require.NoError(t, second.Start(b.ctx))
-	eventually(t, func() bool { return len(b.q.Owned()) == 2 && len(second.Owned()) == 2 }, "the two share the partitions")
-	for _, p := range second.Owned() {
-		require.NotContains(t, b.q.Owned(), p, "partition %d owned twice", p)
-	}
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := newRuns()
+		h := HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })
+		require.NoError(t, b.q.Handle("t", h))
+		second := b.newQueue(t, Config{})
+		require.NoError(t, second.Handle("t", h))
+		require.NoError(t, second.Start(b.ctx))
+		eventually(t, func() bool { return len(b.q.Owned()) == 2 && len(second.Owned()) == 2 }, "the two share the partitions")
+		for _, p := range second.Owned() {
+			require.NotContains(t, b.q.Owned(), p, "partition %d owned twice", p)
+		}
 
-	// Scheduled through the second: each runs where its partition is.
-	for i := range 10 {
-		_, err := second.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
-		require.NoError(t, err)
-	}
-	for range 10 {
-		r.next(t)
-	}
-	for i := range 5 {
-		_, err := second.Schedule(b.ctx, "t", nil, ID(fmt.Sprint("late-", i)), After(time.Hour))
-		require.NoError(t, err)
-	}
-	require.NoError(t, b.q.Shutdown(b.ctx))
-	eventually(t, func() bool {
-		st, err := second.Stats(b.ctx)
-		return err == nil && st.OwnedPartitions == 4
-	}, "the second takes the released partitions")
-	for i := range 5 {
-		require.NoError(t, second.Reschedule(b.ctx, "t", fmt.Sprint("late-", i), time.Now()))
-	}
-	for range 5 {
-		require.True(t, strings.HasPrefix(r.next(t).ID, "late-"))
-	}
-	r.none(t, 100*time.Millisecond)
+		// Scheduled through the second: each runs where its partition is.
+		for i := range 10 {
+			_, err := second.Schedule(b.ctx, "t", nil, ID(fmt.Sprint(i)))
+			require.NoError(t, err)
+		}
+		for range 10 {
+			r.next(t)
+		}
+		for i := range 5 {
+			_, err := second.Schedule(b.ctx, "t", nil, ID(fmt.Sprint("late-", i)), After(time.Hour))
+			require.NoError(t, err)
+		}
+		require.NoError(t, b.q.Shutdown(b.ctx))
+		eventually(t, func() bool {
+			st, err := second.Stats(b.ctx)
+			return err == nil && st.OwnedPartitions == 4
+		}, "the second takes the released partitions")
+		for i := range 5 {
+			require.NoError(t, second.Reschedule(b.ctx, "t", fmt.Sprint("late-", i), time.Now()))
+		}
+		for range 5 {
+			require.True(t, strings.HasPrefix(r.next(t).ID, "late-"))
+		}
+		r.none(t, 100*time.Millisecond)
+	})
 }
 
 // TestRandomIDsRunByPartition: consecutive random ids share a partition in
@@ -773,22 +837,24 @@ func TestSecondProcessTakesOver(t *testing.T) {
 // partitions get equal shares.
 func TestRandomIDsRunByPartition(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{Partitions: 16})
-	const n = 16 * idRunLength * 2
-	counts := make([]int, 16)
-	changes, last := 0, -1
-	for range n {
-		id, err := b.q.Schedule(b.ctx, "r", nil, After(time.Hour))
-		require.NoError(t, err)
-		p := b.q.store.PartitionOf(persist.JobKey("r", id))
-		counts[p]++
-		if p != last {
-			changes++
-			last = p
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{Partitions: 16})
+		const n = 16 * idRunLength * 2
+		counts := make([]int, 16)
+		changes, last := 0, -1
+		for range n {
+			id, err := b.q.Schedule(b.ctx, "r", nil, After(time.Hour))
+			require.NoError(t, err)
+			p := b.q.store.PartitionOf(persist.JobKey("r", id))
+			counts[p]++
+			if p != last {
+				changes++
+				last = p
+			}
 		}
-	}
-	require.LessOrEqual(t, changes, n/idRunLength+1, "ids come in runs of a partition")
-	for p, c := range counts {
-		require.Equal(t, n/16, c, "partition %d's share", p)
-	}
+		require.LessOrEqual(t, changes, n/idRunLength+1, "ids come in runs of a partition")
+		for p, c := range counts {
+			require.Equal(t, n/16, c, "partition %d's share", p)
+		}
+	})
 }

@@ -73,36 +73,38 @@ func TestAnnounceThenScanRace(t *testing.T) {
 // overdue ones at once, oldest first, and keeps later ones in Redis only.
 func TestReloadAfterRestart(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
-	require.NoError(t, b.q.Shutdown(b.ctx)) // the process "died"
-	producer := b.newQueue(t, Config{})     // never started: writes only
-	// More overdue jobs than the one worker's channel holds, so that most
-	// wait in the start queue.
-	const n = 200
-	var want []string
-	for i := range n {
-		id := fmt.Sprintf("due-%03d", i)
-		want = append(want, id)
-		_, err := producer.Schedule(b.ctx, "r", nil, ID(id), At(time.Now().Add(-time.Duration(n-i)*10*time.Millisecond)))
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		require.NoError(t, b.q.Shutdown(b.ctx)) // the process "died"
+		producer := b.newQueue(t, Config{})     // never started: writes only
+		// More overdue jobs than the one worker's channel holds, so that most
+		// wait in the start queue.
+		const n = 200
+		var want []string
+		for i := range n {
+			id := fmt.Sprintf("due-%03d", i)
+			want = append(want, id)
+			_, err := producer.Schedule(b.ctx, "r", nil, ID(id), At(time.Now().Add(-time.Duration(n-i)*10*time.Millisecond)))
+			require.NoError(t, err)
+		}
+		_, err := producer.Schedule(b.ctx, "r", nil, ID("far"), After(2*time.Hour))
 		require.NoError(t, err)
-	}
-	_, err := producer.Schedule(b.ctx, "r", nil, ID("far"), After(2*time.Hour))
-	require.NoError(t, err)
 
-	second := b.newQueue(t, Config{Concurrency: 1})
-	r := newRuns()
-	require.NoError(t, second.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	require.NoError(t, second.Start(b.ctx))
-	var got []string
-	for range n {
-		got = append(got, r.next(t).ID)
-	}
-	require.Equal(t, want, got, "overdue jobs run oldest first")
-	r.none(t, 100*time.Millisecond)
-	st, err := second.Stats(b.ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.InMemory, "the job due in 2h stays in Redis only")
-	require.Equal(t, int64(1), st.Pending)
+		second := b.newQueue(t, Config{Concurrency: 1})
+		r := newRuns()
+		require.NoError(t, second.Handle("r", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		require.NoError(t, second.Start(b.ctx))
+		var got []string
+		for range n {
+			got = append(got, r.next(t).ID)
+		}
+		require.Equal(t, want, got, "overdue jobs run oldest first")
+		r.none(t, 100*time.Millisecond)
+		st, err := second.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.InMemory, "the job due in 2h stays in Redis only")
+		require.Equal(t, int64(1), st.Pending)
+	})
 }
 
 // TestSweepArmsOrphans: a pending job that nothing armed (its arming was
@@ -110,23 +112,24 @@ func TestReloadAfterRestart(t *testing.T) {
 // re-armed by the sweep and runs, once.
 func TestSweepArmsOrphans(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond))
-	b.q = b.newQueue(t, Config{Clock: clk})
-	r := newRuns()
-	require.NoError(t, b.q.Handle("o", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
-	require.NoError(t, b.q.Start(b.ctx))
-	<-b.q.Ready()
-	// An orphan: stored, due now, inside the announced window, in no inbox.
-	rec := (&persist.Record{Rev: 1, MaxAttempts: 3, Created: clk.Now()}).Encode()
-	_, err := b.q.store.Write(b.ctx, b.q.recov.Tokens(), []persist.Write{{Key: "o/orphan", Due: clk.Now().UnixMicro(), Record: rec, Replace: true}})
-	require.NoError(t, err)
-	clk.Advance(5 * time.Second)
-	r.none(t, 100*time.Millisecond)
-	clk.Advance(5*time.Second + 100*time.Millisecond) // the sweep comes due
-	require.Equal(t, "orphan", r.next(t).ID)
-	r.none(t, 100*time.Millisecond)
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.bundle(t)
+		clk := wheel.NewFakeClock(time.Now().Truncate(time.Millisecond))
+		b.q = b.newQueue(t, Config{Clock: clk})
+		r := newRuns()
+		require.NoError(t, b.q.Handle("o", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		require.NoError(t, b.q.Start(b.ctx))
+		<-b.q.Ready()
+		// An orphan: stored, due now, inside the announced window, in no inbox.
+		rec := (&persist.Record{Rev: 1, MaxAttempts: 3, Created: clk.Now()}).Encode()
+		_, err := b.q.store.Write(b.ctx, b.q.recov.Tokens(), []persist.Write{{Key: "o/orphan", Due: clk.Now().UnixMicro(), Record: rec, Replace: true}})
+		require.NoError(t, err)
+		clk.Advance(5 * time.Second)
+		r.none(t, 100*time.Millisecond)
+		clk.Advance(5*time.Second + 100*time.Millisecond) // the sweep comes due
+		require.Equal(t, "orphan", r.next(t).ID)
+		r.none(t, 100*time.Millisecond)
+	})
 }
 
 // TestRedisOutageSeveralSeconds: Redis is unreachable for 3 seconds while

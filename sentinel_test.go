@@ -104,6 +104,35 @@ func BenchmarkScheduleReplicaAcks(b *testing.B) {
 	}
 }
 
+// BenchmarkScheduleReplicaAcksCluster is BenchmarkScheduleReplicaAcks on a
+// Cluster (three primaries with a replica each, all six nodes on the same
+// cores): Schedule from 32 goroutines with no WAIT and with each primary
+// waiting for its replica (a WAIT per primary a batch touches, on that
+// primary's connection).
+func BenchmarkScheduleReplicaAcksCluster(b *testing.B) {
+	redistest.Start(b, redistest.Options{}).RequireReal(b)
+	c := redistest.StartCluster(b)
+	rdb := c.Client(b, redis.ClusterOptions{ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	for _, acks := range []int{0, 1} {
+		b.Run(fmt.Sprintf("acks=%d", acks), func(b *testing.B) {
+			q, err := New(rdb, Config{Namespace: fmt.Sprintf("rc%d", acks), ReplicaAcks: acks})
+			require.NoError(b, err)
+			defer func() { _ = q.Shutdown(ctx) }()
+			b.ReportAllocs()
+			b.SetParallelism(16) // 2 cores x 16 = 32 goroutines
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := q.Schedule(ctx, "t", nil, After(time.Hour)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
 // partitionedPrimary schedules jobs from 16 goroutines through a client
 // that reaches the primary directly, while the primary's replicas and the
 // Sentinels reach it through a fault proxy; the proxy is blackholed (the

@@ -58,8 +58,9 @@ type Options struct {
 	// CancelMany, RescheduleMany, Requeue) wait, in the same round trip,
 	// until that many replicas have it (WAIT): a write they did not all
 	// acknowledge within ReplicaTimeout fails with ErrNotReplicated, though
-	// the primary applied it. Not on a Cluster client (go-redis sends a
-	// keyless WAIT to any node). Default 0.
+	// the primary applied it. On a Cluster client each primary that took a
+	// write gets its own WAIT, on the connection that carried the write
+	// (see runOnPrimaries). Default 0.
 	ReplicaAcks int
 	// ReplicaTimeout bounds that wait. Default 1s.
 	ReplicaTimeout time.Duration
@@ -125,9 +126,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if opts.ReplicaTimeout == 0 {
 		opts.ReplicaTimeout = time.Second
-	}
-	if _, ok := rdb.(*redis.ClusterClient); ok && opts.ReplicaAcks > 0 {
-		return nil, fmt.Errorf("%w: ReplicaAcks on a Cluster client (a keyless WAIT goes to any node)", ErrUnsupportedClient)
 	}
 	if opts.Partitions < 1 || opts.Partitions > 4096 {
 		return nil, fmt.Errorf("persist: %d partitions, want 1 to 4096", opts.Partitions)
@@ -233,9 +231,13 @@ func (s *Store) Init(ctx context.Context) error {
 	return s.loadScripts(ctx)
 }
 
-func (s *Store) loadScripts(ctx context.Context) error {
+func (s *Store) loadScripts(ctx context.Context) error { return s.loadScriptsOn(ctx, s.rdb) }
+
+// loadScriptsOn loads the batched scripts on c (the store's client, or
+// one primary of a cluster).
+func (s *Store) loadScriptsOn(ctx context.Context, c redis.Scripter) error {
 	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc} {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+		if err := sc.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("persist: load scripts: %w", err)
 		}
 	}
@@ -425,13 +427,17 @@ func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis
 }
 
 // runWrites is runCalls for the writes of jobs: with Options.ReplicaAcks,
-// the pipeline ends with a WAIT for the replicas, and a write they did not
-// acknowledge fails with ErrNotReplicated.
+// the pipeline ends with a WAIT for the replicas (on a cluster, one per
+// primary: see runOnPrimaries), and a write they did not acknowledge fails
+// with ErrNotReplicated.
 func (s *Store) runWrites(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	return s.run(ctx, calls, s.acks > 0, extra...)
 }
 
 func (s *Store) run(ctx context.Context, calls [][]any, wait bool, extra ...func(redis.Pipeliner)) ([]any, error) {
+	if wait && s.cluster {
+		return s.runOnPrimaries(ctx, calls, extra...)
+	}
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := s.rdb.Pipeline()
 	for p, a := range calls {

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -893,11 +894,100 @@ func TestReplicaAcks(t *testing.T) {
 	require.Equal(t, Pending, st, "the primary applied it")
 	_, err = two.RescheduleMany(ctx, nil, []Move{{Key: "t/c", Due: 9, Rev: 2}})
 	require.ErrorIs(t, err, ErrNotReplicated)
+}
 
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primary.Addr}})
-	defer cluster.Close()
-	_, err = New(cluster, Options{ReplicaAcks: 1})
-	require.ErrorIs(t, err, ErrUnsupportedClient)
+// TestReplicaAcksCluster: on a real Cluster (three primaries with a
+// replica each) every primary that takes a write waits for its own
+// replica: writes of every partition succeed; after a CLUSTER FAILOVER
+// (the client's slot map is stale: the old primary answers MOVED) and after
+// a primary lost its script cache (NOSCRIPT) they still do, each call run
+// once; and once one primary has lost its replica, a write to it fails
+// with ErrNotReplicated (applied all the same) while writes to the others
+// succeed. A keyless WAIT sent to whichever primary go-redis picks would
+// count another connection's writes, or none.
+func TestReplicaAcksCluster(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t, redis.ClusterOptions{ContextTimeoutEnabled: true})
+	ctx := context.Background()
+	s, err := New(rdb, Options{Namespace: "rc", Partitions: 16, ReplicaAcks: 1, ReplicaTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, s.Init(ctx))
+	n := 0
+	writeAll := func(what string) {
+		t.Helper()
+		var ws []Write
+		for i := range 48 {
+			ws = append(ws, Write{Key: fmt.Sprintf("t/%s-%d", what, n+i), Due: 5, Record: rec(""), Replace: i%2 == 0, Fresh: i%2 == 0})
+		}
+		n += len(ws)
+		var res []WriteResult
+		require.Eventually(t, func() bool { // after a failover, the old primary resyncs before it acknowledges
+			res, err = s.Write(ctx, nil, ws)
+			return !errors.Is(err, ErrNotReplicated)
+		}, 20*time.Second, 50*time.Millisecond)
+		require.NoError(t, err, what)
+		for i, r := range res {
+			require.Equal(t, Stored, r, "%s: write %d", what, i)
+		}
+		keys := make([]string, len(ws))
+		for i, w := range ws {
+			keys[i] = w.Key
+		}
+		chs, err := s.CancelMany(ctx, keys[:8])
+		require.NoError(t, err, what)
+		require.Equal(t, slices.Repeat([]Change{Changed}, 8), chs)
+		var ms []Move
+		for _, k := range keys[8:16] {
+			ms = append(ms, Move{Key: k, Due: 9, Rev: 2})
+		}
+		chs, err = s.RescheduleMany(ctx, nil, ms)
+		require.NoError(t, err, what)
+		require.Equal(t, slices.Repeat([]Change{Changed}, 8), chs)
+	}
+	writeAll("first")
+	c.Failover(t)
+	writeAll("after-failover")
+	flush := c.Primaries(ctx)[0].NewClient()
+	require.NoError(t, flush.ScriptFlush(ctx).Err())
+	require.NoError(t, flush.Close())
+	writeAll("after-script-flush")
+
+	// Cut one primary's replica off: writes there are applied but not
+	// acknowledged; writes elsewhere are.
+	var lonely string
+	for _, node := range c.Nodes {
+		nc := node.NewClient()
+		role, err := nc.Do(ctx, "ROLE").Slice()
+		_ = nc.Close()
+		if err == nil && len(role) > 2 && role[0] == "slave" {
+			lonely = fmt.Sprintf("%v:%v", role[1], role[2])
+			node.Close()
+			break
+		}
+	}
+	require.NotEmpty(t, lonely)
+	var there, elsewhere []Write
+	for i := 0; len(there) < 4 || len(elsewhere) < 4; i++ {
+		w := Write{Key: fmt.Sprintf("t/cut-%d", i), Due: 5, Record: rec("")}
+		node, err := rdb.MasterForKey(ctx, s.Keys(s.PartitionOf(w.Key)).Pending)
+		require.NoError(t, err)
+		if node.Options().Addr == lonely {
+			there = append(there, w)
+		} else {
+			elsewhere = append(elsewhere, w)
+		}
+	}
+	_, err = s.Write(ctx, nil, elsewhere)
+	require.NoError(t, err, "the other primaries' replicas acknowledge")
+	_, err = s.Write(ctx, nil, there)
+	require.ErrorIs(t, err, ErrNotReplicated, "a primary without its replica")
+	_, st, err := s.Get(ctx, there[0].Key)
+	require.NoError(t, err)
+	require.Equal(t, Pending, st, "the primary applied it")
+	_, err = s.Write(ctx, nil, append(elsewhere[:1:1], Write{Key: "t/cut-mixed", Due: 5, Record: rec("")}, there[1]))
+	require.ErrorIs(t, err, ErrNotReplicated, "one primary of the batch without its replica")
 }
 
 // ownAndAnnounce takes the first n partitions' leases as owner "O" and

@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,23 +26,60 @@ type Cluster struct {
 // where redis-server is missing (RequireReal on a Start()ed server).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return StartClusterVia(t, nil)
+}
+
+// StartClusterVia is StartCluster where the first node (one of the
+// primaries) announces, as its client port, the address via returns for
+// its own (a fault proxy, say): its replica replicates through it and
+// cluster clients are told it, while the cluster bus goes direct. A client
+// that should reach the node directly maps that address back (a Dialer).
+// nil via is StartCluster.
+func StartClusterVia(t testing.TB, via func(first string) string) *Cluster {
+	t.Helper()
+	c, err := NewClusterVia(via)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// NewCluster is StartCluster for a cluster that outlives a test (shared by
+// several): the caller must Close it.
+func NewCluster() (*Cluster, error) { return NewClusterVia(nil) }
+
+// NewClusterVia is StartClusterVia for a cluster that outlives a test: the
+// caller must Close it.
+func NewClusterVia(via func(first string) string) (*Cluster, error) {
 	c := &Cluster{}
 	for range 6 {
 		s, err := StartServer(Options{AOF: true, Cluster: true})
 		if err != nil {
-			t.Fatalf("redistest: cluster: %v", err)
+			c.Close()
+			return nil, fmt.Errorf("redistest: cluster: %w", err)
 		}
-		t.Cleanup(s.Close)
 		c.Nodes = append(c.Nodes, s)
+	}
+	if via != nil {
+		_, port, err := net.SplitHostPort(via(c.Nodes[0].Addr))
+		if err == nil {
+			err = c.Nodes[0].client().ConfigSet(context.Background(), "cluster-announce-port", port).Err()
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("redistest: cluster: announce: %w", err)
+		}
 	}
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, tail(out))
+		c.Close()
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w: %s", err, tail(out))
 	}
 	ctx := context.Background()
-	c.waitUntil(t, "a healthy cluster", func() bool {
+	err := c.wait("a healthy cluster", func() bool {
 		for _, n := range c.Nodes {
 			info, err := n.client().ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
@@ -56,7 +95,18 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		return len(c.Primaries(ctx)) == 3
 	})
-	return c
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close stops every node.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Close()
+	}
 }
 
 // Addrs returns the nodes' addresses.
@@ -124,11 +174,18 @@ func (c *Cluster) Failover(t testing.TB) *Server {
 
 func (c *Cluster) waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	if err := c.wait(what, cond); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+func (c *Cluster) wait(what string, cond func() bool) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster: no %s after 60 s", what)
+			return fmt.Errorf("redistest: cluster: no %s after 60 s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return nil
 }

@@ -40,22 +40,40 @@ func StartSentinelSet(t testing.TB, replicas int) *SentinelSet {
 // is the primary's address.
 func StartSentinelSetVia(t testing.TB, replicas int, via func(primary string) string) *SentinelSet {
 	t.Helper()
-	start := func(opts Options) *Server {
-		t.Helper()
+	set, err := NewSentinelSet(replicas, via)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(set.Close)
+	return set
+}
+
+// NewSentinelSet is StartSentinelSetVia for a set that outlives a test
+// (shared by several): the caller must Close it.
+func NewSentinelSet(replicas int, via func(primary string) string) (*SentinelSet, error) {
+	set := &SentinelSet{}
+	start := func(opts Options) (*Server, error) {
 		s, err := StartServer(opts)
 		if err != nil {
-			t.Fatalf("redistest: sentinel set: %v", err)
+			set.Close()
+			return nil, fmt.Errorf("redistest: sentinel set: %w", err)
 		}
-		t.Cleanup(s.Close)
-		return s
+		return s, nil
 	}
-	set := &SentinelSet{Primary: start(Options{AOF: true})}
+	var err error
+	if set.Primary, err = start(Options{AOF: true}); err != nil {
+		return nil, err
+	}
 	primary := set.Primary.Addr
 	if via != nil {
 		primary = via(primary)
 	}
 	for range replicas {
-		set.Replicas = append(set.Replicas, start(Options{AOF: true, ReplicaOf: primary}))
+		r, err := start(Options{AOF: true, ReplicaOf: primary})
+		if err != nil {
+			return nil, err
+		}
+		set.Replicas = append(set.Replicas, r)
 	}
 	host, port := "127.0.0.1", strings.TrimPrefix(primary, "127.0.0.1:")
 	conf := strings.Join([]string{
@@ -65,10 +83,14 @@ func StartSentinelSetVia(t testing.TB, replicas int, via func(primary string) st
 		fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMaster),
 	}, "\n")
 	for range 3 {
-		set.Sentinels = append(set.Sentinels, start(Options{Sentinel: conf}))
+		s, err := start(Options{Sentinel: conf})
+		if err != nil {
+			return nil, err
+		}
+		set.Sentinels = append(set.Sentinels, s)
 	}
 	ctx := context.Background()
-	set.waitUntil(t, "replicas in sync and known to every Sentinel", func() bool {
+	err = set.wait("replicas in sync and known to every Sentinel", func() bool {
 		for _, r := range set.Replicas {
 			info, err := r.client().Info(ctx, "replication").Result()
 			if err != nil || !strings.Contains(info, "master_link_status:up") {
@@ -87,7 +109,24 @@ func StartSentinelSetVia(t testing.TB, replicas int, via func(primary string) st
 		}
 		return true
 	})
-	return set
+	if err != nil {
+		set.Close()
+		return nil, err
+	}
+	return set, nil
+}
+
+// Close stops the Sentinels, the replicas and the primary.
+func (set *SentinelSet) Close() {
+	for _, s := range set.Sentinels {
+		s.Close()
+	}
+	for _, s := range set.Replicas {
+		s.Close()
+	}
+	if set.Primary != nil {
+		set.Primary.Close()
+	}
 }
 
 // SentinelAddrs returns the Sentinels' addresses.
@@ -150,13 +189,20 @@ func (set *SentinelSet) Failover(t testing.TB) {
 
 func (set *SentinelSet) waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	if err := set.wait(what, cond); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+func (set *SentinelSet) wait(what string, cond func() bool) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: sentinel set: no %s after 30 s", what)
+			return fmt.Errorf("redistest: sentinel set: no %s after 30 s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return nil
 }
 
 // client returns a client of s, kept for s's life (closed by Close).
