@@ -370,15 +370,5 @@ func partitionedClusterPrimary(t *testing.T, acks int) (acked, lost int) {
 // were acknowledged and are lost, with it none of them is acknowledged.
 func TestClusterPartitionedPrimaryFailover(t *testing.T) {
 	t.Parallel()
-	redistest.Start(t, redistest.Options{}).RequireReal(t)
-	t.Run("ReplicaAcks=0", func(t *testing.T) {
-		acked, lost := partitionedClusterPrimary(t, 0)
-		require.Positive(t, acked)
-		require.Positive(t, lost, "without ReplicaAcks the cut-off primary's acknowledged writes are lost")
-	})
-	t.Run("ReplicaAcks=1", func(t *testing.T) {
-		acked, lost := partitionedClusterPrimary(t, 1)
-		require.Positive(t, acked)
-		require.Zero(t, lost, "acknowledged jobs lost")
-	})
+	partitionedFailover(t, 1, partitionedClusterPrimary)
 }

@@ -186,14 +186,22 @@ func partitionedPrimary(t *testing.T, acks int) (acked, lost int) {
 // acknowledged, and no acknowledged job is lost.
 func TestPartitionedPrimaryFailover(t *testing.T) {
 	t.Parallel()
+	partitionedFailover(t, 2, partitionedPrimary)
+}
+
+// partitionedFailover runs a partitioned-primary scenario (run, which
+// returns how many jobs were acknowledged and how many of those were lost)
+// without ReplicaAcks, where acknowledged jobs are lost, and with acksOn,
+// where none is.
+func partitionedFailover(t *testing.T, acksOn int, run func(t *testing.T, acks int) (acked, lost int)) {
 	redistest.Start(t, redistest.Options{}).RequireReal(t)
 	t.Run("ReplicaAcks=0", func(t *testing.T) {
-		acked, lost := partitionedPrimary(t, 0)
+		acked, lost := run(t, 0)
 		require.Positive(t, acked)
 		require.Positive(t, lost, "without ReplicaAcks the cut-off primary's acknowledged writes are lost")
 	})
-	t.Run("ReplicaAcks=2", func(t *testing.T) {
-		acked, lost := partitionedPrimary(t, 2)
+	t.Run(fmt.Sprintf("ReplicaAcks=%d", acksOn), func(t *testing.T) {
+		acked, lost := run(t, acksOn)
 		require.Positive(t, acked)
 		require.Zero(t, lost, "acknowledged jobs lost")
 	})
