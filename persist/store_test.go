@@ -23,7 +23,7 @@ type bundle struct {
 	ctx   context.Context
 }
 
-func setup(t *testing.T, parts int) *bundle {
+func setup(t testing.TB, parts int) *bundle {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)

@@ -46,18 +46,50 @@ if fenced then
 end
 
 local budget, used = tonumber(ARGV[1]), 0
+-- Records are read in chunks sized by the budget left and the mean size
+-- of the records read so far (the first chunk: 4), so that a batch of
+-- large records reads about the budget, not the whole batch (40 records
+-- of 1 MiB read whole took a second); once the budget is spent, the jobs
+-- not read yet are deferred unread (or reported gone or busy, which needs
+-- no record).
+local readBytes, readCount = 0, 0
 local out = {}
 for _, pt in ipairs(parts) do
   local k, tok, first, n = pt[1], pt[2], pt[3], pt[4]
   if n > 0 then
     local keys = column(first, n, 2, 0)
     local scores = many('ZMSCORE', KEYS[k], keys)
-    local recs = many('HMGET', KEYS[k + 1], keys)
     local marks = many('HMGET', KEYS[k + 3], keys)
+    local recs, loaded = {}, 0
     local mark = {}
     for j = 1, n do
+      if j > loaded and not (used > 0 and used >= budget) then
+        local size = 4
+        if readCount > 0 then
+          size = math.floor((budget - used) / math.max(readBytes / readCount, 1)) + 1
+          size = math.max(1, math.min(size, 256))
+        end
+        local hi = math.min(n, j + size - 1)
+        local part = redis.call('HMGET', KEYS[k + 1], unpack(keys, j, hi))
+        for i = 1, #part do
+          recs[j + i - 1] = part[i]
+          if part[i] then
+            readBytes, readCount = readBytes + #part[i], readCount + 1
+          end
+        end
+        loaded = hi
+      end
       local score, rec, rev = scores[j], recs[j], ARGV[first + 2 * (j - 1) + 1]
-      if not score or not rec then
+      if score and j > loaded then
+        -- Not read: the budget is spent. Busy, or claim it again in
+        -- another call.
+        out[#out + 1] = score
+        if (marks[j] or tok) ~= tok then
+          out[#out + 1] = 0
+        else
+          out[#out + 1] = 2
+        end
+      elseif not score or not rec then
         out[#out + 1] = false
         out[#out + 1] = false
       elseif (marks[j] or tok) ~= tok then
