@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 )
 
 // This file is the engine's side of package wheelqtest's crash points
@@ -179,11 +179,11 @@ func (c *crashStore) Reschedule(ctx context.Context, tok, key string, due int64,
 	return ch, err
 }
 
-func (c *crashStore) Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest) ([]persist.ClaimResult, error) {
+func (c *crashStore) Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest, out []persist.ClaimResult) ([]persist.ClaimResult, error) {
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
-	return c.engineStore.Claim(ctx, tokens, reqs)
+	return c.engineStore.Claim(ctx, tokens, reqs, nil)
 }
 
 func (c *crashStore) Settle(ctx context.Context, tokens []string, now int64, os []persist.Outcome) ([]bool, error) {

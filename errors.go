@@ -3,11 +3,12 @@ package wheelq
 import (
 	"errors"
 	"fmt"
+	"github.com/wheelq/wheelq/internal/batch"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 )
 
 // Errors of Schedule.
@@ -69,7 +70,7 @@ var ErrOutcomeUnknown = errors.New("wheelq: outcome unknown (the request may hav
 // before it was sent.
 func uncertain(err error) error {
 	var rerr redis.Error
-	if errors.As(err, &rerr) || errors.Is(err, ErrClosed) || errors.Is(err, persist.ErrClosed) ||
+	if errors.As(err, &rerr) || errors.Is(err, ErrClosed) || errors.Is(err, batch.ErrClosed) ||
 		errors.Is(err, ErrFenced) || errors.Is(err, ErrLayout) {
 		return err
 	}

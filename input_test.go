@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/redistest"
-	"github.com/wheelq/wheelq/persist"
 )
 
 // Tests of bad input: each gets a clear error or a dead-letter entry with

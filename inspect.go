@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 )
 
 // JobState is where a job stands.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -132,7 +132,7 @@ func (c *Config) fill() error {
 		}
 	}
 	if c.Namespace == "" {
-		c.Namespace = "default"
+		c.Namespace = defaultNamespace
 	}
 	def(&c.Partitions, 16)
 	def(&c.Concurrency, 64)

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/leakcheck"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/redistest"
-	"github.com/wheelq/wheelq/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/faultproxy"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/redistest"
-	"github.com/wheelq/wheelq/persist"
 )
 
 var sentinelMeasure = flag.Bool("sentinel.measure", false,

@@ -32,7 +32,8 @@ type Stats struct {
 	// time: the partition's next owner runs them.
 	Dropped uint64
 
-	// InMemory is the number of jobs armed in the wheel.
+	// InMemory is the number of jobs in memory: armed, or claimed and
+	// waiting for their time.
 	InMemory int
 	// Running is the number of handlers running.
 	Running int
@@ -93,7 +94,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Skipped:          q.stats.skipped.Load(),
 		Dropped:          q.stats.dropped.Load(),
 		RedisErrors:      q.stats.redisErrors.Load(),
-		InMemory:         q.sched.Len(),
+		InMemory:         q.sched.Len() + q.starts.Len(),
 		Running:          int(q.running.Load()),
 		UnstoredOutcomes: q.settles.Pending() + q.corrupts.Pending(),
 		OwnedPartitions:  q.recov.Owned(),

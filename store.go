@@ -3,8 +3,8 @@ package wheelq
 import (
 	"context"
 
-	"github.com/wheelq/wheelq/persist"
-	"github.com/wheelq/wheelq/recovery"
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/recovery"
 )
 
 // engineStore is what the engine needs of the Redis store: the seam at
@@ -23,7 +23,7 @@ type engineStore interface {
 	Cancel(ctx context.Context, key string) (persist.Change, error)
 	RescheduleMany(ctx context.Context, tokens []string, ms []persist.Move) ([]persist.Change, error)
 	Reschedule(ctx context.Context, tok, key string, due int64, rev uint32) (persist.Change, error)
-	Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest) ([]persist.ClaimResult, error)
+	Claim(ctx context.Context, tokens []string, reqs []persist.ClaimRequest, out []persist.ClaimResult) ([]persist.ClaimResult, error)
 	Settle(ctx context.Context, tokens []string, now int64, os []persist.Outcome) ([]bool, error)
 	DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error)
 

@@ -369,13 +369,13 @@ func TestStartGateDropsTasksOfReleasedPartitions(t *testing.T) {
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 	key := "t/x"
 	p := q.store.PartitionOf(key)
-	q.inflight[key] = struct{}{}
-	tk := &task{key: key, part: p, epoch: q.recov.Epoch(p), verified: true, due: time.Now().Add(-time.Second)}
+	q.inflight.keys[key] = struct{}{}
+	tk := newTask(key, nil, time.Now().Add(-time.Second), p, q.recov.Epoch(p), true)
 	now, wall := time.Now(), time.Now()
 	require.False(t, q.mayStart(tk, now, wall))
-	q.heldMu.Lock()
-	waiting := len(q.leaseWait)
-	q.heldMu.Unlock()
+	q.gate.mu.Lock()
+	waiting := len(q.gate.leaseWait)
+	q.gate.mu.Unlock()
 	require.Zero(t, waiting, "a task of a partition not owned here waits for no renewal")
 	require.False(t, (*sink)(q).Busy(p), "and is not in flight any more")
 	require.EqualValues(t, 1, q.stats.dropped.Load())

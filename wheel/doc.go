@@ -10,7 +10,7 @@
 //     returns true the entry is never handed out. An entry already handed
 //     to the callback (or being handed) is not pending.
 //   - An entry is handed out once per Add, never before its due time on the
-//     scheduler's clock, in due order (ties by id). A due time in the past
+//     scheduler's clock, in due order (ties in an order fixed by the sequence of calls). A due time in the past
 //     is handed out at once.
 //   - The Scheduler's callback runs on its goroutine, never concurrently
 //     with itself and never under its lock; Stop waits for it.

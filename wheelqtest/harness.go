@@ -15,7 +15,7 @@ import (
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/internal/crashpoint"
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 )
 
 // Run is one call of a handler, as the harness saw it.

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/redistest"
-	"github.com/wheelq/wheelq/persist"
 )
 
 func init() {
@@ -265,22 +265,10 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 		return err
 	}
 	defer br.close()
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("prec")})
+	q, lat, wanted, err := precisionQueue(ctx, br, "prec", n, "")
 	if err != nil {
 		return err
 	}
-	lat := newLateness(n)
-	wanted := make([]time.Time, n)
-	q.Handle("p", wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
-		now := time.Now()
-		i, _ := strconv.Atoi(j.ID)
-		lat.record(i, wanted[i], now)
-		return nil
-	}))
-	if err := q.Start(ctx); err != nil {
-		return err
-	}
-	<-q.Ready()
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
 	copy(wanted, ds)
@@ -296,20 +284,9 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 		})
 	}
 	wg.Wait()
-	scheduled := time.Since(t0)
-	// Garbage and collections while the jobs fire (scheduling is done).
-	var ms0 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	waitAll(ctx, lat, t0.Add(8*time.Second))
-	var ms1 runtime.MemStats
-	runtime.ReadMemStats(&ms1)
-	_ = q.Shutdown(ctx)
-	r := lat.result("qprecision", "wheelq (Schedule + Redis + handler)", n)
-	r["schedule_errors"] = failed.Load()
-	r["all_scheduled_after_ms"] = scheduled.Milliseconds()
-	r["firing_gc_cycles"] = ms1.NumGC - ms0.NumGC
-	r["firing_alloc_bytes_per_job"] = (ms1.TotalAlloc - ms0.TotalAlloc) / uint64(n)
-	emit(r)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	emit(firingResult(ctx, q, lat, t0, "qprecision", "wheelq (Schedule + Redis + handler)", failed.Load(), &ms))
 	return nil
 }
 
@@ -325,9 +302,11 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 		return err
 	}
 	var handled atomic.Int64
-	var lastCall atomic.Int64
+	var lastCall, firstCall atomic.Int64
 	q.Handle("b", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
-		lastCall.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		firstCall.CompareAndSwap(0, now)
+		lastCall.Store(now)
 		handled.Add(1)
 		return nil
 	}))
@@ -370,8 +349,9 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 	st, _ := q.Stats(ctx)
 	_ = q.Shutdown(ctx)
 	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(), "claim_lead_ms": cfg.claimLead.Milliseconds(),
-		"last_handler_after_due_ms": round(float64(time.Unix(0, lastCall.Load()).Sub(due)) / 1e6),
-		"lateness_p50_us":           st.Lateness.P50.Microseconds(), "lateness_p99_us": st.Lateness.P99.Microseconds()}
+		"last_handler_after_due_ms":  round(float64(time.Unix(0, lastCall.Load()).Sub(due)) / 1e6),
+		"first_handler_after_due_ms": round(float64(time.Unix(0, firstCall.Load()).Sub(due)) / 1e6),
+		"lateness_p50_us":            st.Lateness.P50.Microseconds(), "lateness_p99_us": st.Lateness.P99.Microseconds()}
 	r["redis_cpu_share"] = round((redis1-redis0)/window*100) / 100
 	r["go_cpu_share"] = round((own1-own0)/window*100) / 100
 	if !ackedAt.IsZero() {
@@ -390,4 +370,48 @@ func processCPU() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// firingResult waits until every job of lat ran (or 8 s after t0, when
+// scheduling began), shuts q down and returns lat's result with the
+// scheduling time and the garbage and collections of the firing, counted
+// from done, the MemStats read once scheduling ended.
+func firingResult(ctx context.Context, q *wheelq.Queue, lat *lateness, t0 time.Time, workload, system string, failed int64, done *runtime.MemStats) result {
+	scheduled := time.Since(t0)
+	waitAll(ctx, lat, t0.Add(8*time.Second))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	_ = q.Shutdown(ctx)
+	n := len(lat.fired)
+	r := lat.result(workload, system, n)
+	r["schedule_errors"] = failed
+	r["all_scheduled_after_ms"] = scheduled.Milliseconds()
+	r["firing_gc_cycles"] = ms.NumGC - done.NumGC
+	r["firing_alloc_bytes_per_job"] = (ms.TotalAlloc - done.TotalAlloc) / uint64(n)
+	return r
+}
+
+// precisionQueue starts a queue with the default Config on br whose
+// handler of topic "p" records, for job id prefix+i, its lateness against
+// wanted[i] (which the caller fills before scheduling).
+func precisionQueue(ctx context.Context, br *benchRedis, name string, n int, prefix string) (*wheelq.Queue, *lateness, []time.Time, error) {
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace(name)})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lat := newLateness(n)
+	wanted := make([]time.Time, n)
+	_ = q.Handle("p", wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+		now := time.Now()
+		i, err := strconv.Atoi(strings.TrimPrefix(j.ID, prefix))
+		if err == nil && i >= 0 && i < n {
+			lat.record(i, wanted[i], now)
+		}
+		return nil
+	}))
+	if err := q.Start(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	<-q.Ready()
+	return q, lat, wanted, nil
 }

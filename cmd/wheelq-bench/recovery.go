@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq"
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 )
 
 func init() {

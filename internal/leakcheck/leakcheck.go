@@ -27,6 +27,21 @@ func Check(pkgPrefix string) error {
 	}
 }
 
+// Running returns the ids ("goroutine 7") of the goroutines, other than
+// the caller's, running code of the module (their stack mentions
+// pkgPrefix). A goroutine started later has an id not seen before, so two
+// calls' results are equal exactly when none started or stopped between
+// them, whatever the goroutines were doing at each call.
+func Running(pkgPrefix string) []string {
+	stacks := find(pkgPrefix)
+	ids := make([]string, len(stacks))
+	for i, g := range stacks {
+		head, _, _ := strings.Cut(g, " [")
+		ids[i] = head
+	}
+	return ids
+}
+
 func find(prefix string) []string {
 	buf := make([]byte, 1<<20)
 	for {

@@ -14,18 +14,20 @@
 --            n, then n groups of 2: job key, revision the caller holds
 --            ("" if none)
 --
--- Returns a flat array with two entries per job, in order (flat: a
--- nested array per job costs Redis and the client more than the job):
---   false, false     the job is gone (done, cancelled or dead)
---   score, 0         still pending at score, but a run of it is claimed
---                    already by another owner (busy): do not run it now.
---                    The caller's own mark is no obstacle: a claim whose
---                    reply was lost (Redis died) is claimed again; the
---                    caller keeps track of its own runs in progress.
---   score, 1         still pending at score; the caller's revision is current
---   score, record    still pending at score; here is the current record
---   score, 2         still pending at score, but deferred (the budget is
---                    spent): not marked, claim it again in another call
+-- Returns, per call, an array: a string of one status byte per job (in
+-- order), a string of their scores ("," after each; empty for a gone job),
+-- then the records of the jobs whose status is 'r', in order. One string
+-- per call, not two entries per job: the client reads three values, not
+-- thousands (each a string or number it would allocate).
+--   g   the job is gone (done, cancelled or dead)
+--   b   still pending at score, but a run of it is claimed already by
+--       another owner (busy): do not run it now. The caller's own mark is
+--       no obstacle: a claim whose reply was lost (Redis died) is claimed
+--       again; the caller keeps track of its own runs in progress.
+--   c   still pending at score; the caller's revision is current
+--   r   still pending at score; here is the current record
+--   d   still pending at score, but deferred (the budget is spent): not
+--       marked, claim it again in another call
 -- The caller runs a job only when score is the due time it fired for;
 -- otherwise the job was rescheduled and is armed again at score. A job
 -- returned as pending is marked running until settle.lua (op "a", "r", "d"
@@ -53,7 +55,7 @@ local budget, used = tonumber(ARGV[1]), 0
 -- not read yet are deferred unread (or reported gone or busy, which needs
 -- no record).
 local readBytes, readCount = 0, 0
-local out = {}
+local st, sc, out = {}, {}, {'', ''}
 for _, pt in ipairs(parts) do
   local k, tok, first, n = pt[1], pt[2], pt[3], pt[4]
   if n > 0 then
@@ -83,31 +85,32 @@ for _, pt in ipairs(parts) do
       if score and j > loaded then
         -- Not read: the budget is spent. Busy, or claim it again in
         -- another call.
-        out[#out + 1] = score
+        sc[#sc + 1] = score
         if (marks[j] or tok) ~= tok then
-          out[#out + 1] = 0
+          st[#st + 1] = 'b'
         else
-          out[#out + 1] = 2
+          st[#st + 1] = 'd'
         end
       elseif not score or not rec then
-        out[#out + 1] = false
-        out[#out + 1] = false
+        sc[#sc + 1] = ''
+        st[#st + 1] = 'g'
       elseif (marks[j] or tok) ~= tok then
-        out[#out + 1] = score
-        out[#out + 1] = 0
+        sc[#sc + 1] = score
+        st[#st + 1] = 'b'
       elseif rev ~= '' and string.sub(rec, 2, 5) == rev then
         mark[#mark + 1] = keys[j]
         mark[#mark + 1] = tok
-        out[#out + 1] = score
-        out[#out + 1] = 1
+        sc[#sc + 1] = score
+        st[#st + 1] = 'c'
       elseif used > 0 and used + #rec > budget then
-        out[#out + 1] = score
-        out[#out + 1] = 2
+        sc[#sc + 1] = score
+        st[#st + 1] = 'd'
       else
         used = used + #rec
         mark[#mark + 1] = keys[j]
         mark[#mark + 1] = tok
-        out[#out + 1] = score
+        sc[#sc + 1] = score
+        st[#st + 1] = 'r'
         out[#out + 1] = rec
       end
     end
@@ -116,4 +119,6 @@ for _, pt in ipairs(parts) do
     end
   end
 end
+sc[#sc + 1] = ''
+out[1], out[2] = table.concat(st), table.concat(sc, ',')
 return out

@@ -1,6 +1,5 @@
 // Package persist is wheelq's Redis side: the key schema, the record
-// encoding, the Lua scripts and group commit. It knows nothing of the
-// wheel.
+// encoding and the Lua scripts. It knows nothing of the wheel.
 //
 // Every key of a partition carries the hash tag {ns:p}, so each script
 // touches one Redis Cluster slot, and every key a script touches is passed
@@ -9,6 +8,9 @@
 // a missing job is ErrNotFound, an undecodable record ErrCorrupt, a lost
 // lease ErrFenced.
 //
-// Stability: this package is importable, but its API serves wheelq and may
-// change in any minor release before v1.
+// It is internal: its API serves the engine and changes with it (the
+// scripts' wire format changed in the seventh session, say), and the
+// record encoding and key schema it implements are promised through the
+// root package, not through this API. The root re-exports what callers
+// need (errors, job states).
 package persist

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -190,7 +189,7 @@ func TestClaimCancelReschedule(t *testing.T) {
 		{Key: "c/2"},
 		{Key: "c/3", Rev: 1, HaveRev: true},
 		{Key: "c/1"},
-	})
+	}, nil)
 	require.NoError(t, err)
 	require.False(t, res[0].Gone)
 	require.Nil(t, res[0].Record, "the caller's revision is current")
@@ -213,7 +212,7 @@ func TestClaimCancelReschedule(t *testing.T) {
 	ch, err = b.store.Cancel(b.ctx, "c/1")
 	require.NoError(t, err)
 	require.Equal(t, Changed, ch, "the claim mark was cleared by settle")
-	_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "c/3"}})
+	_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: "c/3"}}, nil)
 	require.NoError(t, err)
 	ch, err = b.store.Cancel(b.ctx, "c/3")
 	require.NoError(t, err)
@@ -304,7 +303,7 @@ func TestCancelClearsClaimMark(t *testing.T) {
 	ownAndAnnounce(t, b, 1, 0)
 	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "t/a", Due: 5, Record: rec("x")}})
 	require.NoError(t, err)
-	res, err := b.store.Claim(b.ctx, []string{"O"}, []ClaimRequest{{Key: "t/a"}})
+	res, err := b.store.Claim(b.ctx, []string{"O"}, []ClaimRequest{{Key: "t/a"}}, nil)
 	require.NoError(t, err)
 	require.False(t, res[0].Gone)
 	ch, err := b.store.Cancel(b.ctx, "t/a")
@@ -358,208 +357,6 @@ func TestScriptsSurviveRestart(t *testing.T) {
 	require.Equal(t, []WriteResult{Stored}, res)
 }
 
-func TestBatcherGroupsCalls(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var sizes []int
-	release := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	b := NewBatcher(BatchConfig{MaxBatch: 64, InFlight: 1}, func(_ context.Context, reqs []int) ([]int, error) {
-		mu.Lock()
-		sizes = append(sizes, len(reqs))
-		mu.Unlock()
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-		out := make([]int, len(reqs))
-		for i, r := range reqs {
-			out[i] = r * 2
-		}
-		return out, nil
-	})
-	b.peak.Store(100) // as if callers had been many: none takes the lone path
-	var wg sync.WaitGroup
-	results := make([]int, 100)
-	for i := range 100 {
-		wg.Go(func() {
-			v, err := b.Do(context.Background(), i)
-			require.NoError(t, err)
-			results[i] = v
-		})
-	}
-	// The first batch is in flight; the rest queue up behind it.
-	<-entered
-	mu.Lock()
-	first := sizes[0]
-	mu.Unlock()
-	require.Eventually(t, func() bool { return len(b.in) == min(cap(b.in), 100-first) }, 10*time.Second, time.Millisecond)
-	close(release)
-	wg.Wait()
-	b.Close()
-	for i, v := range results {
-		require.Equal(t, 2*i, v, "every caller gets its own result")
-	}
-	total := 0
-	for _, n := range sizes {
-		require.LessOrEqual(t, n, 64)
-		total += n
-	}
-	require.Equal(t, 100, total)
-	require.Less(t, len(sizes), 100, "calls were grouped")
-	_, err := b.Do(context.Background(), 1)
-	require.ErrorIs(t, err, ErrClosed)
-}
-
-// TestBatcherLoneRequest: a request with none other outstanding is run
-// from the caller's goroutine under the caller's context (a value of it
-// reaches exec, and cancelling it ends the round trip); one that comes
-// while another is outstanding goes through a flusher, as does every
-// request while callers have lately been many.
-func TestBatcherLoneRequest(t *testing.T) {
-	t.Parallel()
-	type key struct{}
-	type seen struct {
-		reqs   []int
-		caller any
-	}
-	calls := make(chan seen, 10)
-	block := make(chan struct{})
-	b := NewBatcher(BatchConfig{InFlight: 1}, func(ctx context.Context, reqs []int) ([]int, error) {
-		calls <- seen{slices.Clone(reqs), ctx.Value(key{})}
-		switch reqs[0] {
-		case -1:
-			<-block
-		case -2: // only the caller's context ends it
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}
-		return reqs, nil
-	})
-	defer b.Close()
-	ctx := context.WithValue(context.Background(), key{}, "caller")
-
-	v, err := b.Do(ctx, 1)
-	require.NoError(t, err)
-	require.Equal(t, 1, v)
-	require.Equal(t, seen{[]int{1}, "caller"}, <-calls, "a lone request runs in the caller's context")
-
-	// While a lone request is in flight, the next goes to a flusher.
-	lone := make(chan error, 1)
-	go func() { _, err := b.Do(ctx, -1); lone <- err }()
-	require.Equal(t, seen{[]int{-1}, "caller"}, <-calls)
-	v, err = b.Do(ctx, 2)
-	require.NoError(t, err)
-	require.Equal(t, 2, v)
-	require.Equal(t, seen{[]int{2}, nil}, <-calls, "with another outstanding, a flusher runs it")
-	close(block)
-	require.NoError(t, <-lone)
-
-	// Cancelling the caller's context ends its lone round trip. (Two
-	// callers were outstanding just now; after a lull one is lone again.)
-	b.peak.Store(1)
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { _, err := b.Do(cctx, -2); done <- err }()
-	<-calls
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a cancelled lone request did not return")
-	}
-
-	// After many callers, requests go through the flushers until a lull.
-	b.peak.Store(32)
-	b.lastFlush.Store(time.Now().UnixNano())
-	v, err = b.Do(ctx, 3)
-	require.NoError(t, err)
-	require.Equal(t, 3, v)
-	require.Equal(t, seen{[]int{3}, nil}, <-calls)
-}
-
-func TestBatcherError(t *testing.T) {
-	t.Parallel()
-	boom := fmt.Errorf("boom")
-	b := NewBatcher(BatchConfig{}, func(context.Context, []int) ([]int, error) { return nil, boom })
-	defer b.Close()
-	_, err := b.Do(context.Background(), 1)
-	require.ErrorIs(t, err, boom)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err = b.Do(ctx, 1)
-	require.ErrorIs(t, err, context.Canceled)
-}
-
-func TestRetrierRetriesUntilSuccess(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	fails := 3
-	var got []int
-	var errs int
-	r := NewRetrier(BatchConfig{MaxBatch: 2}, func(_ context.Context, items []int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if fails > 0 {
-			fails--
-			return fmt.Errorf("down")
-		}
-		got = append(got, items...)
-		return nil
-	}, func(error, int) { errs++ })
-	require.NoError(t, r.Add(1, 2, 3))
-	require.NoError(t, r.Add(4))
-	require.NoError(t, r.Close(context.Background()))
-	require.Equal(t, []int{1, 2, 3, 4}, got, "nothing dropped, order kept")
-	require.Equal(t, 3, errs)
-	require.ErrorIs(t, r.Add(5), ErrClosed)
-}
-
-// TestRetrierLinger: an item that comes after a quiet spell is sent at
-// once; while items come faster than one per linger, they wait to go out
-// together; Close cuts the linger short.
-func TestRetrierLinger(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var batches [][]int
-	sent := make(chan struct{}, 10)
-	r := NewRetrier(BatchConfig{Linger: time.Hour}, func(_ context.Context, items []int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		batches = append(batches, slices.Clone(items))
-		sent <- struct{}{}
-		return nil
-	}, nil)
-	require.NoError(t, r.Add(1))
-	select {
-	case <-sent: // nothing was sent lately: no linger
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first item lingered")
-	}
-	require.NoError(t, r.Add(2))
-	time.Sleep(20 * time.Millisecond) // without a linger, 2 would be sent by now
-	require.NoError(t, r.Add(3))
-	mu.Lock()
-	require.Equal(t, [][]int{{1}}, batches, "2 is lingering")
-	mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, r.Close(ctx), "Close ends the linger")
-	require.Equal(t, [][]int{{1}, {2, 3}}, batches)
-}
-
-func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {
-	t.Parallel()
-	r := NewRetrier(BatchConfig{}, func(context.Context, []int) error { return fmt.Errorf("down") }, nil)
-	require.NoError(t, r.Add(1, 2))
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
-	require.Equal(t, 2, r.Pending(), "what could not be sent is still counted")
-}
-
 // TestPollAnnounceThenInbox: a job written by a non-owner at or before the
 // owner's announced loaded-until time lands in the inbox; one due later, or
 // written by the owner, does not.
@@ -607,7 +404,7 @@ func TestPollAnnounceThenInbox(t *testing.T) {
 
 	_, err = b.store.Poll(b.ctx, 0, "X", 30_000, time.Minute, false, 100)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = b.store.Claim(b.ctx, []string{"X"}, []ClaimRequest{{Key: "i/late"}})
+	_, err = b.store.Claim(b.ctx, []string{"X"}, []ClaimRequest{{Key: "i/late"}}, nil)
 	require.ErrorIs(t, err, ErrFenced)
 }
 
@@ -619,26 +416,26 @@ func TestClaimOfClaimedJobIsBusy(t *testing.T) {
 	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "A", time.Minute)
 	require.NoError(t, err)
 	require.True(t, held)
-	res, err := b.store.Claim(b.ctx, []string{"A"}, []ClaimRequest{{Key: "b/1"}})
+	res, err := b.store.Claim(b.ctx, []string{"A"}, []ClaimRequest{{Key: "b/1"}}, nil)
 	require.NoError(t, err)
 	require.False(t, res[0].Busy)
 	require.NotNil(t, res[0].Record)
-	res, err = b.store.Claim(b.ctx, []string{"A"}, []ClaimRequest{{Key: "b/1"}})
+	res, err = b.store.Claim(b.ctx, []string{"A"}, []ClaimRequest{{Key: "b/1"}}, nil)
 	require.NoError(t, err)
 	require.False(t, res[0].Busy, "the claimer's own mark: a claim whose reply was lost is claimed again")
-	_, err = b.store.Claim(b.ctx, []string{"B"}, []ClaimRequest{{Key: "b/1"}})
+	_, err = b.store.Claim(b.ctx, []string{"B"}, []ClaimRequest{{Key: "b/1"}}, nil)
 	require.ErrorIs(t, err, ErrFenced, "B does not hold the lease")
 	_, _, err = b.store.Lease(b.ctx, 0, LeaseRelease, "A", 0)
 	require.NoError(t, err)
 	held, _, err = b.store.Lease(b.ctx, 0, LeaseAcquire, "B", time.Minute)
 	require.NoError(t, err)
 	require.True(t, held)
-	res, err = b.store.Claim(b.ctx, []string{"B"}, []ClaimRequest{{Key: "b/1"}})
+	res, err = b.store.Claim(b.ctx, []string{"B"}, []ClaimRequest{{Key: "b/1"}}, nil)
 	require.NoError(t, err)
 	require.True(t, res[0].Busy, "a run claimed by the previous owner is not run again by the next")
 	_, err = b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Unclaim, Key: "b/1"}})
 	require.NoError(t, err)
-	res, err = b.store.Claim(b.ctx, []string{"B"}, []ClaimRequest{{Key: "b/1", Rev: 1, HaveRev: true}})
+	res, err = b.store.Claim(b.ctx, []string{"B"}, []ClaimRequest{{Key: "b/1", Rev: 1, HaveRev: true}}, nil)
 	require.NoError(t, err)
 	require.False(t, res[0].Busy)
 	require.Nil(t, res[0].Record, "cached revision current")
@@ -734,36 +531,6 @@ func testFreshWritesGrouped(t *testing.T, cluster bool) {
 	}
 }
 
-// TestBatcherShareWaitEnds: a flusher that waits for its share of a past
-// peak of callers still sends a lone request once the wait is over, and
-// one that comes after a lull is sent on its own.
-func TestBatcherShareWaitEnds(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var sizes []int
-	b := NewBatcher(BatchConfig{InFlight: 1}, func(_ context.Context, reqs []int) ([]int, error) {
-		mu.Lock()
-		sizes = append(sizes, len(reqs))
-		mu.Unlock()
-		return reqs, nil
-	})
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, lull := range []bool{false, true} {
-		b.peak.Store(64) // as if 64 callers had just been waiting
-		at := time.Now()
-		if lull {
-			at = at.Add(-time.Second)
-		}
-		b.lastFlush.Store(at.UnixNano())
-		v, err := b.Do(ctx, 7)
-		require.NoError(t, err, "lull %v", lull)
-		require.Equal(t, 7, v)
-	}
-	require.Equal(t, []int{1, 1}, sizes)
-}
-
 // TestWriteAfterScriptFlush: a batch that meets NOSCRIPT (Redis lost its
 // script cache) is sent again whole, and its plain writes' announcement
 // reads still hold: the non-owner's jobs inside the window reach the inbox.
@@ -815,7 +582,7 @@ func TestRepair(t *testing.T) {
 	k := b.store.Keys(0)
 	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "t/live", Due: 5, Record: rec("x")}})
 	require.NoError(t, err)
-	_, err = b.store.Claim(b.ctx, []string{"O"}, []ClaimRequest{{Key: "t/live"}})
+	_, err = b.store.Claim(b.ctx, []string{"O"}, []ClaimRequest{{Key: "t/live"}}, nil)
 	require.NoError(t, err)
 	for i := range 30 { // more than one step's worth
 		require.NoError(t, b.rdb.ZAdd(b.ctx, k.Pending, redis.Z{Score: 7, Member: fmt.Sprintf("t/ghost%02d", i)}).Err())
@@ -1050,7 +817,7 @@ func TestClaimAndSettleLargeBatch(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.store.Cancel(b.ctx, "l/7")
 	require.NoError(t, err)
-	res, err := b.store.Claim(b.ctx, nil, reqs)
+	res, err := b.store.Claim(b.ctx, nil, reqs, nil)
 	require.NoError(t, err)
 	require.Len(t, res, n)
 	os := make([]Outcome, 0, n)
@@ -1116,7 +883,7 @@ func TestClaimSettleAcrossPartitions(t *testing.T) {
 		held, _, err := b.store.Lease(b.ctx, 2, LeaseAcquire, "B", time.Minute)
 		require.NoError(t, err)
 		require.True(t, held)
-		_, err = b.store.Claim(b.ctx, tokens, reqs)
+		_, err = b.store.Claim(b.ctx, tokens, reqs, nil)
 		require.ErrorIs(t, err, ErrFenced, "cluster=%v", cluster)
 		if !cluster { // (in a cluster the other partitions' calls went through)
 			for p := range 4 {
@@ -1127,7 +894,7 @@ func TestClaimSettleAcrossPartitions(t *testing.T) {
 		}
 		tokens[2] = "B"
 
-		res, err := b.store.Claim(b.ctx, tokens, reqs)
+		res, err := b.store.Claim(b.ctx, tokens, reqs, nil)
 		require.NoError(t, err, "cluster=%v", cluster)
 		os := make([]Outcome, n)
 		for i, r := range res {
@@ -1237,7 +1004,7 @@ func everyState(t *testing.T, b *bundle, topic string, tokens []string) []string
 	applied, err := b.store.Settle(b.ctx, nil, 1, []Outcome{{Op: Dead, Key: keys[0], Rev: 1, Record: rec("p")}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, applied)
-	_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: keys[1]}})
+	_, err = b.store.Claim(b.ctx, nil, []ClaimRequest{{Key: keys[1]}}, nil)
 	require.NoError(t, err)
 	return keys
 }

@@ -1,19 +1,25 @@
-package persist
+// Package batch is group commit, with nothing of Redis in it: a Batcher
+// sends concurrent callers' requests in shared round trips and hands each
+// its result; a Retrier queues items without waiting and sends them in
+// batches, retrying a failed batch until it succeeds or is abandoned. The
+// store's calls are its round trips.
+package batch
 
 import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // ErrClosed is returned by a Batcher or Retrier that has been closed.
-var ErrClosed = errors.New("persist: closed")
+var ErrClosed = errors.New("wheelq: closed")
 
-// BatchConfig configures group commit. A zero field means its default.
-type BatchConfig struct {
+// Config configures group commit. A zero field means its default.
+type Config struct {
 	// MaxBatch is the most requests sent in one round trip. Default 256.
 	MaxBatch int
 	// Linger is how long a batch waits for more requests once the first
@@ -27,9 +33,14 @@ type BatchConfig struct {
 	InFlight int
 	// Timeout bounds one round trip. Default 5s.
 	Timeout time.Duration
+	// CallContext, if set, gives a Retrier the context of each round trip
+	// (one at a time) instead of context.WithTimeout(Timeout), and end is
+	// called once the round trip returned: the queue hands it a context
+	// reused from call to call, which costs no timer and no allocation.
+	CallContext func() (ctx context.Context, end func())
 }
 
-func (c *BatchConfig) fill() {
+func (c *Config) fill() {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 256
 	}
@@ -64,12 +75,13 @@ type call[T, R any] struct {
 
 // Batcher gathers concurrent requests into batches and runs each batch with
 // one call of exec (one Redis round trip), handing every caller its own
-// result. It owns InFlight flushing goroutines, each of which takes a
-// request, adds what else is queued, and runs the batch; Close stops them.
+// result. It owns InFlight flushing goroutines, started by the first
+// request that needs them, each of which takes a request, adds what else
+// is queued, and runs the batch; Close stops them.
 // While every flusher is busy, requests queue up, so batches grow with the
 // load on their own. A lone request skips the flushers (see Do).
 type Batcher[T, R any] struct {
-	cfg  BatchConfig
+	cfg  Config
 	exec func(ctx context.Context, reqs []T) ([]R, error)
 	in   chan *call[T, R]
 	pool sync.Pool
@@ -77,6 +89,7 @@ type Batcher[T, R any] struct {
 	mu     sync.RWMutex // guards closed against sends on in
 	closed bool
 	wg     sync.WaitGroup
+	start  sync.Once // starts the flushers
 
 	// outstanding counts the requests not yet answered; peak is about the
 	// most of them there recently were at once (it decays with each batch,
@@ -85,10 +98,11 @@ type Batcher[T, R any] struct {
 	lastFlush         atomic.Int64 // unix ns
 }
 
-// NewBatcher starts a batcher. exec must return one result per request, or
+// NewBatcher returns a batcher; it starts no goroutine until a request
+// needs one. exec must return one result per request, or
 // an error that every request of the batch then gets; it must not keep the
 // slice of requests it is given (the batcher reuses it).
-func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs []T) ([]R, error)) *Batcher[T, R] {
+func NewBatcher[T, R any](cfg Config, exec func(ctx context.Context, reqs []T) ([]R, error)) *Batcher[T, R] {
 	cfg.fill()
 	b := &Batcher[T, R]{
 		cfg:  cfg,
@@ -96,10 +110,17 @@ func NewBatcher[T, R any](cfg BatchConfig, exec func(ctx context.Context, reqs [
 		in:   make(chan *call[T, R], cfg.MaxBatch*cfg.InFlight),
 	}
 	b.pool.New = func() any { return &call[T, R]{done: make(chan struct{}, 1)} }
-	for range cfg.InFlight {
-		b.wg.Go(b.flusher)
-	}
 	return b
+}
+
+// startFlushers starts the flushers, once. The caller holds mu (read), so
+// Close cannot have begun.
+func (b *Batcher[T, R]) startFlushers() {
+	b.start.Do(func() {
+		for range b.cfg.InFlight {
+			b.wg.Go(b.flusher)
+		}
+	})
 }
 
 // Do submits req and waits for its result. If ctx ends first, Do returns
@@ -125,6 +146,7 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 		defer b.outstanding.Add(-1)
 		return b.direct(ctx, req)
 	}
+	b.startFlushers()
 	c := b.pool.Get().(*call[T, R])
 	c.req = req
 	if n := b.outstanding.Add(1); n > b.peak.Load() {
@@ -287,9 +309,9 @@ func (b *Batcher[T, R]) Close() {
 // Retrier is asynchronous group commit for work that must not be lost:
 // items are queued without waiting, sent in batches, and a batch that fails
 // is retried with backoff until it succeeds or the retrier is closed. It
-// owns one goroutine.
+// owns one goroutine, started by the first Add.
 type Retrier[T any] struct {
-	cfg     BatchConfig
+	cfg     Config
 	exec    func(ctx context.Context, items []T) error
 	onError func(err error, pending int)
 
@@ -301,21 +323,22 @@ type Retrier[T any] struct {
 	stop     chan struct{} // closed to abandon retries
 	stopOnce sync.Once
 	done     chan struct{}
-	sending  int // items in the batch being sent
+	sending  int  // items in the batch being sent
+	started  bool // the goroutine was started (by the first Add); guarded by mu
 }
 
-// reuseQueue is the most items a Retrier moves to the front of its queue
-// after taking a batch; with more it drops the head instead.
-const reuseQueue = 1024
+// reuseQueue bounds, in batches, the array a Retrier keeps for its queue
+// once sent: a larger one (a burst's) is let go.
+const reuseQueue = 16
 
-// NewRetrier starts a retrier. onError (optional) is told of each failed
-// attempt and how many items wait. exec must not keep the slice of items
-// it is given (the retrier reuses it).
-func NewRetrier[T any](cfg BatchConfig, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
+// NewRetrier returns a retrier; its goroutine starts with the first Add.
+// onError (optional) is told of each failed attempt and how many items
+// wait. exec must not keep the slice of items it is given (the retrier
+// reuses it).
+func NewRetrier[T any](cfg Config, exec func(ctx context.Context, items []T) error, onError func(err error, pending int)) *Retrier[T] {
 	cfg.fill()
 	r := &Retrier[T]{cfg: cfg, exec: exec, onError: onError,
 		kick: make(chan struct{}, 1), closeCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	go r.loop()
 	return r
 }
 
@@ -328,6 +351,10 @@ func (r *Retrier[T]) Add(items ...T) error {
 		return ErrClosed
 	}
 	r.queue = append(r.queue, items...)
+	if !r.started {
+		r.started = true
+		go r.loop()
+	}
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -350,7 +377,7 @@ func (r *Retrier[T]) loop() {
 	linger.Stop()
 	defer linger.Stop()
 	var lastSend time.Time
-	var buf []T // the batch's array, reused: exec must not keep it
+	var spare []T // the array of the queue taken before, reused: exec must not keep it
 	for {
 		r.mu.Lock()
 		for len(r.queue) == 0 {
@@ -384,49 +411,57 @@ func (r *Retrier[T]) loop() {
 			r.mu.Lock()
 		}
 		lastSend = time.Now()
-		n := min(len(r.queue), r.cfg.MaxBatch)
-		batch := append(buf[:0], r.queue[:n]...)
-		if rest := len(r.queue) - n; rest <= reuseQueue {
-			// Move the few left to the front: the array is reused.
-			copy(r.queue, r.queue[n:])
-			clear(r.queue[rest:])
-			r.queue = r.queue[:rest]
+		// Take the whole queue and give Add the array of the one before:
+		// nothing queued is copied, however long a burst's queue grows.
+		taken := r.queue
+		r.queue = spare[:0]
+		r.sending = len(taken)
+		r.mu.Unlock()
+		for off := 0; off < len(taken); {
+			batch := taken[off:min(off+r.cfg.MaxBatch, len(taken))]
+			for {
+				ctx, cancel := r.callContext()
+				err := r.exec(ctx, batch)
+				cancel()
+				if err == nil {
+					backoff = 10 * time.Millisecond
+					break
+				}
+				if r.onError != nil {
+					r.onError(err, r.Pending())
+				}
+				select {
+				case <-time.After(backoff):
+				case <-r.stop:
+					r.mu.Lock()
+					r.queue = append(slices.Clone(taken[off:]), r.queue...)
+					r.sending = 0
+					r.mu.Unlock()
+					return
+				}
+				backoff = min(2*backoff, 2*time.Second)
+			}
+			off += len(batch)
+			r.mu.Lock()
+			r.sending = len(taken) - off
+			r.mu.Unlock()
+		}
+		clear(taken)
+		if cap(taken) <= reuseQueue*r.cfg.MaxBatch {
+			spare = taken[:0] // reused; a burst's huge array is let go
 		} else {
-			// A long queue (a burst) is not moved batch by batch.
-			clear(r.queue[:n])
-			r.queue = r.queue[n:]
+			spare = nil
 		}
-		r.sending = n
-		r.mu.Unlock()
-
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
-			err := r.exec(ctx, batch)
-			cancel()
-			if err == nil {
-				backoff = 10 * time.Millisecond
-				break
-			}
-			if r.onError != nil {
-				r.onError(err, r.Pending())
-			}
-			select {
-			case <-time.After(backoff):
-			case <-r.stop:
-				r.mu.Lock()
-				r.queue = append(batch, r.queue...)
-				r.sending = 0
-				r.mu.Unlock()
-				return
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
-		clear(batch)
-		buf = batch[:0]
-		r.mu.Lock()
-		r.sending = 0
-		r.mu.Unlock()
 	}
+}
+
+// callContext returns the context of a round trip, and what ends it.
+func (r *Retrier[T]) callContext() (context.Context, func()) {
+	if r.cfg.CallContext != nil {
+		return r.cfg.CallContext()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	return ctx, cancel
 }
 
 // Close stops taking items and waits until the queued ones are sent or ctx
@@ -438,7 +473,11 @@ func (r *Retrier[T]) Close(ctx context.Context) error {
 		r.closing = true
 		close(r.closeCh)
 	}
+	started := r.started
 	r.mu.Unlock()
+	if !started {
+		return nil // nothing was ever queued
+	}
 	select {
 	case r.kick <- struct{}{}:
 	default:

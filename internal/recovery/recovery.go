@@ -29,7 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/wheelq/wheelq/persist"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
 

@@ -288,7 +288,27 @@ type calls struct {
 	count   []int    // by partition: its items
 	part    []int    // by item: its partition
 	where   []int    // by item: its index in its call's reply
+	order   []int    // scratch: items by call, then by index in it (see inOrder)
+	base    []int    // scratch: by call, where its items begin in order
 	per     int
+}
+
+// inOrder returns the items of the n laid out by call, each call's in the
+// order of its reply: c.order[c.base[ci]:c.base[ci+1]] are call ci's.
+func (c *calls) inOrder(n int) []int {
+	c.base = resize(c.base, len(c.args)+1)
+	clear(c.base)
+	for i := range n {
+		c.base[c.call[c.part[i]]+1]++
+	}
+	for ci := range len(c.args) {
+		c.base[ci+1] += c.base[ci]
+	}
+	c.order = resize(c.order, n)
+	for i := range n {
+		c.order[c.base[c.call[c.part[i]]]+c.where[i]] = i
+	}
+	return c.order
 }
 
 // layoutCalls lays out the calls of a batch of n items whose keys key
@@ -831,7 +851,9 @@ const MaxClaimBytes = 4 << 20
 // Claim checks in one round trip that fired jobs are still pending, and
 // returns the records the caller lacks. tokens are as for Settle: a
 // partition whose lease the caller lost fails the claim with ErrFenced.
-func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest) ([]ClaimResult, error) {
+// The results are the i-th request's at i, in out's array when it has
+// room (a caller claiming batch after batch reuses it).
+func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest, out []ClaimResult) ([]ClaimResult, error) {
 	c := s.layoutCalls(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 2, s.maxClaimBytes)
 	defer s.release(c) // once the replies are read
 	for i, r := range reqs {
@@ -846,32 +868,78 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ClaimResult, len(reqs))
-	for i := range reqs {
-		reply, w := c.reply(replies, i)
+	// Each call's reply: the jobs' status bytes, their scores, then the
+	// records returned (see claim.lua). Its items come in order.
+	out = slices.Grow(out[:0], len(reqs))[:len(reqs)]
+	clear(out)
+	order := c.inOrder(len(reqs))
+	for ci, reply := range replies {
 		arr, _ := reply.([]any)
-		at := 2 * w // two entries per job
-		if at+1 >= len(arr) {
+		if len(arr) < 2 {
 			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
 		}
-		if arr[at] == nil { // false: gone
-			out[i].Gone = true
-			continue
+		st, _ := arr[0].(string)
+		scores, _ := arr[1].(string)
+		recs := arr[2:]
+		// The items of call ci, in the order of its reply.
+		items := order[c.base[ci]:c.base[ci+1]]
+		if len(st) != len(items) {
+			return nil, fmt.Errorf("%w: claim reply of %d jobs for %d", ErrCorrupt, len(st), len(items))
 		}
-		due, err := scoreOf(arr[at])
-		if err != nil {
-			return nil, err
-		}
-		out[i].Due = due
-		switch v := arr[at+1].(type) {
-		case string:
-			out[i].Record = []byte(v)
-		case int64:
-			out[i].Busy = v == 0
-			out[i].Deferred = v == 2
+		nrec := 0
+		for w, i := range items {
+			w++
+			score, rest, ok := strings.Cut(scores, ",")
+			if !ok {
+				return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
+			}
+			scores = rest
+			if st[w-1] == 'g' {
+				out[i].Gone = true
+				continue
+			}
+			due, err := parseScore(score)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Due = due
+			switch st[w-1] {
+			case 'b':
+				out[i].Busy = true
+			case 'd':
+				out[i].Deferred = true
+			case 'r':
+				if nrec >= len(recs) {
+					return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
+				}
+				rec, _ := recs[nrec].(string)
+				out[i].Record = []byte(rec)
+				nrec++
+			case 'c':
+			default:
+				return nil, fmt.Errorf("%w: claim status %q", ErrCorrupt, st[w-1])
+			}
 		}
 	}
 	return out, nil
+}
+
+// parseScore reads a score as ZMSCORE writes it: a due time in unix µs is
+// a whole number of at most 16 digits, read without allocating; anything
+// else goes through strconv.
+func parseScore(s string) (int64, error) {
+	if n := len(s); n > 0 && n <= 16 {
+		var v int64
+		for i := 0; i < n; i++ {
+			d := s[i] - '0'
+			if d > 9 {
+				return scoreOf(s)
+			}
+			v = v*10 + int64(d)
+		}
+		return v, nil
+	}
+	return scoreOf(s)
 }
 
 // Change is what Cancel or Reschedule did.

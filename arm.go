@@ -1,0 +1,74 @@
+package wheelq
+
+// Arming: the only door into the wheel for jobs (arm, armAt, the
+// recoverer's Arm) and the only door out of it (onFire). A job is armed
+// ClaimLead before its due time (earlier in a burst: burst.go). A claimed
+// job waits for its time in the start gate's own wheel (see gate.go).
+
+import (
+	"bytes"
+	"errors"
+	"time"
+
+	"github.com/wheelq/wheelq/internal/crashpoint"
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// arm puts a job in the wheel if this process owns its partition and the
+// job is due within what the poller has announced; otherwise the poller
+// (or the owner) will.
+func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
+	p := q.store.PartitionOf(key)
+	if dueUs > q.recov.LoadedUntil(p) {
+		return
+	}
+	if rec != nil {
+		c := *rec
+		c.Payload = bytes.Clone(rec.Payload)
+		q.cache.Add(key, &c)
+	}
+	now, wall := wheel.Readings(q.clock)
+	q.armAt(key, dueUs, now, wall)
+}
+
+// armAt puts key in the wheel ClaimLead before its due time, so that the
+// claim's round trip is done by then (see starter), and earlier if many
+// jobs are due with it (see burstLeads). The due time is a wall
+// reading (stored, shared across hosts); the wheel runs on the monotonic
+// clock, so it is converted with the clock's readings now and wall, taken
+// at the moment of arming: a later step of the wall clock does not move the
+// entry (the claim and the start gate check the wall clock again).
+func (q *Queue) armAt(key string, dueUs int64, now, wall time.Time) {
+	lead := q.cfg.ClaimLead
+	if !q.cfg.RunWhileRedisDown { // which starts a job by the time it fired at (claimBatch)
+		lead += q.bursts.lead(dueUs)
+	}
+	at := wheel.AtWall(now, wall, time.UnixMicro(dueUs)).Add(-lead)
+	if _, err := q.sched.Add(key, at); err != nil && !errors.Is(err, wheel.ErrStopped) {
+		q.log.Error("wheelq: arm", "key", key, "err", err)
+	}
+}
+
+func (s *sink) Arm(es []persist.Entry) {
+	q := (*Queue)(s)
+	now, wall := wheel.Readings(q.clock)
+	for _, e := range es {
+		if q.crashAt(crashpoint.MidReload, e.Key) {
+			return
+		}
+		// A score before the epoch (stored by an older version) is
+		// past: armed at the epoch, it runs at once.
+		q.armAt(e.Key, max(e.Due, 0), now, wall)
+	}
+}
+
+// onFire is the wheel's callback: it only queues, never blocks.
+func (q *Queue) onFire(batch []wheel.Fired) {
+	q.claims.mu.Lock()
+	for _, f := range batch {
+		q.claims.fired = append(q.claims.fired, firedJob{key: f.ID, due: f.Due.Add(q.cfg.ClaimLead)})
+	}
+	q.claims.mu.Unlock()
+	wake(q.claims.sig)
+}

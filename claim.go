@@ -1,0 +1,370 @@
+package wheelq
+
+// Claiming: fired jobs are claimed in Redis in batches by two claimers
+// (dispatch), and the claimed ones are handed to the start gate in the
+// order their batches were taken (awaitTurn, passTurn).
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// claimStage is what the claimers share: the fired jobs waiting to be
+// claimed, and the turn in which claimed batches are handed to the gate.
+type claimStage struct {
+	mu    sync.Mutex
+	fired []firedJob    // guarded by mu
+	seq   uint64        // guarded by mu: the turn of the next batch taken off fired
+	sig   chan struct{} // a job fired (or a batch is left for the other claimer)
+
+	// The claimers' batches may be in flight at once, and a later one's
+	// claim may come back first; their tasks are held in turn, in the
+	// order the batches were taken, so that overdue jobs start oldest
+	// first. heldSeq is the turn whose tasks may be held now.
+	turnMu  sync.Mutex
+	turn    *sync.Cond // on turnMu
+	heldSeq uint64     // guarded by turnMu
+}
+
+// claimers is the number of goroutines that claim fired jobs.
+const claimers = 2
+
+// maxClaim is the most fired jobs claimed in one round trip.
+const maxClaim = 1024
+
+// maxClaimLinger bounds how long fired jobs wait to be claimed with others
+// (see claimLinger).
+const maxClaimLinger = time.Millisecond
+
+// busyRecheck is how soon a job found already claimed is looked at again.
+const busyRecheck = 250 * time.Millisecond
+
+type firedJob struct {
+	key string
+	due time.Time
+}
+
+// task is a claimed job on its way to its run: one allocation per job,
+// which holds the Job its handler gets and the handler's context too.
+type task struct {
+	key      string
+	rec      *persist.Record
+	epoch    uint64 // the partition's lease epoch before the claim was sent
+	part     int32  // the job's partition
+	verified bool   // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
+	// job is what the handler gets; before the run only job.Due is set:
+	// the stored due time, a wall-clock reading.
+	job Job
+	ctx runCtx // the run's context (see runctx.go)
+}
+
+// newTask returns the task of a claimed job.
+func newTask(key string, rec *persist.Record, due time.Time, part int, epoch uint64, verified bool) *task {
+	return &task{key: key, rec: rec, epoch: epoch, part: int32(part), verified: verified, job: Job{Due: due}}
+}
+
+// claimBufs are a dispatcher's slices for claiming a batch, reused from
+// batch to batch (at most maxClaim long) so that a claim leaves little
+// garbage. Nothing of them is kept after claimBatch returns.
+type claimBufs struct {
+	batch, owned []firedJob
+	tasks        []*task
+	reqs         []persist.ClaimRequest
+	results      []persist.ClaimResult
+	cached       []*persist.Record
+	epochs       []uint64
+}
+
+// reset empties the slices for the next batch, dropping what they point to.
+func (b *claimBufs) reset() {
+	clear(b.batch)
+	clear(b.owned)
+	clear(b.reqs)
+	clear(b.cached)
+	clear(b.tasks)
+	b.tasks = b.tasks[:0]
+	clear(b.results)
+	b.results = b.results[:0]
+	b.batch, b.owned, b.reqs, b.cached, b.epochs = b.batch[:0], b.owned[:0], b.reqs[:0], b.cached[:0], b.epochs[:0]
+}
+
+// dispatch claims fired jobs in Redis and hands them to the workers.
+func (q *Queue) dispatch(slot *runSlot) {
+	var bufs claimBufs
+	var retry []firedJob
+	backoff := 10 * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	for {
+		select {
+		case <-q.claims.sig:
+			if d := q.claimLinger(); d > 0 {
+				linger.Reset(d)
+				select {
+				case <-linger.C:
+				case <-q.stopDispatch:
+					return
+				}
+			}
+		case <-timer.C:
+		case <-q.stopDispatch:
+			return
+		}
+		for {
+			q.claims.mu.Lock()
+			n := min(len(q.claims.fired), maxClaim-len(retry))
+			batch := append(append(bufs.batch[:0], retry...), q.claims.fired[:n]...)
+			all := q.claims.fired
+			clear(all[:n])
+			q.claims.fired = all[n:]
+			if len(q.claims.fired) == 0 {
+				q.claims.fired = nil // let a large backlog's array go
+				if cap(all) <= maxClaim {
+					q.claims.fired = all[:0] // a small one is reused
+				}
+			}
+			more := len(q.claims.fired) > 0
+			var seq uint64
+			if len(batch) > 0 {
+				seq = q.claims.seq
+				q.claims.seq++
+			}
+			q.claims.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if more {
+				wake(q.claims.sig) // the other claimer takes the next batch
+			}
+			bufs.batch = batch
+			retry = q.claimBatch(batch, &bufs, seq, slot)
+			bufs.reset()
+			if len(retry) > 0 {
+				timer.Reset(backoff)
+				backoff = min(2*backoff, time.Second)
+				break
+			}
+			backoff = 10 * time.Millisecond
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// claimLinger returns how long the dispatcher may wait for more fired jobs
+// before it claims the queued ones: up to maxClaimLinger, while the earliest
+// queued job is still more than half the claim lead away from its due time.
+// Small claim batches cost a round trip each and a kilobyte of garbage per
+// job, and the collections of that garbage delay jobs that are starting.
+func (q *Queue) claimLinger() time.Duration {
+	q.claims.mu.Lock()
+	if len(q.claims.fired) == 0 || len(q.claims.fired) >= maxClaim/4 {
+		q.claims.mu.Unlock()
+		return 0
+	}
+	first := q.claims.fired[0].due
+	q.claims.mu.Unlock()
+	d := min(maxClaimLinger, first.Sub(q.clock.Now())-q.cfg.ClaimLead/2)
+	if d < 50*time.Microsecond {
+		return 0
+	}
+	return d
+}
+
+// claimBatch claims a batch of fired jobs and holds the claimed ones until
+// their due time, in the batch's turn seq (see turn). It returns the jobs
+// to claim again later (Redis errors), in a slice of their own. It keeps
+// its slices in bufs, the dispatcher's, which resets them after.
+func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runSlot) (retry []firedJob) {
+	toHold := bufs.tasks[:0]
+	defer func() { // on every return: the next batch waits for this one
+		q.awaitTurn(seq)
+		now, wall := wheel.Readings(q.clock)
+		for _, t := range toHold {
+			q.hold(t, now, wall)
+		}
+		q.passTurn()
+		bufs.tasks = toHold
+	}()
+	owned := bufs.owned[:0]
+	var busy []firedJob
+	q.inflight.mu.Lock()
+	for _, f := range batch {
+		if q.recov.LoadedUntil(q.store.PartitionOf(f.key)) == recovery.NotOwned {
+			continue
+		}
+		if _, running := q.inflight.keys[f.key]; running {
+			busy = append(busy, f)
+			continue
+		}
+		q.inflight.keys[f.key] = struct{}{}
+		owned = append(owned, f)
+	}
+	q.inflight.mu.Unlock()
+	bufs.owned = owned
+	_, wall := wheel.Readings(q.clock)
+	recheckUs := wall.Add(busyRecheck).UnixMicro()
+	for _, f := range busy {
+		// Armed again while a run of it is in progress here: look again
+		// once that run has settled.
+		q.stats.skipped.Add(1)
+		q.arm(f.key, recheckUs, nil)
+	}
+	if len(owned) == 0 {
+		return nil
+	}
+	notRun := func(key string) {
+		q.inflight.remove(key)
+	}
+	reqs := slices.Grow(bufs.reqs[:0], len(owned))[:len(owned)]
+	cached := slices.Grow(bufs.cached[:0], len(owned))[:len(owned)]
+	bufs.reqs, bufs.cached = reqs, cached
+	for i, f := range owned {
+		reqs[i].Key = f.key
+		if rec, ok := q.cache.Peek(f.key); ok {
+			cached[i] = rec
+			reqs[i].Rev, reqs[i].HaveRev = rec.Rev, true
+		}
+	}
+	// The lease epochs before the claim is sent: a task starts only in the
+	// epoch its claim was made in (see mayStart).
+	epochs := bufs.epochs[:0]
+	for _, f := range owned {
+		epochs = append(epochs, q.recov.Epoch(q.store.PartitionOf(f.key)))
+	}
+	bufs.epochs = epochs
+	ctx, end := slot.call()
+	res, err := q.store.Claim(ctx, q.fence, reqs, bufs.results)
+	end()
+	if err == nil {
+		bufs.results = res
+	}
+	if errors.Is(err, persist.ErrFenced) {
+		// A partition was lost; the recoverer will release it, and its jobs
+		// are dropped above on the next try.
+		for _, f := range owned {
+			notRun(f.key)
+		}
+		return slices.Clone(owned)
+	}
+	if err != nil {
+		q.stats.redisErrors.Add(1)
+		if !q.cfg.RunWhileRedisDown {
+			// No start without a confirmed claim: claim them again later.
+			q.log.Warn("wheelq: claim failed; claiming again", "err", err, "jobs", len(owned))
+			for _, f := range owned {
+				notRun(f.key)
+			}
+			return slices.Clone(owned)
+		}
+		q.log.Warn("wheelq: claim failed; running cached jobs unverified (RunWhileRedisDown)", "err", err, "jobs", len(owned))
+		now, wall := wheel.Readings(q.clock)
+		for i, f := range owned {
+			if cached[i] == nil {
+				notRun(f.key)
+				retry = append(retry, f)
+				continue
+			}
+			p := q.store.PartitionOf(f.key)
+			due := wall.Add(f.due.Sub(now)) // f.due is on the wheel's timeline
+			toHold = append(toHold, newTask(f.key, cached[i], due, p, epochs[i], false))
+		}
+		return retry
+	}
+	_, wall = wheel.Readings(q.clock)
+	// A job whose stored due time is more than its claim lead away (the
+	// lead of a job in a burst is longer: burstLeads.most) is not due: it
+	// was rescheduled since it was armed, or the wall clock stepped back
+	// since. It is armed again at its stored time. One due sooner is held
+	// until then.
+	notDueUs := wall.Add(q.cfg.ClaimLead).UnixMicro()
+	var unclaim []persist.Outcome
+	var deferred []firedJob
+	for i, f := range owned {
+		r := res[i]
+		if r.Gone || r.Busy || r.Deferred {
+			notRun(f.key)
+		}
+		if r.Deferred {
+			// Past the claim's byte budget: claimed in a call of its own.
+			deferred = append(deferred, f)
+			continue
+		}
+		if r.Gone {
+			q.stats.skipped.Add(1)
+			q.cache.Remove(f.key)
+			continue
+		}
+		if r.Busy {
+			// Claimed already: armed twice (by Schedule and by a scan), or
+			// rescheduled while running. Look again shortly: by then the
+			// run has settled, and the job is gone or due anew.
+			q.stats.skipped.Add(1)
+			q.arm(f.key, max(r.Due, recheckUs), nil)
+			continue
+		}
+		if r.Due > notDueUs && (q.cfg.RunWhileRedisDown || r.Due > notDueUs+q.bursts.most(r.Due).Microseconds()) {
+			unclaim = append(unclaim, persist.Outcome{Op: persist.Unclaim, Key: f.key})
+			q.arm(f.key, r.Due, nil)
+			continue
+		}
+		rec := cached[i]
+		if r.Record != nil {
+			dec, err := persist.DecodeRecord(r.Record)
+			if err != nil {
+				q.deadLetterCorrupt(f.key, r.Record, err) // leaves inflight once stored
+				continue
+			}
+			dec.Topic, dec.ID, _ = persist.SplitJobKey(f.key)
+			rec = &dec
+			q.cache.Add(f.key, rec)
+		}
+		p := q.store.PartitionOf(f.key)
+		toHold = append(toHold, newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true))
+	}
+	if len(unclaim) > 0 {
+		_ = q.settles.Add(unclaim...)
+	}
+	if len(deferred) > 0 {
+		q.refire(deferred)
+	}
+	return nil
+}
+
+// refire puts fired jobs back at the front of the fired queue, to be
+// claimed at once (they are older than the jobs queued behind them).
+func (q *Queue) refire(fs []firedJob) {
+	q.claims.mu.Lock()
+	q.claims.fired = append(slices.Clone(fs), q.claims.fired...)
+	q.claims.mu.Unlock()
+	wake(q.claims.sig)
+}
+
+// awaitTurn waits until the tasks of the batch taken in turn seq may be
+// held: those of every batch taken before it are.
+func (q *Queue) awaitTurn(seq uint64) {
+	q.claims.turnMu.Lock()
+	for q.claims.heldSeq != seq {
+		q.claims.turn.Wait()
+	}
+	q.claims.turnMu.Unlock()
+}
+
+// passTurn lets the next batch's tasks be held.
+func (q *Queue) passTurn() {
+	q.claims.turnMu.Lock()
+	q.claims.heldSeq++
+	q.claims.turnMu.Unlock()
+	q.claims.turn.Broadcast()
+}

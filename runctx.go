@@ -1,0 +1,331 @@
+package wheelq
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The context a handler gets is a runCtx: the deadline of HandlerTimeout,
+// cancelled at that deadline, when the run ends, or when Shutdown stops
+// the handlers hard. It costs no allocation and no runtime timer per run:
+// it lives in the run's task, its state in the worker's runSlot (reused
+// from run to run), and one watchdog goroutine per queue ends the runs
+// whose deadline has passed. context.WithCancel, WithTimeout and AfterFunc
+// on it start no goroutine (it has the AfterFunc method the context
+// package looks for). context.Cause of it is its Err, as it was of the
+// context.WithTimeout it replaces (no cause was ever given).
+
+// runCtx is the context of one run: the slot of the worker that runs it
+// and the run's deadline, in nanoseconds after slot.owner.base, which also
+// tells the slot's runs apart (it grows from run to run). Once the slot
+// has moved on to a later run, the context is done with context.Canceled.
+type runCtx struct {
+	slot *runSlot
+	gen  int64
+}
+
+// runSlot is one worker's state for the context of the run it is in.
+type runSlot struct {
+	owner *runCtxs
+
+	mu      sync.Mutex
+	gen     int64         // guarded by mu: the latest run begun (its deadline)
+	active  bool          // guarded by mu: that run has not ended
+	done    chan struct{} // guarded by mu: made on the first Done of the run
+	err     error         // guarded by mu: why the run's context ended (nil: it has not)
+	fns     []slotFunc    // guarded by mu: AfterFunc callbacks of the run, not yet called
+	nextFn  uint64        // guarded by mu: numbers AfterFunc callbacks
+	cur     runCtx        // the context of the round trip in the slot (see call)
+	watched bool          // call started the watchdog (one goroutine uses a slot)
+	endFn   func()        // s.endCall, bound once
+
+	// dl is the active run's deadline (nanoseconds after owner.base), 0
+	// between runs: the watchdog reads it without the lock.
+	dl atomic.Int64
+}
+
+type slotFunc struct {
+	id uint64
+	f  func()
+}
+
+// runCtxs are the slots of a queue's workers and the watchdog that ends
+// the runs whose deadline passed. The same serves the engine's own round
+// trips to Redis (claims, outcomes), with reuse set: their context ends
+// only at its deadline, not when the call returns (nothing keeps it), so
+// that the Done channel go-redis asks for is made once, not per call.
+type runCtxs struct {
+	timeout time.Duration
+	reuse   bool
+	base    time.Time     // deadlines are kept as nanoseconds after it (monotonic)
+	closed  chan struct{} // closed at creation: the Done of every ended run
+	slots   []runSlot
+
+	hard atomic.Bool   // every run's context ends at once: a hard shutdown
+	idle atomic.Bool   // the watchdog waits on wake, with no deadline to watch
+	wake chan struct{} // a run began while the watchdog was idle
+
+	mu       sync.Mutex // guards started and stopping
+	started  bool
+	stopping bool
+	stop     chan struct{}
+	stopped  chan struct{}
+}
+
+func newRunCtxs(workers int, timeout time.Duration, reuse bool) *runCtxs {
+	r := &runCtxs{
+		timeout: timeout, reuse: reuse, base: time.Now(), closed: make(chan struct{}),
+		slots: make([]runSlot, workers), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	close(r.closed)
+	for i := range r.slots {
+		r.slots[i].owner = r
+		r.slots[i].endFn = r.slots[i].endCall
+	}
+	return r
+}
+
+// begin starts a run in slot s and returns its context.
+func (s *runSlot) begin() runCtx {
+	r := s.owner
+	dl := int64(time.Since(r.base) + r.timeout)
+	s.mu.Lock()
+	s.gen = max(dl, s.gen+1)
+	dl = s.gen
+	if !r.reuse || s.err != nil {
+		s.done = nil // a done channel not closed is kept (reuse)
+	}
+	s.active, s.err = true, nil
+	if r.hard.Load() {
+		s.err = context.Canceled
+	}
+	c := runCtx{slot: s, gen: dl}
+	s.mu.Unlock()
+	s.dl.Store(dl)
+	if r.idle.Load() && r.idle.CompareAndSwap(true, false) {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	return c
+}
+
+// finish ends the run of generation gen: its context is cancelled.
+func (s *runSlot) finish(gen int64) {
+	s.dl.Store(0)
+	if !s.owner.reuse {
+		s.end(gen, context.Canceled)
+	}
+	s.mu.Lock()
+	if s.gen == gen {
+		s.active = false
+		if s.owner.reuse {
+			s.fns = nil // contexts derived in the call: not called
+		}
+	}
+	s.mu.Unlock()
+}
+
+// call begins a round trip in slot s (of a runCtxs with reuse): its
+// context is s.cur until endCall. One goroutine uses a slot at a time.
+func (s *runSlot) call() (context.Context, func()) {
+	if !s.watched {
+		s.owner.start()
+		s.watched = true
+	}
+	s.cur = s.begin()
+	return &s.cur, s.endFn
+}
+
+// endCall ends the round trip begun by call.
+func (s *runSlot) endCall() { s.finish(s.cur.gen) }
+
+// end cancels the context of the run of generation gen with err, unless
+// it ended already.
+func (s *runSlot) end(gen int64, err error) {
+	s.mu.Lock()
+	if s.gen != gen || !s.active || s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	if s.done != nil {
+		close(s.done)
+	}
+	fns := s.fns
+	s.fns = nil
+	s.mu.Unlock()
+	for _, f := range fns {
+		go f.f()
+	}
+}
+
+// Deadline returns the run's deadline.
+func (c *runCtx) Deadline() (time.Time, bool) {
+	return c.slot.owner.base.Add(time.Duration(c.gen)), true
+}
+
+// Done returns a channel closed when the run's context ends.
+func (c *runCtx) Done() <-chan struct{} {
+	s := c.slot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != c.gen || s.err != nil {
+		return s.owner.closed
+	}
+	if s.done == nil {
+		s.done = make(chan struct{})
+	}
+	return s.done
+}
+
+// Err returns nil while the run's context has not ended, then
+// context.DeadlineExceeded or context.Canceled.
+func (c *runCtx) Err() error {
+	s := c.slot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != c.gen {
+		return context.Canceled // a later run is in the slot: this one ended
+	}
+	return s.err
+}
+
+// Value returns nil: a run's context carries no values.
+func (c *runCtx) Value(any) any { return nil }
+
+// AfterFunc arranges to call f in its own goroutine once the context
+// ends, as context.AfterFunc does; the context package calls it for the
+// contexts derived from this one, instead of starting a goroutine.
+func (c *runCtx) AfterFunc(f func()) (stop func() bool) {
+	s := c.slot
+	s.mu.Lock()
+	if s.gen != c.gen || s.err != nil {
+		s.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	s.nextFn++
+	id := s.nextFn
+	s.fns = append(s.fns, slotFunc{id: id, f: f})
+	s.mu.Unlock()
+	return func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.gen != c.gen {
+			return false
+		}
+		for i, sf := range s.fns {
+			if sf.id == id {
+				s.fns = append(s.fns[:i], s.fns[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// cancelAll ends every run's context, and those of runs begun from now
+// on: a hard shutdown.
+func (r *runCtxs) cancelAll() {
+	r.hard.Store(true)
+	for i := range r.slots {
+		s := &r.slots[i]
+		s.mu.Lock()
+		gen := s.gen
+		s.mu.Unlock()
+		s.end(gen, context.Canceled)
+	}
+}
+
+// expire ends the contexts of the runs whose deadline has passed at now
+// (nanoseconds after base), and returns the earliest deadline still to
+// come (0: none).
+func (r *runCtxs) expire(now int64) (next int64) {
+	for i := range r.slots {
+		s := &r.slots[i]
+		dl := s.dl.Load()
+		if dl == 0 {
+			continue
+		}
+		if dl <= now {
+			s.mu.Lock()
+			gen, ok := s.gen, s.active
+			s.mu.Unlock()
+			if ok && s.dl.Load() == dl {
+				s.end(gen, context.DeadlineExceeded)
+			}
+			continue
+		}
+		if next == 0 || dl < next {
+			next = dl
+		}
+	}
+	return next
+}
+
+// start starts the watchdog, unless it was started or closed already.
+// A slot's call starts it too (a round trip needs its deadline watched).
+func (r *runCtxs) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started || r.stopping {
+		return
+	}
+	r.started = true
+	go r.watch()
+}
+
+// watch ends runs at their deadline: it sleeps until the earliest one.
+// Deadlines of runs begun later are later (every run has the same
+// timeout), so a begin wakes it only when it had nothing to watch.
+func (r *runCtxs) watch() {
+	defer close(r.stopped)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		next := r.expire(int64(time.Since(r.base)))
+		if next == 0 {
+			r.idle.Store(true)
+			// A run may have begun before idle was set: look again.
+			if next = r.expire(int64(time.Since(r.base))); next == 0 {
+				select {
+				case <-r.wake:
+				case <-r.stop:
+					return
+				}
+				continue
+			}
+			r.idle.Store(false)
+		}
+		timer.Reset(time.Duration(next - int64(time.Since(r.base))))
+		select {
+		case <-timer.C:
+		case <-r.wake:
+			timer.Stop()
+		case <-r.stop:
+			return
+		}
+	}
+}
+
+// close stops the watchdog, if it was started, and waits for it. Close
+// without start, and close after close, are safe; no start follows it.
+func (r *runCtxs) close() {
+	r.mu.Lock()
+	first := !r.stopping
+	r.stopping = true
+	started := r.started
+	r.mu.Unlock()
+	if first {
+		close(r.stop)
+	}
+	if started {
+		<-r.stopped
+	}
+}

@@ -1,0 +1,85 @@
+package wheelq
+
+// The workers: Concurrency goroutines that run handlers (run), each with
+// its slot of handler contexts (runctx.go), and hand outcomes to settling.
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/wheelq/wheelq/internal/crashpoint"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+func (q *Queue) worker(slot *runSlot) {
+	for {
+		// Stop first: a task still buffered at shutdown is unclaimed.
+		select {
+		case <-q.stopDispatch:
+			return
+		default:
+		}
+		// A worker that just finished a run takes its next task without
+		// parking.
+		if t := q.nextStart(); t != nil {
+			q.run(t, slot)
+			continue
+		}
+		select {
+		case t := <-q.work:
+			q.run(t, slot)
+		case <-q.stopDispatch:
+			return
+		}
+	}
+}
+
+// run runs t's handler in the worker's slot, if t passes the start gate.
+func (q *Queue) run(t *task, slot *runSlot) {
+	now, wall := wheel.Readings(q.clock)
+	if !q.mayStart(t, now, wall) {
+		return
+	}
+	if q.crashAt(crashpoint.AfterClaim, t.key) {
+		return
+	}
+	q.running.Add(1)
+	defer q.running.Add(-1)
+	q.late.record(wall.Sub(t.job.Due))
+	q.stats.fired.Add(1)
+	attempt := t.rec.Attempt + 1
+	job := &t.job // in the task's allocation: the handler may keep it
+	*job = Job{
+		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt,
+		MaxAttempts: t.rec.MaxAttempts, Due: job.Due, Created: t.rec.Created, LastError: t.rec.LastError,
+	}
+	q.mu.Lock()
+	h := q.handlers[job.Topic]
+	q.mu.Unlock()
+	var err error
+	if h == nil {
+		err = fmt.Errorf("%w %q", ErrNoHandler, job.Topic)
+	} else {
+		t.ctx = slot.begin()
+		var ctx context.Context = &t.ctx
+		if q.crashAt(crashpoint.DuringRun, t.key) {
+			ctx = abandoned(ctx)
+		}
+		err = call(ctx, h, job)
+		slot.finish(t.ctx.gen)
+	}
+	if q.crashAt(crashpoint.AfterRun, t.key) {
+		return
+	}
+	q.settle(t, attempt, err)
+}
+
+func call(ctx context.Context, h Handler, job *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleJob(ctx, job)
+}
