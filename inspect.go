@@ -20,15 +20,30 @@ const (
 	StatePending JobState = iota + 1
 	// StateDead: dead-lettered; see Requeue and Cancel.
 	StateDead
+	// StateRunning: pending, and claimed by a worker for a run that may be
+	// in progress (its outcome is not yet stored).
+	StateRunning
+	// StateDone: finished, its handler succeeded. Kept in the run history
+	// for its retention (Config.History).
+	StateDone
+	// StateCancelled: cancelled. Kept in the run history for its retention.
+	StateCancelled
 )
 
-// String returns "pending", "dead" or "unknown".
+// String returns "pending", "dead", "running", "done", "cancelled" or
+// "unknown".
 func (s JobState) String() string {
 	switch s {
 	case StatePending:
 		return "pending"
 	case StateDead:
 		return "dead"
+	case StateRunning:
+		return "running"
+	case StateDone:
+		return "done"
+	case StateCancelled:
+		return "cancelled"
 	}
 	return "unknown"
 }
