@@ -166,9 +166,13 @@ type partPage struct {
 // is listed with the decoding error as LastError; a job that ended
 // between the reading of its set and of its record is left out.
 //
-// Cost: a round trip per partition (more for a topic filter), then one
-// per partition on the page; a filter by state running reads the claim
-// marks of every partition (a few, bounded by the runs in flight).
+// Cost: a round trip per partition, then one per partition on the page:
+// 2.7 ms for a page of 100 of 200,000 jobs in 16 partitions here
+// (BenchmarkInspector). A filter by topic is applied here, not in Redis:
+// up to listScanBudget (5000) members per partition, in pages of 500,
+// 77 ms for a topic of 1% of those jobs. A filter by state running reads
+// the claim marks of every partition (a few: bounded by the runs in
+// flight; 0.4 ms).
 func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int) (jobs []JobInfo, next string, err error) {
 	if limit < 0 || limit > MaxListLimit {
 		return nil, "", fmt.Errorf("%w: List limit %d: want 0 to %d", ErrInvalidOption, limit, MaxListLimit)
@@ -335,8 +339,10 @@ const tallyPage = 5000
 // Cost: it reads every member of every partition's pending and dead sets
 // once, tallied by topic in Redis a page of 5000 members per round trip
 // (Redis does O(page) work per call and sends back a few numbers per
-// topic), so about (pending+dead)/5000 + 3×partitions round trips: some
-// tens of milliseconds for a million jobs. The counts are not a snapshot:
+// topic), so about (pending+dead)/5000 + 3×partitions round trips:
+// 53 ms for 200,000 jobs in 16 partitions here (BenchmarkInspector; about
+// a quarter of a second per million jobs), each call holding Redis for
+// about 1.4 ms. The counts are not a snapshot:
 // a job that moves while they are read may be counted twice or not at all.
 func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 	if q.closing() {

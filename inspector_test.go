@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,4 +280,55 @@ func TestListTopicPastScanBudget(t *testing.T) {
 	counts, err := b.q.Counts(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []TopicCounts{{Topic: "many", Pending: many}, {Topic: "rare", Pending: 4}}, counts)
+}
+
+// BenchmarkInspector measures the inspector against a real redis-server
+// holding 200,000 pending jobs in 16 partitions (1% of them of a rare
+// topic, due over the next hour): Counts, a page of 100 of List without
+// a filter, by the rare topic, and of the running jobs. Run with
+//
+//	go test -run '^$' -bench Inspector -benchtime 20x .
+func BenchmarkInspector(b *testing.B) {
+	q, ctx := benchQueue(b)
+	const n = 200_000
+	var next atomic.Int64
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			for i := next.Add(1); i <= n; i = next.Add(1) {
+				topic := "common"
+				if i%100 == 0 {
+					topic = "rare"
+				}
+				_, err := q.Schedule(ctx, topic, make([]byte, 64), After(time.Duration(i)*time.Hour/n+time.Minute))
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"Counts", func() error { _, err := q.Counts(ctx); return err }},
+		{"List", func() error { _, _, err := q.List(ctx, JobFilter{}, "", 100); return err }},
+		{"ListRareTopic", func() error { _, _, err := q.List(ctx, JobFilter{Topic: "rare"}, "", 100); return err }},
+		{"ListRunning", func() error { _, _, err := q.List(ctx, JobFilter{State: StateRunning}, "", 100); return err }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
