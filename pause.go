@@ -41,8 +41,7 @@ type pauseStage struct {
 	// overflow holds the topics that had jobs not parked for want of
 	// room: their resume reads them from Redis. Guarded by mu.
 	overflow map[string]bool
-	resumed  chan string   // topics resumed, from the subscription
-	sig      chan struct{} // a job was parked
+	resumed  chan string // topics resumed, from the subscription
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the watcher returned
 }
@@ -124,16 +123,12 @@ func (q *Queue) park(key string, due int64) {
 	}
 	m[key] = due
 	ps.mu.Unlock()
-	if ps.sig != nil {
-		wake(ps.sig)
-	}
 }
 
 // startPauseWatch starts the goroutine that re-arms parked jobs on resume
 // (Start calls it; stopPauseWatch stops it).
 func (q *Queue) startPauseWatch() {
 	ps := &q.pauses
-	ps.sig = make(chan struct{}, 1)
 	ps.resumed = make(chan string, 64)
 	ps.done = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,8 +161,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 				if !paused {
 					select {
 					case ps.resumed <- topic:
-					default:
-						wake(ps.sig) // full: the recheck finds it
+					default: // full: the recheck finds it
 					}
 				}
 			})
@@ -204,7 +198,6 @@ func (q *Queue) watchPauses(ctx context.Context) {
 					q.unpark(ctx, t)
 				}
 			}
-		case <-ps.sig:
 		}
 	}
 }

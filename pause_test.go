@@ -144,6 +144,35 @@ func TestPauseParkingIsBounded(t *testing.T) {
 			require.NoError(t, b.rdb.HDel(b.ctx, b.q.store.Keys(p).Paused, "p").Err())
 		}
 		require.Equal(t, "late", r.next(t).ID)
-		require.True(t, slices.Equal(want, want))
+	})
+}
+
+// TestPauseTwoWorkers: two started workers share the partitions; a pause
+// made by one holds in both, and a resume made by the other runs every
+// held job once, wherever its partition is run.
+func TestPauseTwoWorkers(t *testing.T) {
+	t.Parallel()
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.setup(t, Config{})
+		r := recordRuns(t, b.q, "p")
+		w2 := b.newQueue(t, Config{})
+		require.NoError(t, w2.Handle("p", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+		require.NoError(t, w2.Start(b.ctx))
+		eventually(t, func() bool { return len(b.q.Owned()) > 0 && len(w2.Owned()) > 0 }, "the partitions shared")
+		require.NoError(t, b.q.Pause(b.ctx, "p"))
+		var want []string
+		for i := range 20 {
+			id := fmt.Sprint(i)
+			_, err := w2.Schedule(b.ctx, "p", nil, ID(id))
+			require.NoError(t, err)
+			want = append(want, id)
+		}
+		r.none(t, 300*time.Millisecond)
+		require.NoError(t, w2.Resume(b.ctx, "p"))
+		got := runOrder(t, r, 20)
+		slices.Sort(got)
+		slices.Sort(want)
+		require.Equal(t, want, got, "each held job ran once")
+		r.none(t, 100*time.Millisecond)
 	})
 }
