@@ -304,8 +304,9 @@ func TestStoreFaultsOnCancel(t *testing.T) {
 			}
 			if fault == replyLate || fault == replyLost {
 				r.none(t, time.Second)
-				_, err := b.q.Lookup(b.ctx, "t", "c")
-				require.ErrorIs(t, err, ErrNotFound)
+				info, err := b.q.Lookup(b.ctx, "t", "c")
+				require.NoError(t, err)
+				require.Equal(t, StateCancelled, info.State)
 				return
 			}
 			require.Equal(t, []int{1}, runsOf(t, r, 1)["c"], "not cancelled: it runs")
