@@ -191,6 +191,25 @@ func drained(t *testing.T, b *bundle) {
 	}, "every outcome stored, nothing pending")
 }
 
+// requireSaid checks what a call that changes jobs returned under fault:
+// nil for a late reply, ErrOutcomeUnknown for a lost one, and for a fault
+// that applied nothing an error that says so. It returns whether the
+// call applied.
+func requireSaid(t *testing.T, fault storeFault, err error) (applied bool) {
+	t.Helper()
+	switch fault {
+	case replyLate:
+		require.NoError(t, err)
+		return true
+	case replyLost:
+		require.ErrorIs(t, err, ErrOutcomeUnknown)
+		return true
+	}
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was applied: %v", err)
+	return false
+}
+
 // TestStoreFaultsOnClaim: whatever happens to a claim (applied with its
 // reply lost or late, refused by Redis, fenced, never sent), every job
 // runs once, none early, and nothing is left pending.
@@ -259,17 +278,7 @@ func TestStoreFaultsOnSchedule(t *testing.T) {
 			fs.plan("Write", fault)
 			_, err := b.q.Schedule(b.ctx, "t", nil, ID("w"), After(50*time.Millisecond))
 			require.Equal(t, 1, fs.count("Write"))
-			switch fault {
-			case replyLate:
-				require.NoError(t, err)
-			case replyLost:
-				require.ErrorIs(t, err, ErrOutcomeUnknown)
-			default:
-				require.Error(t, err)
-				require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was applied: %v", err)
-			}
-			applied := fault == replyLate || fault == replyLost
-			if !applied {
+			if !requireSaid(t, fault, err) {
 				_, err := b.q.Lookup(b.ctx, "t", "w")
 				require.ErrorIs(t, err, ErrNotFound)
 				r.none(t, 300*time.Millisecond)
@@ -292,17 +301,7 @@ func TestStoreFaultsOnCancel(t *testing.T) {
 			_, err := b.q.Schedule(b.ctx, "t", nil, ID("c"), After(300*time.Millisecond))
 			require.NoError(t, err)
 			fs.plan("Cancel", fault)
-			err = b.q.Cancel(b.ctx, "t", "c")
-			switch fault {
-			case replyLate:
-				require.NoError(t, err)
-			case replyLost:
-				require.ErrorIs(t, err, ErrOutcomeUnknown)
-			default:
-				require.Error(t, err)
-				require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was applied: %v", err)
-			}
-			if fault == replyLate || fault == replyLost {
+			if requireSaid(t, fault, b.q.Cancel(b.ctx, "t", "c")) {
 				r.none(t, time.Second)
 				info, err := b.q.Lookup(b.ctx, "t", "c")
 				require.NoError(t, err)
