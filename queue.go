@@ -133,7 +133,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		gate:         startGate{held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	q.claims.sig = make(chan struct{}, 1)
-	q.claims.turn = sync.NewCond(&q.claims.turnMu)
 	if cfg.Testing != nil {
 		cfg.Testing.Bind(q.crash)
 	}
