@@ -2,7 +2,7 @@ package wheelq
 
 // Claiming: fired jobs are claimed in Redis in batches by two claimers
 // (dispatch), and the claimed ones are handed to the start gate in the
-// order their batches were taken (awaitTurn, passTurn).
+// order their batches were taken (turnstile).
 
 import (
 	"errors"
@@ -26,10 +26,42 @@ type claimStage struct {
 	// The claimers' batches may be in flight at once, and a later one's
 	// claim may come back first; their tasks are held in turn, in the
 	// order the batches were taken, so that overdue jobs start oldest
-	// first. heldSeq is the turn whose tasks may be held now.
-	turnMu  sync.Mutex
-	turn    *sync.Cond // on turnMu
-	heldSeq uint64     // guarded by turnMu
+	// first.
+	turns turnstile
+}
+
+// turnstile lets batches through one at a time in the order of their
+// turns (0, 1, 2, ...), whatever the order they arrive in: wait(seq)
+// returns once every turn before seq has passed.
+type turnstile struct {
+	mu   sync.Mutex
+	cond *sync.Cond // on mu; made by wait or pass, whichever comes first
+	next uint64     // guarded by mu: the turn that may go through now
+}
+
+func (t *turnstile) condLocked() *sync.Cond {
+	if t.cond == nil {
+		t.cond = sync.NewCond(&t.mu)
+	}
+	return t.cond
+}
+
+// wait blocks until turn seq may go through.
+func (t *turnstile) wait(seq uint64) {
+	t.mu.Lock()
+	for t.next != seq {
+		t.condLocked().Wait()
+	}
+	t.mu.Unlock()
+}
+
+// pass ends the current turn: the next may go through.
+func (t *turnstile) pass() {
+	t.mu.Lock()
+	t.next++
+	c := t.condLocked()
+	t.mu.Unlock()
+	c.Broadcast()
 }
 
 // claimers is the number of goroutines that claim fired jobs.
@@ -169,13 +201,27 @@ func (q *Queue) dispatch(slot *runSlot) {
 // job, and the collections of that garbage delay jobs that are starting.
 func (q *Queue) claimLinger() time.Duration {
 	q.claims.mu.Lock()
-	if len(q.claims.fired) == 0 || len(q.claims.fired) >= maxClaim/4 {
-		q.claims.mu.Unlock()
+	queued := len(q.claims.fired)
+	var first time.Time
+	if queued > 0 {
+		first = q.claims.fired[0].due
+	}
+	q.claims.mu.Unlock()
+	if queued == 0 {
 		return 0
 	}
-	first := q.claims.fired[0].due
-	q.claims.mu.Unlock()
-	d := min(maxClaimLinger, first.Sub(q.clock.Now())-q.cfg.ClaimLead/2)
+	return lingerFor(queued, first.Sub(q.clock.Now()), q.cfg.ClaimLead)
+}
+
+// lingerFor is claimLinger's decision, for queued fired jobs the earliest
+// of which is due in untilDue, with a claim lead of lead: none once a
+// quarter of a claim is queued, none when it would leave the claim less
+// than half the lead, and none shorter than 50 µs (not worth a timer).
+func lingerFor(queued int, untilDue, lead time.Duration) time.Duration {
+	if queued == 0 || queued >= maxClaim/4 {
+		return 0
+	}
+	d := min(maxClaimLinger, untilDue-lead/2)
 	if d < 50*time.Microsecond {
 		return 0
 	}
@@ -189,12 +235,12 @@ func (q *Queue) claimLinger() time.Duration {
 func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runSlot) (retry []firedJob) {
 	toHold := bufs.tasks[:0]
 	defer func() { // on every return: the next batch waits for this one
-		q.awaitTurn(seq)
+		q.claims.turns.wait(seq)
 		now, wall := wheel.Readings(q.clock)
 		for _, t := range toHold {
 			q.hold(t, now, wall)
 		}
-		q.passTurn()
+		q.claims.turns.pass()
 		bufs.tasks = toHold
 	}()
 	owned := bufs.owned[:0]
@@ -353,22 +399,4 @@ func (q *Queue) refire(fs []firedJob) {
 	q.claims.fired = append(slices.Clone(fs), q.claims.fired...)
 	q.claims.mu.Unlock()
 	wake(q.claims.sig)
-}
-
-// awaitTurn waits until the tasks of the batch taken in turn seq may be
-// held: those of every batch taken before it are.
-func (q *Queue) awaitTurn(seq uint64) {
-	q.claims.turnMu.Lock()
-	for q.claims.heldSeq != seq {
-		q.claims.turn.Wait()
-	}
-	q.claims.turnMu.Unlock()
-}
-
-// passTurn lets the next batch's tasks be held.
-func (q *Queue) passTurn() {
-	q.claims.turnMu.Lock()
-	q.claims.heldSeq++
-	q.claims.turnMu.Unlock()
-	q.claims.turn.Broadcast()
 }

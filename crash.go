@@ -225,6 +225,13 @@ func (c *crashStore) Get(ctx context.Context, key string) (persist.Record, persi
 	return c.engineStore.Get(ctx, key)
 }
 
+func (c *crashStore) History(ctx context.Context, key string) (persist.Record, persist.State, bool, error) {
+	if err := c.dead(); err != nil {
+		return persist.Record{}, 0, false, err
+	}
+	return c.engineStore.History(ctx, key)
+}
+
 func (c *crashStore) Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error) {
 	if err := c.dead(); err != nil {
 		return false, err

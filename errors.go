@@ -3,11 +3,12 @@ package wheelq
 import (
 	"errors"
 	"fmt"
-	"github.com/wheelq/wheelq/internal/batch"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/wheelq/wheelq/internal/batch"
 	"github.com/wheelq/wheelq/internal/persist"
 )
 
@@ -66,12 +67,14 @@ var ErrOutcomeUnknown = errors.New("wheelq: outcome unknown (the request may hav
 // uncertain marks err, the failure of a request that changes jobs, with
 // ErrOutcomeUnknown unless it is known that nothing was applied: Redis
 // answered with an error (a script refuses as a whole: the write path's
-// commands run in one script or one MULTI), or the request was refused
-// before it was sent.
+// commands run in one script or one MULTI), the request was refused
+// before it was sent, or no connection could be made to send it on (a dial
+// error: go-redis sends a command only on a connection it has).
 func uncertain(err error) error {
 	var rerr redis.Error
+	var nerr *net.OpError
 	if errors.As(err, &rerr) || errors.Is(err, ErrClosed) || errors.Is(err, batch.ErrClosed) ||
-		errors.Is(err, ErrFenced) || errors.Is(err, ErrLayout) {
+		errors.Is(err, ErrFenced) || errors.Is(err, ErrLayout) || (errors.As(err, &nerr) && nerr.Op == "dial") {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)

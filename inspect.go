@@ -60,20 +60,36 @@ type JobInfo struct {
 	// it died.
 	LastError string
 	Created   time.Time
-	Payload   []byte
+	// Payload is the job's payload; nil for a job that finished (done or
+	// cancelled: the run history keeps no payload).
+	Payload []byte
+	// Finished is when the job finished: acked (StateDone), cancelled
+	// (StateCancelled) or dead-lettered (StateDead, where it equals Due).
+	// Zero for a pending job.
+	Finished time.Time
 }
 
 func infoOf(r persist.Record, st persist.State) JobInfo {
-	state := StatePending
-	if st == persist.DeadLettered {
-		state = StateDead
-	}
-	return JobInfo{Topic: r.Topic, ID: r.ID, State: state, Due: r.Due, Attempts: r.Attempt,
+	info := JobInfo{Topic: r.Topic, ID: r.ID, State: StatePending, Due: r.Due, Attempts: r.Attempt,
 		MaxAttempts: r.MaxAttempts, LastError: r.LastError, Created: r.Created, Payload: r.Payload}
+	switch st {
+	case persist.DeadLettered:
+		info.State, info.Finished = StateDead, r.Due
+	case persist.Done:
+		info.State, info.Finished = StateDone, r.Finished
+		info.Attempts++ // the run that succeeded (the record is its start's)
+	case persist.Cancelled:
+		info.State, info.Finished = StateCancelled, r.Finished
+	}
+	return info
 }
 
-// Lookup returns a stored job. A done or cancelled job is ErrNotFound; a
-// record that cannot be decoded gives an error wrapping ErrCorrupt.
+// Lookup returns a job: a stored one (pending or dead), or one that
+// finished (done or cancelled) within the run history's retention
+// (Config.History), so that "did order 123's expiry run?" has an answer.
+// A job never scheduled, or finished longer ago than the retention, is
+// ErrNotFound. A record that cannot be decoded gives an error wrapping
+// ErrCorrupt.
 func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	if err := validTopic(topic); err != nil {
 		return JobInfo{}, err
@@ -87,9 +103,21 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	if err := q.checkLayout(ctx); err != nil {
 		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)
 	}
-	r, st, err := q.store.Get(ctx, persist.JobKey(topic, id))
+	key := persist.JobKey(topic, id)
+	r, st, err := q.store.Get(ctx, key)
 	if errors.Is(err, persist.ErrNotFound) {
-		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, persist.JobKey(topic, id))
+		var ran bool
+		r, st, ran, err = q.store.History(ctx, key)
+		if err == nil {
+			info := infoOf(r, st)
+			if ran {
+				info.Attempts++ // a run was claimed when it was cancelled
+			}
+			return info, nil
+		}
+	}
+	if errors.Is(err, persist.ErrNotFound) {
+		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
 		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)

@@ -270,7 +270,7 @@ func jobInfo(e persist.Entry, rec []byte, dead bool) JobInfo {
 	st := persist.Pending
 	info := JobInfo{Topic: topic, ID: id, State: StatePending, Due: time.UnixMicro(e.Due)}
 	if dead {
-		st, info.State = persist.DeadLettered, StateDead
+		st, info.State, info.Finished = persist.DeadLettered, StateDead, info.Due
 	}
 	r, err := persist.DecodeRecord(rec)
 	if err != nil {

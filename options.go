@@ -110,6 +110,12 @@ type Config struct {
 	// unreachable from here may still run at its old time, and a run whose
 	// ack cannot be stored before the lease lapses runs again elsewhere.
 	RunWhileRedisDown bool
+	// History is the run history's retention: a job that finished (its
+	// handler succeeded, or it was cancelled) keeps its outcome, finish
+	// time, attempts and last error, without its payload, so that Lookup
+	// can say what happened to it. Dead jobs stay in the dead-letter set
+	// until requeued or cancelled, whatever this says.
+	History HistoryRetention
 	// Testing is for package wheelqtest only, and nil everywhere else: its
 	// type lives in an internal package, so no other package can make
 	// one. It connects the queue to wheelqtest's harness (crash points and
@@ -118,6 +124,18 @@ type Config struct {
 	Testing *crashpoint.Hooks
 
 	test testHooks // set by this package's tests only
+}
+
+// HistoryRetention bounds the run history (Config.History). The memory
+// it takes in Redis is bounded by Count: about 220 bytes an entry with a
+// 17-byte job key, so 22 MB for the default 100,000 (docs/operations.md).
+type HistoryRetention struct {
+	// Count is the most finished jobs kept in the namespace, the latest
+	// first (each partition keeps Count/Partitions of its own, rounded
+	// up). Default 100,000; a negative Count keeps no history.
+	Count int
+	// Age is how long after it finished a job is kept. Default 24h.
+	Age time.Duration
 }
 
 func (c *Config) fill() error {
@@ -147,6 +165,8 @@ func (c *Config) fill() error {
 	defd(&c.LeaseTTL, 10*time.Second)
 	defd(&c.WriteTimeout, 5*time.Second)
 	defd(&c.ClaimLead, 5*time.Millisecond)
+	def(&c.History.Count, 100_000)
+	defd(&c.History.Age, 24*time.Hour)
 	c.ClaimLead = c.ClaimLead.Truncate(time.Microsecond) // due times are whole µs
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
@@ -178,6 +198,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("wheelq: horizon %v outside [1s, max delay]", c.Horizon)
 	case c.PollInterval < time.Millisecond || 2*c.PollInterval > c.Horizon:
 		return fmt.Errorf("wheelq: poll interval %v outside [1ms, horizon/2]", c.PollInterval)
+	case c.History.Age < 0:
+		return fmt.Errorf("wheelq: history age %v < 0", c.History.Age)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("wheelq: lease TTL %v < 1s", c.LeaseTTL)
 	case len(c.InstanceID) > 128 || strings.Contains(c.InstanceID, "#"):

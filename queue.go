@@ -101,7 +101,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	pstore, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions,
-		ReplicaAcks: cfg.ReplicaAcks, ReplicaTimeout: cfg.ReplicaTimeout})
+		ReplicaAcks: cfg.ReplicaAcks, ReplicaTimeout: cfg.ReplicaTimeout,
+		HistoryCount: max(cfg.History.Count, 0), HistoryAge: cfg.History.Age})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +134,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		gate:         startGate{held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	q.claims.sig = make(chan struct{}, 1)
-	q.claims.turn = sync.NewCond(&q.claims.turnMu)
 	if cfg.Testing != nil {
 		cfg.Testing.Bind(q.crash)
 	}

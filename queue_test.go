@@ -135,13 +135,13 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 // wqKeys returns the Redis keys the queue left, but for the namespace's
 // meta key and roster, the partitions' leases and loaded markers, and the
 // tombstones of recent cancels (which expire two minutes after the last
-// cancel).
+// cancel), and the run history (bounded by Config.History).
 func wqKeys(t *testing.T, b *bundle) []string {
 	keys := b.keys(t, "")
 	var out []string
 	for _, k := range keys {
 		if !strings.HasSuffix(k, ":meta") && !strings.HasSuffix(k, ":lease") && !strings.HasSuffix(k, ":loaded") && !strings.Contains(k, ":cancelled") &&
-			!strings.HasSuffix(k, ":members") && !strings.HasSuffix(k, ":members-version") {
+			!strings.HasSuffix(k, ":members") && !strings.HasSuffix(k, ":members-version") && !strings.Contains(k, ":history") {
 			out = append(out, k)
 		}
 	}
@@ -414,8 +414,9 @@ func TestCancelAndReschedule(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StatePending, info.State)
 		require.WithinDuration(t, time.Now().Add(2*time.Hour), info.Due, time.Minute)
-		_, err = b.q.Lookup(b.ctx, "c", "drop")
-		require.ErrorIs(t, err, ErrNotFound)
+		info, err = b.q.Lookup(b.ctx, "c", "drop")
+		require.NoError(t, err)
+		require.Equal(t, StateCancelled, info.State)
 	})
 }
 
@@ -647,9 +648,10 @@ func TestShutdownWaitsForRunningHandlers(t *testing.T) {
 		_, err = b.q.Lookup(b.ctx, "s", "run")
 		require.ErrorIs(t, err, ErrClosed)
 		other := b.newQueue(t, Config{}) // looks, never started
-		_, err = other.Lookup(b.ctx, "s", "run")
-		require.ErrorIs(t, err, ErrNotFound)
-		info, err := other.Lookup(b.ctx, "s", "later")
+		info, err := other.Lookup(b.ctx, "s", "run")
+		require.NoError(t, err)
+		require.Equal(t, StateDone, info.State)
+		info, err = other.Lookup(b.ctx, "s", "later")
 		require.NoError(t, err)
 		require.Equal(t, StatePending, info.State)
 		leases := b.keys(t, ":lease")

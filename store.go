@@ -29,6 +29,7 @@ type engineStore interface {
 	DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error)
 
 	Get(ctx context.Context, key string) (persist.Record, persist.State, error)
+	History(ctx context.Context, key string) (persist.Record, persist.State, bool, error)
 	Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error)
 	RangeDead(ctx context.Context, p int, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Records(ctx context.Context, p int, keys []string) ([][]byte, error)

@@ -40,6 +40,7 @@ type config struct {
 	n          int
 	goroutines []int
 	claimLead  time.Duration
+	history    int // Config.History.Count of the burst queue
 	redisAddr  string
 	quick      bool
 }
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&cfg.redisAddr, "redis", "", "use this Redis (host:port) instead of starting one")
 	flag.BoolVar(&cfg.quick, "quick", false, "smaller sizes, for a smoke test")
 	flag.DurationVar(&cfg.claimLead, "claim-lead", 0, "burst: Config.ClaimLead (0: the default, 5ms)")
+	flag.IntVar(&cfg.history, "history", 0, "burst: Config.History.Count (0: the default, 100,000; -1: no run history)")
 	gs := flag.String("goroutines", "1,32", "throughput: the numbers of scheduling goroutines")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the run to this file")

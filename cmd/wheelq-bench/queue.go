@@ -297,7 +297,8 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 		return err
 	}
 	defer br.close()
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("burst"), ClaimLead: cfg.claimLead})
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("burst"), ClaimLead: cfg.claimLead,
+		History: wheelq.HistoryRetention{Count: cfg.history}})
 	if err != nil {
 		return err
 	}
@@ -348,7 +349,7 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 	own1 := processCPU()
 	st, _ := q.Stats(ctx)
 	_ = q.Shutdown(ctx)
-	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(), "claim_lead_ms": cfg.claimLead.Milliseconds(),
+	r := result{"workload": "burst", "system": "wheelq", "n": n, "handled": handled.Load(), "claim_lead_ms": cfg.claimLead.Milliseconds(), "history": cfg.history,
 		"last_handler_after_due_ms":  round(float64(time.Unix(0, lastCall.Load()).Sub(due)) / 1e6),
 		"first_handler_after_due_ms": round(float64(time.Unix(0, firstCall.Load()).Sub(due)) / 1e6),
 		"lateness_p50_us":            st.Lateness.P50.Microseconds(), "lateness_p99_us": st.Lateness.P99.Microseconds()}

@@ -90,8 +90,9 @@ func TestCommands(t *testing.T) {
 
 	code, _, errs = wq(t, srv, "cancel", "orders", "o-123")
 	require.Zero(t, code, errs)
-	_, err = q.Lookup(ctx, "orders", "o-123")
-	require.ErrorIs(t, err, wheelq.ErrNotFound)
+	info, err = q.Lookup(ctx, "orders", "o-123")
+	require.NoError(t, err)
+	require.Equal(t, wheelq.StateCancelled, info.State, "kept in the run history")
 	code, _, errs = wq(t, srv, "cancel", "orders", "o-123")
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "not found")

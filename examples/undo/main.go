@@ -77,12 +77,20 @@ func run(ctx context.Context, rdb redis.UniversalClient, out io.Writer, scale fl
 	case <-time.After(exredis.D(24*time.Hour, scale) + 10*time.Second):
 		return fmt.Errorf("delete did not run")
 	}
-	// The job leaves Redis once its success is stored, a moment later.
-	for {
-		if _, err := q.Lookup(ctx, "space.delete", "space-a"); errors.Is(err, wheelq.ErrNotFound) {
+	// The job's success is stored a moment later; from then on the run
+	// history says it is done (for Config.History's retention).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		info, err := q.Lookup(ctx, "space.delete", "space-a")
+		if err != nil {
+			return err
+		}
+		if info.State == wheelq.StateDone {
+			fmt.Fprintf(out, "lookup: %s is %s after %d attempt(s)\n", info.ID, info.State, info.Attempts)
 			break
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still %s after 10s", info.ID, info.State)
+		}
 	}
 	return undo("space-a")
 }

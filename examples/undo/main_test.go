@@ -19,5 +19,6 @@ func TestUndo(t *testing.T) {
 		"delete of space-a already requested\n"+
 		"undo: space-b kept\n"+
 		"deleted space-a\n"+
+		"lookup: space-a is done after 1 attempt(s)\n"+
 		"undo: too late for space-a\n", out.String())
 }

@@ -64,13 +64,20 @@ type Keys struct {
 	// clock) in turn: a cancel sent again (its reply lost) is recognised
 	// and answered as the first time (see cancel.lua).
 	Cancelled [2]string
+	// History and HistoryIdx are the partition's run history: a HASH job
+	// key -> entry (an outcome byte, then the job's record without its
+	// payload) and a ZSET job key -> finish time (unix µs), trimmed to the
+	// retention (Options.HistoryAge, HistoryCount) by the scripts that add
+	// to them (settle.lua, cancel.lua).
+	History, HistoryIdx string
 }
 
 func partitionKeys(ns string, p int) Keys {
 	tag := "wq:{" + ns + ":" + strconv.Itoa(p) + "}:"
 	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease",
 		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running", Paused: tag + "paused",
-		Cancelled: [2]string{tag + "cancelled0", tag + "cancelled1"}}
+		Cancelled: [2]string{tag + "cancelled0", tag + "cancelled1"},
+		History:   tag + "history", HistoryIdx: tag + "history-idx"}
 }
 
 func metaKey(ns string) string { return "wq:{" + ns + "}:meta" }

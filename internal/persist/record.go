@@ -32,6 +32,9 @@ type Record struct {
 	Due time.Time
 	// LastError is the error of the last failed run, if any.
 	LastError string
+	// Finished is when the job finished (acked or cancelled): set for an
+	// entry of the run history only (Store.History), not encoded.
+	Finished time.Time
 	// Payload is the caller's data.
 	Payload []byte
 }
@@ -86,7 +89,14 @@ func RevBytes(rev uint32) string {
 // error wrapping ErrCorrupt, never a panic. (A version 1 record's payload
 // is the rest of it: there, bytes after the payload cannot be told from
 // it.) The payload aliases b.
-func DecodeRecord(b []byte) (Record, error) {
+func DecodeRecord(b []byte) (Record, error) { return decodeRecord(b, false) }
+
+// DecodeHeader decodes a record cut before its payload (as the run
+// history keeps it: see settle.lua's cut): as DecodeRecord, with no
+// payload. A whole record decodes too (its payload dropped).
+func DecodeHeader(b []byte) (Record, error) { return decodeRecord(b, true) }
+
+func decodeRecord(b []byte, header bool) (Record, error) {
 	var r Record
 	if len(b) < 5 {
 		return r, fmt.Errorf("%w: record of %d bytes", ErrCorrupt, len(b))
@@ -133,6 +143,9 @@ func DecodeRecord(b []byte) (Record, error) {
 		}
 		r.LastError = string(b[k : k+int(n)])
 		b = b[k+int(n):]
+	}
+	if header {
+		return r, nil
 	}
 	if v == recordVersion && vals[2] != uint64(len(b)) {
 		if vals[2] < uint64(len(b)) {

@@ -64,6 +64,13 @@ type Options struct {
 	ReplicaAcks int
 	// ReplicaTimeout bounds that wait. Default 1s.
 	ReplicaTimeout time.Duration
+	// HistoryCount and HistoryAge are the run history's retention: a job
+	// acked or cancelled is kept in its partition's history (see History)
+	// until HistoryAge after it finished, and while it is among the
+	// partition's latest HistoryCount/Partitions (rounded up) finished
+	// jobs. HistoryCount 0 keeps no history.
+	HistoryCount int
+	HistoryAge   time.Duration
 }
 
 // Store is the Redis side of wheelq. It holds no state of its own but the
@@ -95,6 +102,10 @@ type Store struct {
 	// acks and ackTimeout are Options.ReplicaAcks and ReplicaTimeout.
 	acks       int
 	ackTimeout time.Duration
+	// histAge and histCount are the run history's retention per
+	// partition (µs, entries), boxed once: settle.lua and cancel.lua take
+	// them in every call.
+	histAge, histCount any
 }
 
 // New returns a store on rdb: a *redis.Client (standalone or Sentinel) or
@@ -130,6 +141,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.Partitions < 1 || opts.Partitions > 4096 {
 		return nil, fmt.Errorf("persist: %d partitions, want 1 to 4096", opts.Partitions)
 	}
+	if opts.HistoryCount < 0 || opts.HistoryAge < 0 || (opts.HistoryCount > 0 && opts.HistoryAge == 0) {
+		return nil, fmt.Errorf("persist: history of %d jobs for %v: want >= 0, and an age > 0 with a count", opts.HistoryCount, opts.HistoryAge)
+	}
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Store{
 		rdb:           rdb,
@@ -147,6 +161,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		maxClaimBytes: MaxClaimBytes,
 		acks:          opts.ReplicaAcks,
 		ackTimeout:    opts.ReplicaTimeout,
+		histAge:       opts.HistoryAge.Microseconds(),
+		histCount:     (opts.HistoryCount + opts.Partitions - 1) / opts.Partitions,
 	}
 	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	s.repair = redis.NewScript(repairLua)
@@ -534,13 +550,15 @@ func wrap(err error) error {
 	return fmt.Errorf("persist: %w", err)
 }
 
-func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running} }
+func keysSettle(k Keys) []string {
+	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Running, k.HistoryIdx, k.History}
+}
 func keysWrite(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
 }
 func keysClaim(k Keys) []string { return []string{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused} }
 func keysCancel(k Keys) []string {
-	return []string{k.Pending, k.Jobs, k.Dead, k.Running, k.Cancelled[0], k.Cancelled[1]}
+	return []string{k.Pending, k.Jobs, k.Dead, k.Running, k.Cancelled[0], k.Cancelled[1], k.HistoryIdx, k.History}
 }
 func keysReschedule(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Lease, k.Loaded, k.Inbox, k.Running}
@@ -802,7 +820,7 @@ type Outcome struct {
 // replaced or rescheduled since it fired). Fails with ErrFenced when a
 // partition's lease is held by another owner.
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
-	c := s.layoutCalls(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 5, now)
+	c := s.layoutCalls(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 5, now, s.histAge, s.histCount)
 	defer s.release(c) // once the replies are read
 	for i, o := range os {
 		a, j := c.item(i)
@@ -976,7 +994,7 @@ func (s *Store) Cancel(ctx context.Context, key string) (Change, error) {
 func (s *Store) CancelMany(ctx context.Context, keys []string) ([]Change, error) {
 	// The call's token: a replay of this very call (the client sent it
 	// again after its reply was lost) finds the tombstones it left.
-	c := s.layoutCalls(s.cancelHead, nil, len(keys), func(i int) string { return keys[i] }, 1, callToken())
+	c := s.layoutCalls(s.cancelHead, nil, len(keys), func(i int) string { return keys[i] }, 1, callToken(), s.histAge, s.histCount)
 	defer s.release(c) // once the replies are read
 	for i, key := range keys {
 		a, j := c.item(i)
@@ -1045,6 +1063,8 @@ const (
 	Missing      State = iota // not stored
 	Pending                   // in the pending set
 	DeadLettered              // in the dead-letter set
+	Done                      // acked: in the run history only
+	Cancelled                 // cancelled: in the run history only
 )
 
 // Get reads a job's record and state. The record's Due is its due time
@@ -1078,6 +1098,45 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 		state, r.Due = DeadLettered, time.UnixMicro(int64(v))
 	}
 	return r, state, nil
+}
+
+// History reads a job's entry in the run history: its record without the
+// payload, with Finished set, and its state: Done (acked) or Cancelled. A
+// job not there (never finished, or past the retention) gives ErrNotFound.
+// ranWhenCancelled says a run of a cancelled job had been claimed.
+func (s *Store) History(ctx context.Context, key string) (r Record, st State, ranWhenCancelled bool, err error) {
+	k := s.parts[s.PartitionOf(key)]
+	pipe := s.rdb.Pipeline()
+	entry := pipe.HGet(ctx, k.History, key)
+	at := pipe.ZScore(ctx, k.HistoryIdx, key)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Record{}, Missing, false, wrap(err)
+	}
+	b, err := entry.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, Missing, false, ErrNotFound
+	}
+	if len(b) < 1 {
+		return Record{}, Missing, false, fmt.Errorf("%w: empty history entry of %q", ErrCorrupt, key)
+	}
+	switch b[0] {
+	case 'd':
+		st = Done
+	case 'c', 'C':
+		st, ranWhenCancelled = Cancelled, b[0] == 'C'
+	default:
+		return Record{}, Missing, false, fmt.Errorf("%w: history entry of %q with outcome %q", ErrCorrupt, key, b[0])
+	}
+	if r, err = DecodeHeader(b[1:]); err != nil {
+		return Record{}, Missing, false, fmt.Errorf("history of %q: %w", key, err)
+	}
+	if r.Topic, r.ID, err = SplitJobKey(key); err != nil {
+		return Record{}, Missing, false, err
+	}
+	if v, err := at.Result(); err == nil {
+		r.Finished = time.UnixMicro(int64(v))
+	}
+	return r, st, ranWhenCancelled, nil
 }
 
 // Requeue moves a dead job back to pending at due (unix µs) with the given

@@ -2,12 +2,15 @@
 -- partitions (outside Redis Cluster, a batch's partitions share a call;
 -- in a cluster each has its own).
 --
--- KEYS     groups of 6, one per partition:
+-- KEYS     groups of 8, one per partition:
 --            pending ZSET, jobs HASH, dead ZSET,
 --            running HASH (claim markers),
---            two cancelled HASHes (recent calls: token -> results)
+--            two cancelled HASHes (recent calls: token -> results),
+--            history ZSET, history HASH (the run history: see finished)
 -- ARGV[1]  the call's token (random, new for every call)
--- ARGV[2..] per partition, in the order of KEYS: "" (a cancel is not
+-- ARGV[2]  the run history's retention: the most age, µs
+-- ARGV[3]  and the most entries of the partition (0: no history)
+-- ARGV[4..] per partition, in the order of KEYS: "" (a cancel is not
 --            fenced: any process may cancel any job), n, then n job keys
 --
 -- Returns an array with one integer per job key, in order: 0 the job did
@@ -16,8 +19,10 @@
 -- is not retried). Cancels apply in order, as if one by one: a key
 -- repeated in a call is gone after its first cancel (0). The jobs are read
 -- and deleted with multi-key commands (HMGET, HDEL, ZREM), not one call
--- per job. partitions(), column() and many() are lib.lua's, which the
--- store puts before this script.
+-- per job. A job cancelled is left in the run history as cancelled ("c",
+-- or "C" when a run of it had been claimed, and its record without the
+-- payload). partitions(), column(), many(), cut() and finished() are
+-- lib.lua's, which the store puts before this script.
 --
 -- The claim marks of the deleted jobs are cleared (a mark whose run never
 -- came would otherwise stay until the next take-over). Every call leaves
@@ -29,9 +34,12 @@
 -- entry per call, not per job or partition: a few commands per call.
 
 local tok = ARGV[1]
-local minute = math.floor(tonumber(redis.call('TIME')[1]) / 60)
+local maxAge, maxCount = tonumber(ARGV[2]), tonumber(ARGV[3])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local minute = math.floor(tonumber(time[1]) / 60)
 local turn = minute % 2 -- which cancelled HASH this minute writes
-local parts = partitions(6, 0, 2, 1)
+local parts = partitions(8, 0, 4, 1)
 if #parts == 0 then
   return {}
 end
@@ -65,18 +73,24 @@ for _, pt in ipairs(parts) do
     many('ZREM', pending, keys)
     many('ZREM', dead, keys)
     many('HDEL', running, keys)
-    local seen = {}
+    local seen, gone = {}, {}
     for j = 1, n do
       local key, r = keys[j], 0
       if recs[j] and not seen[key] then
         r = 1
+        local mark = 'c'
         if runs[j] then
-          r = 2
+          r, mark = 2, 'C'
+        end
+        if maxCount > 0 then
+          gone[#gone + 1] = key
+          gone[#gone + 1] = mark .. cut(recs[j])
         end
       end
       seen[key] = true
       out[#out + 1] = r
     end
+    finished(KEYS[k + 6], KEYS[k + 7], gone, now, maxAge, maxCount)
   end
 end
 if redis.call('HGET', done, '') ~= tostring(minute) then

@@ -15,6 +15,20 @@
 -- from ARGV[first] on, every item's argument at offset off (a partition's
 -- job keys, say).
 --
+-- finished(idx, hist, entries, now, maxAge, maxCount) adds finished jobs to
+-- a partition's run history: entries are pairs of job key and entry (an
+-- outcome byte and the job's record cut before its payload: see cut),
+-- idx a ZSET job key -> finish time (unix µs, now), hist a HASH job key ->
+-- entry. Then it trims the history to maxCount entries and to those
+-- finished within maxAge µs, oldest first, removing at most as many as it
+-- added plus 64 (so it keeps up, and a call's work stays bounded). maxCount
+-- 0 keeps no history.
+--
+-- cut(rec) returns a record without its payload: the payload is a
+-- version 2 record's last bytes, its length the third varint after byte 9
+-- (record.go). A record of version 1 (no length) or one it cannot parse
+-- is returned whole.
+--
 -- many(cmd, key, args) runs the multi-key command cmd on key with args,
 -- at most 1000 arguments per call (so that unpack stays far from Lua's
 -- stack limit), and returns the replies joined: a table, or the sum of
@@ -61,4 +75,64 @@ local function column(first, n, per, off)
     t[j] = ARGV[first + per * (j - 1) + off]
   end
   return t
+end
+
+local function cut(rec)
+  local v = string.byte(rec, 1)
+  if not v or v < 0x20 then
+    return rec
+  end
+  local i, n = 10, 0
+  for _ = 1, 3 do
+    local x, mul = 0, 1
+    while true do
+      local b = string.byte(rec, i)
+      if not b then
+        return rec
+      end
+      i = i + 1
+      if b < 128 then
+        x = x + b * mul
+        break
+      end
+      x = x + (b - 128) * mul
+      mul = mul * 128
+    end
+    n = x
+  end
+  if n > #rec - i + 1 then
+    return rec
+  end
+  return string.sub(rec, 1, #rec - n)
+end
+
+local function finished(idx, hist, entries, now, maxAge, maxCount)
+  if maxCount <= 0 or #entries == 0 then
+    return
+  end
+  -- Scores are whole µs past 2^50: written with %.0f, not as Lua's
+  -- tostring would (14 significant digits).
+  local score = string.format('%.0f', now)
+  local fields, scores = {}, {}
+  for j = 1, #entries, 2 do
+    fields[#fields + 1] = entries[j]
+    fields[#fields + 1] = entries[j + 1]
+    scores[#scores + 1] = score
+    scores[#scores + 1] = entries[j]
+  end
+  many('HSET', hist, fields)
+  many('ZADD', idx, scores)
+  local limit = #entries / 2 + 64
+  local old = redis.call('ZRANGEBYSCORE', idx, '-inf', '(' .. string.format('%.0f', now - maxAge), 'LIMIT', 0, limit)
+  local over = redis.call('ZCARD', idx) - #old - maxCount
+  if over > 0 and #old < limit then
+    local more = redis.call('ZRANGE', idx, #old, #old + math.min(over, limit - #old) - 1)
+    for _, k in ipairs(more) do
+      old[#old + 1] = k
+    end
+  end
+  if #old > 0 then
+    many('ZREM', idx, old)
+    many('HDEL', hist, old)
+  end
 end

@@ -2,12 +2,15 @@
 -- more partitions (outside Redis Cluster, a batch's partitions share a
 -- call; in a cluster each has its own).
 --
--- KEYS     groups of 5, one per partition:
+-- KEYS     groups of 7, one per partition:
 --            pending ZSET, jobs HASH, dead ZSET,
 --            lease STRING (the partition's owner token),
---            running HASH (claim markers, cleared by every op)
--- ARGV[1]  now, unix µs (the dead-letter score)
--- ARGV[2..] per partition, in the order of KEYS:
+--            running HASH (claim markers, cleared by every op),
+--            history ZSET, history HASH (the run history: see finished)
+-- ARGV[1]  now, unix µs (the dead-letter score, an ack's finish time)
+-- ARGV[2]  the run history's retention: the most age, µs
+-- ARGV[3]  and the most entries of the partition (0: no history)
+-- ARGV[4..] per partition, in the order of KEYS:
 --            the caller's lease token ("" skips the fencing check),
 --            n, then n groups of 5: op, job key, revision (4 bytes),
 --            due score, record
@@ -27,11 +30,13 @@
 -- 0 skipped. Outcomes apply in order, as if one by one; the claim
 -- markers, the records and the acks are handled with multi-key commands
 -- (HDEL, HMGET, ZREM), not one call per job. Fails with "WHEELQ_FENCED",
--- changing nothing, when a token is not its partition's lease's.
--- partitions(), column() and many() are lib.lua's, which the store puts
--- before this script.
+-- changing nothing, when a token is not its partition's lease's. An ack
+-- that applies leaves the job in the run history as done ("d" and its
+-- record without the payload). partitions(), column(), many(), cut() and
+-- finished() are lib.lua's, which the store puts before this script.
 
-local parts, fenced = partitions(5, 3, 2, 5)
+local now, maxAge, maxCount = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local parts, fenced = partitions(7, 3, 4, 5)
 if fenced then
   return fenced
 end
@@ -52,7 +57,7 @@ for _, pt in ipairs(parts) do
         acks = {}
       end
     end
-    local seen = {}
+    local seen, done = {}, {}
     for j = 1, n do
       local i = first + 5 * (j - 1)
       local op, key, rev, score, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -69,6 +74,10 @@ for _, pt in ipairs(parts) do
       elseif cur and string.sub(cur, 2, 5) == rev then
         if op == 'a' then
           acks[#acks + 1] = key
+          if maxCount > 0 then
+            done[#done + 1] = key
+            done[#done + 1] = 'd' .. cut(cur)
+          end
         elseif op == 'r' then
           redis.call('HSET', jobs, key, rec)
           redis.call('ZADD', pending, score, key)
@@ -85,6 +94,7 @@ for _, pt in ipairs(parts) do
       end
     end
     flushAcks()
+    finished(KEYS[k + 5], KEYS[k + 6], done, now, maxAge, maxCount)
   end
 end
 return out
