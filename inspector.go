@@ -120,6 +120,9 @@ type position struct {
 	key   string
 }
 
+// posOf returns where a set's entry stands in that order.
+func posOf(e persist.Entry) position { return position{e.Due, e.Key} }
+
 func (a position) compare(b position) int {
 	return cmp.Or(cmp.Compare(a.score, b.score), strings.Compare(a.key, b.key))
 }
@@ -217,15 +220,13 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 	// Only jobs up to bound are sure to be in order: a partition that has
 	// more to read may have jobs before the others' later ones.
 	if bound != nil {
-		all = slices.DeleteFunc(all, func(f found) bool { return (position{f.e.Due, f.e.Key}).compare(*bound) > 0 })
+		all = slices.DeleteFunc(all, func(f found) bool { return posOf(f.e).compare(*bound) > 0 })
 	}
-	slices.SortFunc(all, func(a, b found) int {
-		return (position{a.e.Due, a.e.Key}).compare(position{b.e.Due, b.e.Key})
-	})
+	slices.SortFunc(all, func(a, b found) int { return posOf(a.e).compare(posOf(b.e)) })
 	switch {
 	case len(all) > limit:
 		all = all[:limit]
-		next = position{all[limit-1].e.Due, all[limit-1].e.Key}.encode()
+		next = posOf(all[limit-1].e).encode()
 	case bound != nil:
 		next = bound.encode()
 	}
@@ -285,7 +286,7 @@ func jobInfo(e persist.Entry, rec []byte, dead bool) JobInfo {
 // the start of the window): up to limit of them, or what a scan of
 // listScanBudget members found.
 func (q *Queue) readPart(ctx context.Context, qu query, p int, from *position, limit int) (partPage, error) {
-	after := func(e persist.Entry) bool { return from == nil || (position{e.Due, e.Key}).compare(*from) > 0 }
+	after := func(e persist.Entry) bool { return from == nil || posOf(e).compare(*from) > 0 }
 	match := func(e persist.Entry) bool {
 		return e.Due > qu.after && e.Due <= qu.until && after(e) && (qu.topic == "" || strings.HasPrefix(e.Key, qu.topic+persist.KeySep))
 	}
@@ -295,7 +296,7 @@ func (q *Queue) readPart(ctx context.Context, qu query, p int, from *position, l
 			return partPage{}, err
 		}
 		es = slices.DeleteFunc(es, func(e persist.Entry) bool { return !match(e) })
-		slices.SortFunc(es, func(a, b persist.Entry) int { return (position{a.Due, a.Key}).compare(position{b.Due, b.Key}) })
+		slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
 		return partPage{es: es}, nil
 	}
 	var cur persist.Cursor

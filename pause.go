@@ -262,7 +262,7 @@ func (q *Queue) unpark(ctx context.Context, topic string) {
 			}
 		}
 	}
-	slices.SortFunc(es, func(a, b persist.Entry) int { return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.Key, b.Key)) })
+	slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
 	now, wall := wheel.Readings(q.clock)
 	for _, e := range es {
 		if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {

@@ -190,7 +190,16 @@ func (s *Store) PausedTopics(ctx context.Context) ([]string, error) {
 // subscription was broken are missed: a caller still reads PausedTopics
 // now and then.
 func (s *Store) WatchPaused(ctx context.Context, changed func(topic string, paused bool)) error {
-	ps := s.rdb.Subscribe(ctx, pausedChannel(s.ns))
+	return s.subscribe(ctx, pausedChannel(s.ns), func(msg string) {
+		op, topic, _ := strings.Cut(msg, " ")
+		changed(topic, op == "pause")
+	})
+}
+
+// subscribe calls f with every message published on channel until ctx
+// ends, holding a subscription (one connection) meanwhile.
+func (s *Store) subscribe(ctx context.Context, channel string, f func(msg string)) error {
+	ps := s.rdb.Subscribe(ctx, channel)
 	defer ps.Close()
 	ch := ps.Channel()
 	for {
@@ -201,8 +210,7 @@ func (s *Store) WatchPaused(ctx context.Context, changed func(topic string, paus
 			if !ok {
 				return nil
 			}
-			op, topic, _ := strings.Cut(m.Payload, " ")
-			changed(topic, op == "pause")
+			f(m.Payload)
 		}
 	}
 }
