@@ -72,18 +72,5 @@ func (s *Store) Members(ctx context.Context, op MemberOp, id string, ttl time.Du
 // while the subscription was broken are missed: a caller still peeks at
 // the version now and then.
 func (s *Store) WatchRoster(ctx context.Context, changed func()) error {
-	ps := s.rdb.Subscribe(ctx, membersKeys(s.ns)[0])
-	defer ps.Close()
-	ch := ps.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case _, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			changed()
-		}
-	}
+	return s.subscribe(ctx, membersKeys(s.ns)[0], func(string) { changed() })
 }
