@@ -102,7 +102,8 @@ func startBrowser(t testing.TB) *browser {
 	}
 	profile := t.TempDir()
 	caps := map[string]any{"capabilities": map[string]any{"alwaysMatch": map[string]any{
-		"browserName": "chrome",
+		"browserName":       "chrome",
+		"goog:loggingPrefs": map[string]string{"browser": "ALL"},
 		"goog:chromeOptions": map[string]any{
 			"binary": chromiumPath,
 			"args": []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -291,6 +292,25 @@ func (b *browser) pageText() string {
 func (b *browser) execAsync(script string, out any) {
 	b.t.Helper()
 	b.must(b.call(http.MethodPost, b.base+"/execute/async", map[string]any{"script": script, "args": []any{}}, out))
+}
+
+// consoleErrors returns the page's console messages of level SEVERE
+// since the last call: script errors, Content-Security-Policy violations,
+// failed requests (chromedriver's log endpoint, not W3C).
+func (b *browser) consoleErrors() []string {
+	b.t.Helper()
+	var entries []struct {
+		Level   string `json:"level"`
+		Message string `json:"message"`
+	}
+	b.must(b.call(http.MethodPost, b.base+"/se/log", map[string]any{"type": "browser"}, &entries))
+	var out []string
+	for _, e := range entries {
+		if e.Level == "SEVERE" {
+			out = append(out, e.Message)
+		}
+	}
+	return out
 }
 
 // screenshot saves the page as name.png in the screenshots directory and

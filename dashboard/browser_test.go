@@ -1,0 +1,141 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq"
+)
+
+// TestBrowser drives the dashboard in a real headless chromium: it clicks
+// through the pages and actions as a user would, and saves screenshots
+// (into $WHEELQ_SCREENSHOTS when set). It skips where chromium or
+// chromedriver is missing, unless WHEELQ_REQUIRE_BROWSER is set.
+func TestBrowser(t *testing.T) {
+	b := startBrowser(t)
+
+	t.Run("ClickThrough", func(t *testing.T) {
+		b.t = t
+		f := setup(t, "browser")
+		srv := f.serve(t, Options{Title: "shop jobs"})
+		ctx := context.Background()
+
+		b.open(srv.URL + "/wheelq") // no slash: the redirect adds it
+		require.True(t, strings.HasSuffix(b.url(), "/wheelq/"), b.url())
+		b.element("#overview")
+		b.waitText("#overview .cards .card:nth-child(1) .value", "2")
+		require.Equal(t, "1", b.text(b.element("#overview a.cardlink .value")), "one dead job")
+		require.Contains(t, b.text(b.element("#lateness")), "No run started here yet")
+		b.screenshot("1-overview")
+
+		b.click("#nav-dead")
+		b.waitContains("#dead table.jobs", deadID)
+		require.Contains(t, b.text(b.element("#dead table.jobs")), deadError)
+		require.Len(t, b.elements("#dead button.act-requeue"), 1)
+		b.screenshot("2-dead")
+
+		b.click("#dead a.job-link")
+		b.waitText("#job-state", "dead")
+		require.Equal(t, deadPayload, b.text(b.element("#payload")), "the payload is shown as text")
+		require.Contains(t, b.text(b.element("#job h2")), deadID, "the id is shown as text")
+		var title string
+		b.must(b.call(http.MethodGet, b.base+"/title", nil, &title))
+		require.Equal(t, "shop jobs", title, "no markup of the job ran")
+		require.Empty(t, b.elements("#job img"), "no markup of the job became an element")
+		b.screenshot("3-job-dead")
+
+		b.click("button.act-requeue")
+		b.waitText("#job-state", "pending")
+		b.waitContains("#flash", "requeue mail/"+deadID+": done")
+		j, err := f.q.Lookup(ctx, deadTopic, deadID)
+		require.NoError(t, err)
+		require.Equal(t, wheelq.StatePending, j.State, "requeued, in Redis")
+		require.Empty(t, b.elements("button.act-requeue"), "a pending job has no requeue button")
+		b.screenshot("4-job-requeued")
+
+		b.click("button.act-cancel")
+		b.acceptAlert()
+		b.waitContains("#job", "Not found")
+		_, err = f.q.Lookup(ctx, deadTopic, deadID)
+		require.ErrorIs(t, err, wheelq.ErrNotFound, "cancelled, in Redis")
+		b.screenshot("5-job-cancelled")
+		// The 404 of the cancelled job's lookup is the one error expected.
+		for _, e := range b.consoleErrors() {
+			require.Contains(t, e, "404", "a console error: %s", e)
+		}
+	})
+
+	t.Run("ReadOnly", func(t *testing.T) {
+		b.t = t
+		f := setup(t, "browser-ro")
+		srv := f.serve(t, Options{ReadOnly: true})
+		b.open(srv.URL + "/wheelq/#/job/" + deadTopic + "/" + urlEscape(deadID))
+		b.waitText("#job-state", "dead")
+		b.waitFor("the read-only badge", func() bool { return b.text(b.element("#mode")) == "read-only" })
+		require.Empty(t, b.elements("button.act"), "no action button")
+		b.click("#nav-dead")
+		b.waitContains("#dead table.jobs", deadID)
+		require.Empty(t, b.elements("button.act"), "no action button")
+		b.screenshot("6-read-only")
+		require.Empty(t, b.consoleErrors(), "no script error, no CSP violation")
+
+		// A request forged from the page itself, header and all.
+		var status float64
+		b.execAsync(`const done = arguments[arguments.length - 1];
+fetch("api/requeue", {method: "POST", headers: {"Content-Type": "application/json", "X-Wheelq-Dashboard": "1"},
+  body: JSON.stringify({topic: "mail", id: `+jsString(deadID)+`})}).then(r => done(r.status), e => done(-1));`, &status)
+		require.Equal(t, float64(http.StatusForbidden), status)
+		j, err := f.q.Lookup(context.Background(), deadTopic, deadID)
+		require.NoError(t, err)
+		require.Equal(t, wheelq.StateDead, j.State, "nothing changed")
+	})
+
+	t.Run("AuthorizeRefuses", func(t *testing.T) {
+		b.t = t
+		f := setup(t, "browser-auth")
+		srv := f.serve(t, Options{Authorize: func(r *http.Request, a Action) error {
+			if a.Kind == KindRequeue && a.Topic != "" {
+				return errors.New("requeueing is for on-call staff only")
+			}
+			return nil
+		}})
+		b.open(srv.URL + "/wheelq/#/dead")
+		b.waitContains("#dead table.jobs", deadID)
+		b.click("#dead button.act-requeue")
+		b.waitContains("#flash.error", "requeueing is for on-call staff only")
+		j, err := f.q.Lookup(context.Background(), deadTopic, deadID)
+		require.NoError(t, err)
+		require.Equal(t, wheelq.StateDead, j.State, "refused: nothing changed")
+		b.screenshot("7-refused")
+		for _, e := range b.consoleErrors() {
+			require.Contains(t, e, "403", "a console error: %s", e)
+		}
+	})
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == '<' || r == '>':
+			b.WriteString(`\u00`)
+			const hex = "0123456789abcdef"
+			b.WriteByte(hex[r>>4])
+			b.WriteByte(hex[r&15])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
