@@ -8,6 +8,7 @@
 //	wheelq [connection flags] cancel TOPIC ID
 //	wheelq [connection flags] requeue [-at RFC3339] TOPIC ID
 //	wheelq [connection flags] run TOPIC ID
+//	wheelq [connection flags] serve [-addr 127.0.0.1:8080] [-read-only]
 //
 // Connection flags (before the command): -url redis://host:port/db (or
 // rediss://), or -addrs host:port,... with -sentinel-master NAME for a
@@ -56,6 +57,7 @@ commands:
   cancel TOPIC ID        delete a job, pending or dead
   requeue TOPIC ID       move a dead job back to pending (-at, default now)
   run TOPIC ID           make a pending job due now
+  serve                  the web dashboard (-addr 127.0.0.1:8080, -read-only)
 
 connection flags:
 `
@@ -129,6 +131,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = c.dead(ctx, rest)
 	case "cancel", "requeue", "run":
 		code = c.change(ctx, cmd, rest)
+	case "serve":
+		code = c.serve(ctx, rest)
 	default:
 		fmt.Fprintf(stderr, "wheelq: unknown command %q\n\n", cmd)
 		fs.Usage()
