@@ -29,7 +29,12 @@ const envRequireBrowser = "WHEELQ_REQUIRE_BROWSER"
 // (default: the test's temporary directory, removed after it).
 const envScreenshots = "WHEELQ_SCREENSHOTS"
 
-const chromiumPath = "/usr/bin/chromium"
+// The browser and its driver: Debian's paths, or those the variables
+// WHEELQ_CHROMIUM and WHEELQ_CHROMEDRIVER give.
+const (
+	envChromium     = "WHEELQ_CHROMIUM"
+	envChromedriver = "WHEELQ_CHROMEDRIVER"
+)
 
 type browser struct {
 	t       testing.TB
@@ -44,16 +49,19 @@ type browser struct {
 // (or fails it, under WHEELQ_REQUIRE_BROWSER) where either is missing.
 func startBrowser(t testing.TB) *browser {
 	t.Helper()
-	driver, err := exec.LookPath("chromedriver")
-	if err != nil {
+	driver := os.Getenv(envChromedriver)
+	if driver == "" {
 		driver = "/usr/bin/chromedriver"
 	}
-	var missing []string
-	if _, err := os.Stat(driver); err != nil {
-		missing = append(missing, "chromedriver")
+	chromium := os.Getenv(envChromium)
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
 	}
-	if _, err := os.Stat(chromiumPath); err != nil {
-		missing = append(missing, chromiumPath)
+	var missing []string
+	for _, p := range []string{chromium, driver} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p)
+		}
 	}
 	if len(missing) > 0 {
 		msg := fmt.Sprintf("browser test: %s not installed (Debian: apt-get install chromium chromium-driver)", strings.Join(missing, " and "))
@@ -105,7 +113,7 @@ func startBrowser(t testing.TB) *browser {
 		"browserName":       "chrome",
 		"goog:loggingPrefs": map[string]string{"browser": "ALL"},
 		"goog:chromeOptions": map[string]any{
-			"binary": chromiumPath,
+			"binary": chromium,
 			"args": []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 				"--disable-background-networking", "--disable-component-update", "--disable-sync",
 				"--disable-dev-shm-usage", "--window-size=1280,900", "--user-data-dir=" + profile},
