@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/wheelq/wheelq/internal/persist"
@@ -98,55 +97,25 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 	return infoOf(r, st), nil
 }
 
-// DeadJobs returns up to limit dead-lettered jobs, oldest death first. A
-// dead job whose record cannot be decoded is listed with its error as
-// LastError. A negative limit is an ErrInvalidOption.
+// DeadJobs returns up to limit dead-lettered jobs, oldest death first
+// (List's pages with JobFilter{State: StateDead}). A dead job whose record
+// cannot be decoded is listed with its error as LastError. A negative
+// limit is an ErrInvalidOption.
 func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("%w: DeadJobs limit %d < 0", ErrInvalidOption, limit)
 	}
-	if q.closing() {
-		return nil, ErrClosed
-	}
-	if err := q.checkLayout(ctx); err != nil {
-		return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
-	}
 	var out []JobInfo
-	for p := range q.store.Partitions() {
-		var cur persist.Cursor
-		for n := 0; !cur.Done && n < limit; {
-			es, next, err := q.store.RangeDead(ctx, p, cur, min(limit, 500))
-			if err != nil {
-				return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
-			}
-			cur = next
-			keys := make([]string, len(es))
-			for i, e := range es {
-				keys[i] = e.Key
-			}
-			recs, err := q.store.Records(ctx, p, keys)
-			if err != nil {
-				return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
-			}
-			for i, e := range es {
-				topic, id, _ := persist.SplitJobKey(e.Key)
-				info := JobInfo{Topic: topic, ID: id, State: StateDead, Due: time.UnixMicro(e.Due)}
-				if recs[i] != nil {
-					if r, err := persist.DecodeRecord(recs[i]); err == nil {
-						r.Topic, r.ID, r.Due = topic, id, info.Due
-						info = infoOf(r, persist.DeadLettered)
-					} else {
-						info.LastError = err.Error()
-					}
-				}
-				out = append(out, info)
-				n++
-			}
+	for cursor := ""; len(out) < limit; {
+		jobs, next, err := q.List(ctx, JobFilter{State: StateDead}, cursor, min(limit-len(out), MaxListLimit))
+		if err != nil {
+			return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
 		}
-	}
-	slices.SortFunc(out, func(a, b JobInfo) int { return a.Due.Compare(b.Due) })
-	if len(out) > limit {
-		out = out[:limit]
+		out = append(out, jobs...)
+		if next == "" {
+			break
+		}
+		cursor = next
 	}
 	return out, nil
 }

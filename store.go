@@ -13,6 +13,7 @@ import (
 // recoverer sees the same value through recovery.Store.
 type engineStore interface {
 	recovery.Store
+	inspectorStore
 
 	Init(ctx context.Context) error
 	PartitionOf(key string) int

@@ -55,6 +55,10 @@ type Keys struct {
 	Loaded  string // STRING the owner's loaded-until time (unix µs)
 	Inbox   string // LIST job keys scheduled by others for the owner to arm
 	Running string // HASH job key -> token of the owner that claimed a run
+	// Paused is a HASH of the paused topics (topic -> "1"), the same in
+	// every partition, so that claim.lua reads it with its partition's
+	// keys (see SetPaused).
+	Paused string
 	// Cancelled holds two HASHes of recent cancel calls, call token ->
 	// the call's results for the partition, each for one minute (by Redis's
 	// clock) in turn: a cancel sent again (its reply lost) is recognised
@@ -65,7 +69,7 @@ type Keys struct {
 func partitionKeys(ns string, p int) Keys {
 	tag := "wq:{" + ns + ":" + strconv.Itoa(p) + "}:"
 	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease",
-		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running",
+		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running", Paused: tag + "paused",
 		Cancelled: [2]string{tag + "cancelled0", tag + "cancelled1"}}
 }
 
