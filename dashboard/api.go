@@ -17,9 +17,6 @@ import (
 	"github.com/wheelq/wheelq"
 )
 
-// maxListed is the most jobs one list request returns.
-const maxListed = 500
-
 // maxPayloadShown is how many bytes of a payload a job's detail shows.
 const maxPayloadShown = 64 << 10
 
@@ -54,8 +51,18 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
+	counts, err := h.q.Counts(ctx)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	topics := make([]map[string]any, len(counts))
+	for i, c := range counts {
+		topics[i] = map[string]any{"topic": c.Topic, "pending": c.Pending, "overdue": c.Overdue,
+			"running": c.Running, "dead": c.Dead, "paused": c.Paused}
+	}
 	can := map[Kind]bool{}
-	for _, k := range actionKinds {
+	for _, k := range actionKinds() {
 		can[k] = h.allowed(r, k)
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -65,6 +72,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		"readOnly":  h.opts.ReadOnly,
 		"can":       can,
 		"refreshMs": h.refresh.Milliseconds(),
+		"topics":    topics,
 		"stats": map[string]any{
 			"pending": s.Pending, "overdue": s.Overdue, "dead": s.Dead,
 			"oldestOverdueMs": ms(s.OldestOverdue),
@@ -80,46 +88,150 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// jobs lists jobs: ?state=dead (the only list the queue offers by
-// itself), &limit=N (default 100, at most 500), &topic=T (only T's).
+// jobs lists jobs, as Queue.List selects them: ?state=pending|running|dead
+// (default pending), &overdue=1, &topic=T, &due_after= and &due_before=
+// (RFC 3339), &limit=N (default 100, at most 1000), &cursor= (the next of
+// a previous page). It answers {"jobs": [...], "next": cursor or ""}.
 func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	qv := r.URL.Query()
-	topic := qv.Get("topic")
-	if !h.authorize(w, r, Action{Kind: KindView, Topic: topic}) {
+	f := wheelq.JobFilter{Topic: qv.Get("topic")}
+	if !h.authorize(w, r, Action{Kind: KindView, Topic: f.Topic}) {
 		return
 	}
-	limit, err := intParam(qv.Get("limit"), 100, 1, maxListed)
+	limit, err := intParam(qv.Get("limit"), 100, 1, wheelq.MaxListLimit)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "limit: "+err.Error())
 		return
 	}
 	switch st := qv.Get("state"); st {
+	case "", "pending":
+		f.State = wheelq.StatePending
+	case "running":
+		f.State = wheelq.StateRunning
 	case "dead":
-	case "":
-		writeError(w, http.StatusBadRequest, "state: missing (want dead)")
-		return
+		f.State = wheelq.StateDead
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want dead", st))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want pending, running or dead", st))
 		return
+	}
+	switch o := qv.Get("overdue"); o {
+	case "", "0", "false":
+	case "1", "true":
+		f.Overdue = true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("overdue %q: want 1 or 0", o))
+		return
+	}
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"due_after", &f.DueAfter}, {"due_before", &f.DueBefore}} {
+		if v := qv.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want RFC 3339, like 2026-11-24T09:00:00Z", p.name, v))
+				return
+			}
+			*p.t = t
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
 	defer cancel()
-	js, err := h.q.DeadJobs(ctx, maxListed)
-	if err != nil {
-		h.fail(w, err)
-		return
-	}
-	out := make([]map[string]any, 0, min(len(js), limit))
-	for _, j := range js {
-		if topic != "" && j.Topic != topic {
-			continue
+	// A page filtered by topic may come back short with more to read:
+	// read on a few times to fill it.
+	cursor := qv.Get("cursor")
+	out := make([]map[string]any, 0, limit)
+	for range 8 {
+		js, next, err := h.q.List(ctx, f, cursor, limit-len(out))
+		if err != nil {
+			h.fail(w, err)
+			return
 		}
-		if len(out) == limit {
+		for _, j := range js {
+			out = append(out, jobJSON(j, false))
+		}
+		cursor = next
+		if cursor == "" || len(out) >= limit {
 			break
 		}
-		out = append(out, jobJSON(j, false))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": out, "next": cursor})
+}
+
+// timelineWindow returns the length of a window of the timeline and the
+// width of its buckets.
+func timelineWindow(name string) (length, bucket time.Duration, ok bool) {
+	switch name {
+	case "minute":
+		return time.Minute, time.Second, true
+	case "hour":
+		return time.Hour, time.Minute, true
+	case "day":
+		return 24 * time.Hour, time.Hour, true
+	}
+	return 0, 0, false
+}
+
+// maxTimelineJobs bounds the jobs a timeline reads (and counts).
+const maxTimelineJobs = 5000
+
+// timeline counts the pending jobs due in the next minute, hour or day
+// (?window=, default hour), by bucket (seconds, minutes, hours), for a
+// topic (&topic=) or all, and returns the first few. It reads at most
+// maxTimelineJobs jobs; past them "truncated" is true and the counts stop
+// there.
+func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	topic := qv.Get("topic")
+	if !h.authorize(w, r, Action{Kind: KindView, Topic: topic}) {
+		return
+	}
+	name := qv.Get("window")
+	if name == "" {
+		name = "hour"
+	}
+	length, width, ok := timelineWindow(name)
+	if !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("window %q: want minute, hour or day", name))
+		return
+	}
+	now := h.now()
+	f := wheelq.JobFilter{Topic: topic, State: wheelq.StatePending, DueAfter: now, DueBefore: now.Add(length)}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	buckets := make([]int, length/width)
+	var first []map[string]any
+	total, cursor, truncated := 0, "", false
+	for {
+		js, next, err := h.q.List(ctx, f, cursor, wheelq.MaxListLimit)
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		for _, j := range js {
+			b := int(j.Due.Sub(now) / width)
+			if b < 0 || b >= len(buckets) {
+				continue
+			}
+			buckets[b]++
+			total++
+			if len(first) < 10 {
+				first = append(first, jobJSON(j, false))
+			}
+		}
+		cursor = next
+		if cursor == "" {
+			break
+		}
+		if total >= maxTimelineJobs {
+			truncated = true
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"window": name, "from": now.UTC().Format(time.RFC3339Nano), "bucketMs": width.Milliseconds(),
+		"buckets": buckets, "total": total, "truncated": truncated, "first": first,
+	})
 }
 
 // job: one job, ?topic=T&id=I, as Queue.Lookup returns it.
@@ -146,7 +258,10 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 // actionRequest is the body of a POST to an action endpoint.
 type actionRequest struct {
 	Topic string `json:"topic"`
-	ID    string `json:"id"`
+	// ID is the job's; with All, empty.
+	ID string `json:"id"`
+	// All acts on every dead job of Topic (requeue and cancel only).
+	All bool `json:"all"`
 	// At is the due time of a requeue, RFC 3339 (default now).
 	At string `json:"at,omitempty"`
 }
@@ -177,7 +292,14 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "bad request body: more than one JSON value")
 			return
 		}
-		if req.Topic == "" || req.ID == "" {
+		switch {
+		case req.All && k == KindRun:
+			writeError(w, http.StatusBadRequest, "all is for requeue and cancel (of a topic's dead jobs)")
+			return
+		case req.All && (req.Topic == "" || req.ID != ""):
+			writeError(w, http.StatusBadRequest, "all needs a topic and no id")
+			return
+		case !req.All && (req.Topic == "" || req.ID == ""):
 			writeError(w, http.StatusBadRequest, "topic and id are required")
 			return
 		}
@@ -194,11 +316,27 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 			}
 			at = t
 		}
-		if !h.authorize(w, r, Action{Kind: k, Topic: req.Topic, ID: req.ID}) {
+		if !h.authorize(w, r, Action{Kind: k, Topic: req.Topic, ID: req.ID, All: req.All}) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
 		defer cancel()
+		if req.All {
+			dead := wheelq.JobFilter{Topic: req.Topic, State: wheelq.StateDead}
+			var n int
+			var err error
+			if k == KindRequeue {
+				n, err = h.q.RequeueWhere(ctx, dead, at)
+			} else {
+				n, err = h.q.CancelWhere(ctx, dead)
+			}
+			if err != nil {
+				h.fail(w, fmt.Errorf("%s: %w (%d done before the error)", k, err, n))
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"message": fmt.Sprintf("%s every dead job of %s: %d done", k, req.Topic, n), "count": n})
+			return
+		}
 		var err error
 		switch k {
 		case KindRequeue:
@@ -206,7 +344,7 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 		case KindCancel:
 			err = h.q.Cancel(ctx, req.Topic, req.ID)
 		case KindRun:
-			err = h.q.Reschedule(ctx, req.Topic, req.ID, at)
+			err = h.q.RunNow(ctx, req.Topic, req.ID)
 		}
 		msg := fmt.Sprintf("%s %s/%s: done", k, req.Topic, req.ID)
 		switch {

@@ -29,17 +29,30 @@ func TestBrowser(t *testing.T) {
 		require.True(t, strings.HasSuffix(b.url(), "/wheelq/"), b.url())
 		b.element("#overview")
 		b.waitText("#overview .cards .card:nth-child(1) .value", "2")
-		require.Equal(t, "1", b.text(b.element("#overview a.cardlink .value")), "one dead job")
+		require.Equal(t, "2", b.text(b.element("#card-dead .value")), "two dead jobs")
 		require.Contains(t, b.text(b.element("#lateness")), "No run started here yet")
+		topics := b.text(b.element("#topics table"))
+		for _, topic := range []string{"hooks", "mail", "orders", "reports"} {
+			require.Contains(t, topics, topic)
+		}
+		require.Contains(t, b.text(b.element("#timeline")), "1 job(s) due in the next hour")
+		require.Contains(t, b.text(b.element("#timeline table.upcoming")), "o-123")
 		b.screenshot("1-overview")
+		b.click(`#timeline button[data-window="minute"]`)
+		b.waitContains("#timeline", "0 job(s) due in the next minute")
+		b.click(`#timeline button[data-window="day"]`)
+		b.waitContains("#timeline", "1 job(s) due in the next day")
 
-		b.click("#nav-dead")
-		b.waitContains("#dead table.jobs", deadID)
-		require.Contains(t, b.text(b.element("#dead table.jobs")), deadError)
-		require.Len(t, b.elements("#dead button.act-requeue"), 1)
-		b.screenshot("2-dead")
+		b.click(`#topics a.topic-link[href="#/topic/mail"]`)
+		b.waitContains("#list h2", "Topic mail")
+		b.waitContains("#list", "No pending job in mail.")
+		b.click(`#list nav.tabs a[data-tab="dead"]`)
+		b.waitContains("#list table.jobs", deadID)
+		require.Contains(t, b.text(b.element("#list table.jobs")), deadError)
+		require.Len(t, b.elements("#list button.act-requeue"), 1)
+		b.screenshot("2-topic-dead")
 
-		b.click("#dead a.job-link")
+		b.click("#list a.job-link")
 		b.waitText("#job-state", "dead")
 		require.Equal(t, deadPayload, b.text(b.element("#payload")), "the payload is shown as text")
 		require.Contains(t, b.text(b.element("#job h2")), deadID, "the id is shown as text")
@@ -64,6 +77,20 @@ func TestBrowser(t *testing.T) {
 		_, err = f.q.Lookup(ctx, deadTopic, deadID)
 		require.ErrorIs(t, err, wheelq.ErrNotFound, "cancelled, in Redis")
 		b.screenshot("5-job-cancelled")
+
+		// Every dead job of a topic at once.
+		b.open(srv.URL + "/wheelq/#/topic/hooks/dead")
+		b.waitContains("#list table.jobs", "h-1")
+		b.click("#list button.act-requeue-all")
+		b.acceptAlert()
+		b.waitContains("#flash", "requeue every dead job of hooks: 1 done")
+		b.waitContains("#list", "No dead job in hooks.")
+		j, err = f.q.Lookup(ctx, "hooks", "h-1")
+		require.NoError(t, err)
+		require.Equal(t, wheelq.StatePending, j.State, "requeued, in Redis")
+		b.click(`#list nav.tabs a[data-tab="pending"]`)
+		b.waitContains("#list table.jobs", "h-1")
+		b.screenshot("6-topic-requeued-all")
 		// The 404 of the cancelled job's lookup is the one error expected.
 		for _, e := range b.consoleErrors() {
 			require.Contains(t, e, "404", "a console error: %s", e)
@@ -79,9 +106,9 @@ func TestBrowser(t *testing.T) {
 		b.waitFor("the read-only badge", func() bool { return b.text(b.element("#mode")) == "read-only" })
 		require.Empty(t, b.elements("button.act"), "no action button")
 		b.click("#nav-dead")
-		b.waitContains("#dead table.jobs", deadID)
+		b.waitContains("#list table.jobs", deadID)
 		require.Empty(t, b.elements("button.act"), "no action button")
-		b.screenshot("6-read-only")
+		b.screenshot("7-read-only")
 		require.Empty(t, b.consoleErrors(), "no script error, no CSP violation")
 
 		// A request forged from the page itself, header and all.
@@ -104,14 +131,14 @@ fetch("api/requeue", {method: "POST", headers: {"Content-Type": "application/jso
 			}
 			return nil
 		}})
-		b.open(srv.URL + "/wheelq/#/dead")
-		b.waitContains("#dead table.jobs", deadID)
-		b.click("#dead button.act-requeue")
+		b.open(srv.URL + "/wheelq/#/topic/mail/dead")
+		b.waitContains("#list table.jobs", deadID)
+		b.click("#list button.act-requeue")
 		b.waitContains("#flash.error", "requeueing is for on-call staff only")
 		j, err := f.q.Lookup(context.Background(), deadTopic, deadID)
 		require.NoError(t, err)
 		require.Equal(t, wheelq.StateDead, j.State, "refused: nothing changed")
-		b.screenshot("7-refused")
+		b.screenshot("8-refused")
 		for _, e := range b.consoleErrors() {
 			require.Contains(t, e, "403", "a console error: %s", e)
 		}

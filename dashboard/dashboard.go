@@ -5,10 +5,14 @@
 //	if err != nil { ... }
 //	mux.Handle("/wheelq/", http.StripPrefix("/wheelq", dash))
 //
-// It shows the namespace's counts and lateness, the dead-lettered jobs, a
-// job's detail, and (unless ReadOnly) requeues, cancels and runs jobs. The
-// page is plain HTML, CSS and JavaScript embedded in the binary: nothing
-// to build, nothing fetched from elsewhere, every link relative.
+// It shows the namespace's topics with their counts (pending, overdue,
+// running, dead) and state, a timeline of the jobs due in the next minute,
+// hour or day, the lateness of the runs started in this process, lists of
+// jobs by topic and state (paged, in due order), a job's detail, and
+// (unless ReadOnly) requeues, cancels and runs jobs, one or every dead job
+// of a topic at once. The page is plain HTML, CSS and JavaScript embedded
+// in the binary: nothing to build, nothing fetched from elsewhere, every
+// link relative.
 //
 // # Safety
 //
@@ -50,27 +54,32 @@ type Kind string
 const (
 	// KindView reads: the page, the figures, the lists, a job.
 	KindView Kind = "view"
-	// KindRequeue moves a dead job back to pending (Queue.Requeue).
+	// KindRequeue moves a dead job back to pending (Queue.Requeue), or
+	// every dead job of a topic (Queue.RequeueWhere).
 	KindRequeue Kind = "requeue"
-	// KindCancel deletes a pending or dead job (Queue.Cancel).
+	// KindCancel deletes a pending or dead job (Queue.Cancel), or every
+	// dead job of a topic (Queue.CancelWhere).
 	KindCancel Kind = "cancel"
-	// KindRun makes a pending job due now (Queue.Reschedule).
+	// KindRun makes a pending job due now (Queue.RunNow).
 	KindRun Kind = "run"
 )
 
-// actionKinds are the kinds that change state, in the order the page
-// shows their buttons.
-var actionKinds = []Kind{KindRequeue, KindCancel, KindRun}
+// actionKinds returns the kinds that change state.
+func actionKinds() []Kind { return []Kind{KindRequeue, KindCancel, KindRun} }
 
 // Action is what a request asks to do: its kind and its target. Topic and
-// ID are those of the job acted on or viewed; both are empty for a view of
-// the whole namespace, and when the dashboard asks whether to show a kind
-// of button at all (a hook that decides per topic should allow the empty
-// target: the button then shows, and an action on a topic it refuses is
-// refused with its message).
+// ID are those of the job acted on or viewed; ID is empty for a view of a
+// topic's jobs, and with All (an action on every dead job of Topic). All
+// are empty for a view of the whole namespace, and when the dashboard asks
+// whether to show a kind of button at all (a hook that decides per topic
+// should allow the empty target: the button then shows, and an action on
+// a topic it refuses is refused with its message).
 type Action struct {
 	Kind      Kind
 	Topic, ID string
+	// All says the action is on every dead job of Topic (requeue or
+	// cancel).
+	All bool
 }
 
 // Options configures a dashboard. The zero value is a dashboard on which
@@ -147,11 +156,12 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /api/overview", h.overview)
 	h.mux.HandleFunc("GET /api/jobs", h.jobs)
 	h.mux.HandleFunc("GET /api/job", h.job)
-	for _, k := range actionKinds {
+	h.mux.HandleFunc("GET /api/timeline", h.timeline)
+	for _, k := range actionKinds() {
 		h.mux.HandleFunc("POST /api/"+string(k), h.act(k))
 	}
 	h.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		for _, k := range actionKinds {
+		for _, k := range actionKinds() {
 			if r.URL.Path == "/api/"+string(k) {
 				w.Header().Set("Allow", http.MethodPost)
 				writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s wants POST", k))
@@ -238,7 +248,7 @@ func errorStatus(err error) int {
 	switch {
 	case errors.Is(err, wheelq.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, wheelq.ErrInvalidTopic), errors.Is(err, wheelq.ErrInvalidID),
+	case errors.Is(err, wheelq.ErrInvalidTopic), errors.Is(err, wheelq.ErrInvalidID), errors.Is(err, wheelq.ErrInvalidCursor),
 		errors.Is(err, wheelq.ErrInvalidOption), errors.Is(err, wheelq.ErrTooFar):
 		return http.StatusBadRequest
 	case errors.Is(err, wheelq.ErrLayout):

@@ -46,9 +46,9 @@ type fixture struct {
 }
 
 // setup starts a redis-server and fills namespace ns: a dead job in
-// "mail" (dead-lettered by a started worker, which is then shut down), a
-// pending job in "orders" due in an hour, and an overdue one in "reports"
-// due an hour ago. It returns a producer queue on ns that is never started
+// "mail" and one in "hooks" (dead-lettered by a started worker, which is
+// then shut down), a pending job in "orders" due in half an hour, and an
+// overdue one in "reports" due an hour ago. It returns a producer queue on ns that is never started
 // (nothing runs), as `wheelq serve` has.
 func setup(t *testing.T, ns string) *fixture {
 	t.Helper()
@@ -58,22 +58,25 @@ func setup(t *testing.T, ns string) *fixture {
 	cfg := wheelq.Config{Namespace: ns, Partitions: 4}
 	worker, err := wheelq.New(rdb, cfg)
 	require.NoError(t, err)
-	require.NoError(t, worker.Handle(deadTopic, wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
-		return wheelq.Permanent(errors.New(deadError))
-	})))
+	fail := wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error { return wheelq.Permanent(errors.New(deadError)) })
+	require.NoError(t, worker.Handle(deadTopic, fail))
+	require.NoError(t, worker.Handle("hooks", fail))
 	_, err = worker.Schedule(ctx, deadTopic, []byte(deadPayload), wheelq.ID(deadID))
+	require.NoError(t, err)
+	_, err = worker.Schedule(ctx, "hooks", []byte("https://example.com/hook"), wheelq.ID("h-1"))
 	require.NoError(t, err)
 	require.NoError(t, worker.Start(ctx))
 	require.Eventually(t, func() bool {
 		j, err := worker.Lookup(ctx, deadTopic, deadID)
-		return err == nil && j.State == wheelq.StateDead
+		h, herr := worker.Lookup(ctx, "hooks", "h-1")
+		return err == nil && j.State == wheelq.StateDead && herr == nil && h.State == wheelq.StateDead
 	}, 20*time.Second, 10*time.Millisecond)
 	require.NoError(t, worker.Shutdown(ctx))
 
 	q, err := wheelq.New(rdb, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
-	_, err = q.Schedule(ctx, "orders", []byte(`{"order":123}`), wheelq.ID("o-123"), wheelq.After(time.Hour))
+	_, err = q.Schedule(ctx, "orders", []byte(`{"order":123}`), wheelq.ID("o-123"), wheelq.After(30*time.Minute))
 	require.NoError(t, err)
 	_, err = q.Schedule(ctx, "reports", []byte("weekly"), wheelq.ID("r-1"), wheelq.At(time.Now().Add(-time.Hour)))
 	require.NoError(t, err)
@@ -183,12 +186,21 @@ func TestViews(t *testing.T) {
 	stats := r.body["stats"].(map[string]any)
 	require.EqualValues(t, 2, stats["pending"])
 	require.EqualValues(t, 1, stats["overdue"], "reports/r-1 is an hour late")
-	require.EqualValues(t, 1, stats["dead"])
+	require.EqualValues(t, 2, stats["dead"])
+	require.Equal(t, []any{
+		map[string]any{"topic": "hooks", "pending": 0.0, "overdue": 0.0, "running": 0.0, "dead": 1.0, "paused": false},
+		map[string]any{"topic": "mail", "pending": 0.0, "overdue": 0.0, "running": 0.0, "dead": 1.0, "paused": false},
+		map[string]any{"topic": "orders", "pending": 1.0, "overdue": 0.0, "running": 0.0, "dead": 0.0, "paused": false},
+		map[string]any{"topic": "reports", "pending": 1.0, "overdue": 1.0, "running": 0.0, "dead": 0.0, "paused": false},
+	}, r.body["topics"])
 	require.Equal(t, false, r.body["readOnly"])
 	require.Equal(t, map[string]any{"requeue": true, "cancel": true, "run": true}, r.body["can"])
 	require.Contains(t, r.body, "lateness")
 
 	r = do(t, http.MethodGet, base+"api/jobs?state=dead", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Len(t, r.body["jobs"], 2)
+	r = do(t, http.MethodGet, base+"api/jobs?state=dead&topic=mail", "", nil)
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	jobs := r.body["jobs"].([]any)
 	require.Len(t, jobs, 1)
@@ -201,6 +213,41 @@ func TestViews(t *testing.T) {
 	r = do(t, http.MethodGet, base+"api/jobs?state=dead&topic=orders", "", nil)
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Empty(t, r.body["jobs"])
+	require.Empty(t, r.body["next"])
+
+	// Pending jobs, soonest first, a page of one at a time.
+	r = do(t, http.MethodGet, base+"api/jobs?limit=1", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Len(t, r.body["jobs"], 1)
+	require.Equal(t, "r-1", r.body["jobs"].([]any)[0].(map[string]any)["ID"], "the overdue one is due first")
+	require.NotEmpty(t, r.body["next"])
+	r = do(t, http.MethodGet, base+"api/jobs?limit=1&cursor="+r.body["next"].(string), "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, "o-123", r.body["jobs"].([]any)[0].(map[string]any)["ID"])
+	r = do(t, http.MethodGet, base+"api/jobs?state=pending&overdue=1", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Len(t, r.body["jobs"], 1)
+	require.Equal(t, "r-1", r.body["jobs"].([]any)[0].(map[string]any)["ID"])
+	r = do(t, http.MethodGet, base+"api/jobs?due_after="+time.Now().Format(time.RFC3339), "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Len(t, r.body["jobs"], 1, "only o-123 is due after now")
+
+	// The timeline: o-123 is due in 30 minutes, in the 30th minute.
+	r = do(t, http.MethodGet, base+"api/timeline?window=hour", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.EqualValues(t, 1, r.body["total"])
+	buckets := r.body["buckets"].([]any)
+	require.Len(t, buckets, 60)
+	require.EqualValues(t, 1, buckets[29])
+	require.Equal(t, "o-123", r.body["first"].([]any)[0].(map[string]any)["ID"])
+	r = do(t, http.MethodGet, base+"api/timeline?window=minute", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.EqualValues(t, 0, r.body["total"])
+	require.Len(t, r.body["buckets"], 60)
+	r = do(t, http.MethodGet, base+"api/timeline?window=day&topic=mail", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.EqualValues(t, 0, r.body["total"])
+	require.Len(t, r.body["buckets"], 24)
 
 	r = do(t, http.MethodGet, base+"api/job?topic=mail&id="+urlEscape(deadID), "", nil)
 	require.Equal(t, http.StatusOK, r.status, r.raw)
@@ -221,9 +268,14 @@ func TestViews(t *testing.T) {
 		{"api/job?topic=orders&id=nope", http.StatusNotFound, "not found"},
 		{"api/job?topic=orders", http.StatusBadRequest, "topic and id are required"},
 		{"api/job?topic=a%2Fb&id=x", http.StatusBadRequest, "invalid topic"},
-		{"api/jobs", http.StatusBadRequest, "state: missing"},
-		{"api/jobs?state=zombie", http.StatusBadRequest, `state "zombie"`},
-		{"api/jobs?state=dead&limit=0", http.StatusBadRequest, "limit: 0 out of range"},
+		{"api/jobs?state=zombie", http.StatusBadRequest, `state "zombie": want pending, running or dead`},
+		{"api/jobs?state=dead&limit=0", http.StatusBadRequest, "limit: 0 out of range 1 to 1000"},
+		{"api/jobs?state=dead&overdue=1", http.StatusBadRequest, "Overdue selects pending or running jobs"},
+		{"api/jobs?overdue=maybe", http.StatusBadRequest, `overdue "maybe"`},
+		{"api/jobs?cursor=nonsense", http.StatusBadRequest, "invalid cursor"},
+		{"api/jobs?due_before=soon", http.StatusBadRequest, `due_before "soon": want RFC 3339`},
+		{"api/jobs?topic=a%2Fb", http.StatusBadRequest, "invalid topic"},
+		{"api/timeline?window=week", http.StatusBadRequest, `window "week": want minute, hour or day`},
 		{"api/jobs?state=dead&limit=ten", http.StatusBadRequest, `limit: "ten" is not a number`},
 		{"api/nothing", http.StatusNotFound, "no endpoint"},
 	} {
@@ -291,6 +343,32 @@ func TestActions(t *testing.T) {
 	r := post(t, srv, KindRun, `{"topic":"orders","id":"o-123","at":"2026-01-01T00:00:00Z"}`)
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Contains(t, r.body["error"], "at is for requeue only")
+	for _, c := range []struct {
+		kind       Kind
+		body, want string
+	}{
+		{KindRun, `{"topic":"hooks","all":true}`, "all is for requeue and cancel"},
+		{KindRequeue, `{"topic":"hooks","id":"h-1","all":true}`, "all needs a topic and no id"},
+		{KindCancel, `{"all":true}`, "all needs a topic and no id"},
+	} {
+		r := post(t, srv, c.kind, c.body)
+		require.Equal(t, http.StatusBadRequest, r.status, c.body)
+		require.Contains(t, r.body["error"], c.want, c.body)
+	}
+
+	// Every dead job of a topic: requeued, then none left to cancel.
+	r = post(t, srv, KindRequeue, `{"topic":"hooks","all":true}`)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.EqualValues(t, 1, r.body["count"])
+	require.Equal(t, "requeue every dead job of hooks: 1 done", r.body["message"])
+	j, err = f.q.Lookup(ctx, "hooks", "h-1")
+	require.NoError(t, err)
+	require.Equal(t, wheelq.StatePending, j.State)
+	r = post(t, srv, KindCancel, `{"topic":"hooks","all":true}`)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.EqualValues(t, 0, r.body["count"], "the pending job is not cancelled")
+	_, err = f.q.Lookup(ctx, "hooks", "h-1")
+	require.NoError(t, err)
 
 	// Requeue: the dead job is pending again.
 	r = post(t, srv, KindRequeue, body)
@@ -309,7 +387,7 @@ func TestActions(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	j, err = f.q.Lookup(ctx, "orders", "o-123")
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), j.Due, time.Minute, "due now, not in an hour")
+	require.WithinDuration(t, time.Now(), j.Due, time.Minute, "due now, not in half an hour")
 
 	// Cancel: gone.
 	r = post(t, srv, KindCancel, jobBody("orders", "o-123"))
@@ -394,10 +472,15 @@ func TestAuthorize(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wheelq.StatePending, j.State)
 
+	r = do(t, http.MethodPost, base+"api/requeue", `{"topic":"hooks","all":true}`, hdr("oncall"))
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.EqualValues(t, 1, r.body["count"])
+
 	close(seenCh)
 	for a := range seenCh {
 		seen = append(seen, a)
 	}
 	require.Contains(t, seen, Action{Kind: KindRequeue, Topic: deadTopic, ID: deadID}, "the hook sees the target")
 	require.Contains(t, seen, Action{Kind: KindView, Topic: "mail", ID: "x"})
+	require.Contains(t, seen, Action{Kind: KindRequeue, Topic: "hooks", All: true})
 }

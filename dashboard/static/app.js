@@ -6,7 +6,7 @@
 (function () {
   const HEADER = "X-Wheelq-Dashboard";
   const main = document.getElementById("main");
-  const state = { can: {}, readOnly: true, refreshMs: 0, timer: null, seq: 0 };
+  const state = { can: {}, readOnly: true, refreshMs: 0, timer: null, seq: 0, window: "hour" };
 
   // el builds an element: attrs sets attributes (on* and markup are never
   // set from data), children are nodes or strings (as text).
@@ -137,6 +137,80 @@
     return out.filter(Boolean);
   }
 
+  // bulkButton acts on every dead job of a topic (requeue or cancel).
+  function bulkButton(kind, label, topic, count, after) {
+    if (state.readOnly || !state.can[kind] || count === 0) return null;
+    return el("button", {
+      type: "button",
+      class: "act bulk act-" + kind + "-all",
+      "data-action": kind + "-all",
+      "data-topic": topic,
+      onclick: async (ev) => {
+        const b = ev.currentTarget;
+        const what = kind === "requeue" ? "Requeue every dead job of " + topic + " (due now)?" : "Cancel every dead job of " + topic + "? They are deleted.";
+        if (!window.confirm(what)) return;
+        b.disabled = true;
+        try {
+          const r = await post(kind, { topic: topic, id: "", all: true });
+          flash(r.message, false);
+        } catch (e) {
+          flash(kind + " every dead job of " + topic + ": " + e.message, true);
+        }
+        b.disabled = false;
+        if (after) after();
+      },
+    }, label);
+  }
+
+  function topicHref(topic, tab) {
+    return "#/topic/" + encodeURIComponent(topic) + (tab ? "/" + tab : "");
+  }
+
+  function topicsPanel(topics) {
+    return el("section", { class: "panel", id: "topics" },
+      el("h2", {}, "Topics"),
+      topics.length === 0 ? el("p", { class: "muted empty" }, "No job stored.") :
+        el("table", { class: "jobs" },
+          el("thead", {}, el("tr", {}, ["Topic", "Pending", "Overdue", "Running", "Dead", "State"].map((h, i) => el("th", { class: i > 0 && i < 5 ? "num" : "" }, h)))),
+          el("tbody", {}, topics.map((c) => el("tr", { "data-topic": c.topic },
+            el("td", {}, el("a", { href: topicHref(c.topic), class: "topic-link" }, c.topic)),
+            el("td", { class: "num" }, el("a", { href: topicHref(c.topic, "pending") }, c.pending)),
+            el("td", { class: "num" + (c.overdue > 0 ? " warn" : "") }, el("a", { href: topicHref(c.topic, "overdue") }, c.overdue)),
+            el("td", { class: "num" }, el("a", { href: topicHref(c.topic, "running") }, c.running)),
+            el("td", { class: "num" + (c.dead > 0 ? " bad" : "") }, el("a", { href: topicHref(c.topic, "dead") }, c.dead)),
+            el("td", {}, el("span", { class: "state " + (c.paused ? "state-paused" : "state-active") }, c.paused ? "paused" : "active")))))));
+  }
+
+  function fmtClock(d, bucketMs) {
+    const iso = d.toISOString();
+    if (bucketMs >= 3600e3) return iso.slice(5, 13).replace("T", " ") + "h";
+    if (bucketMs >= 60e3) return iso.slice(11, 16);
+    return iso.slice(11, 19);
+  }
+
+  async function timelinePanel(topic) {
+    const t = await api("timeline?window=" + state.window + (topic ? "&topic=" + encodeURIComponent(topic) : ""));
+    const top = Math.max(1, ...t.buckets);
+    const from = new Date(t.from);
+    const unit = { minute: "second", hour: "minute", day: "hour" }[t.window];
+    const pick = el("span", { class: "windows" }, ["minute", "hour", "day"].map((w) => el("button", {
+      type: "button", class: "window" + (w === t.window ? " active" : ""), "data-window": w,
+      onclick: () => {
+        state.window = w;
+        route();
+      },
+    }, "next " + w)));
+    return el("section", { class: "panel", id: "timeline" },
+      el("h2", {}, "Upcoming ", pick),
+      el("p", { class: "muted" }, (t.truncated ? "More than " + t.total : t.total) + " job(s) due in the next " + t.window + (topic ? " in " + topic : "") + ", by " + unit + "."),
+      el("div", { class: "timeline" }, t.buckets.map((n, i) => el("div", {
+        class: "col", title: fmtClock(new Date(from.getTime() + i * t.bucketMs), t.bucketMs) + " UTC: " + n + " job(s)",
+      }, el("div", { class: "fill", "data-h": n === 0 ? "0" : Math.max(3, (100 * n) / top).toFixed(1) })))),
+      el("div", { class: "axis muted" }, el("span", {}, "now"), el("span", {}, "+" + (t.buckets.length / 2) + " " + unit + "s"), el("span", {}, "+" + t.buckets.length + " " + unit + "s")),
+      t.first && t.first.length ? el("table", { class: "jobs upcoming" }, el("tbody", {}, t.first.map((j) => el("tr", {},
+        el("td", {}, j.Topic), el("td", {}, el("a", { href: jobHref(j.Topic, j.ID), class: "job-link" }, j.ID)), el("td", { title: fmtTime(j.Due) }, fmtRel(j.Due)))))) : null);
+  }
+
   function card(label, value, extra, cls) {
     return el("div", { class: "card " + (cls || "") }, el("div", { class: "label" }, label), el("div", { class: "value" }, value), extra ? el("div", { class: "extra" }, extra) : null);
   }
@@ -160,10 +234,11 @@
   // need 'unsafe-inline' styles in the Content-Security-Policy).
   function sizeBars(root) {
     for (const b of root.querySelectorAll("[data-w]")) b.style.width = b.getAttribute("data-w") + "%";
+    for (const b of root.querySelectorAll("[data-h]")) b.style.height = b.getAttribute("data-h") + "%";
   }
 
   async function renderOverview(seq) {
-    const o = await api("overview");
+    const [o, timeline] = await Promise.all([api("overview"), timelinePanel("")]);
     if (seq !== state.seq) return;
     const s = o.stats;
     const lookup = el("form", {
@@ -179,9 +254,11 @@
     const page = el("div", { id: "overview" },
       el("div", { class: "cards" },
         card("Pending", s.pending),
-        card("Overdue", s.overdue, s.overdue > 0 ? "oldest " + fmtMs(s.oldestOverdueMs) + " late" : "none more than 1 s late", s.overdue > 0 ? "warn" : ""),
-        el("a", { href: "#/dead", class: "cardlink" }, card("Dead", s.dead, "dead-lettered", s.dead > 0 ? "bad" : "")),
+        el("a", { href: "#/overdue", class: "cardlink" }, card("Overdue", s.overdue, s.overdue > 0 ? "oldest " + fmtMs(s.oldestOverdueMs) + " late" : "none more than 1 s late", s.overdue > 0 ? "warn" : "")),
+        el("a", { href: "#/dead", class: "cardlink", id: "card-dead" }, card("Dead", s.dead, "dead-lettered", s.dead > 0 ? "bad" : "")),
         card("Running here", s.running, s.inMemory + " in memory")),
+      topicsPanel(o.topics || []),
+      timeline,
       latenessPanel(o.lateness),
       el("section", { class: "panel" }, el("h2", {}, "This process"),
         el("table", { class: "kv" },
@@ -195,7 +272,7 @@
   function jobTable(jobs, after, opts) {
     if (jobs.length === 0) return el("p", { class: "muted empty" }, opts.empty);
     return el("table", { class: "jobs" },
-      el("thead", {}, el("tr", {}, el("th", {}, "Topic"), el("th", {}, "ID"), el("th", {}, opts.dueLabel), el("th", {}, "Attempts"), el("th", {}, "Last error"), el("th", {}, ""))),
+      el("thead", {}, el("tr", {}, el("th", {}, "Topic"), el("th", {}, "ID"), el("th", {}, opts.dueLabel), el("th", { class: "num" }, "Attempts"), el("th", {}, "Last error"), el("th", {}, ""))),
       el("tbody", {}, jobs.map((j) => el("tr", { "data-topic": j.Topic, "data-id": j.ID },
         el("td", {}, j.Topic),
         el("td", {}, el("a", { href: jobHref(j.Topic, j.ID), class: "job-link" }, j.ID)),
@@ -205,13 +282,62 @@
         el("td", { class: "actions" }, jobActions(j, after))))));
   }
 
-  async function renderDead(seq) {
-    const r = await api("jobs?state=dead&limit=500");
+  // The lists: tab is pending, overdue, running or dead.
+  const tabs = ["pending", "overdue", "running", "dead"];
+
+  function listQuery(topic, tab) {
+    const q = ["limit=100"];
+    if (topic) q.push("topic=" + encodeURIComponent(topic));
+    q.push("state=" + (tab === "overdue" ? "pending&overdue=1" : tab));
+    return q.join("&");
+  }
+
+  // renderList shows a list of jobs (a topic's, or every topic's), a page
+  // at a time: "More" reads the next.
+  async function renderList(seq, topic, tab) {
+    const r = await api("jobs?" + listQuery(topic, tab));
+    let counts = null;
+    if (topic) {
+      const o = await api("overview");
+      counts = (o.topics || []).find((c) => c.topic === topic) || { topic: topic, pending: 0, overdue: 0, running: 0, dead: 0, paused: false };
+    }
     if (seq !== state.seq) return;
-    main.replaceChildren(el("section", { class: "panel", id: "dead" },
-      el("h2", {}, "Dead-lettered jobs"),
-      el("p", { class: "muted" }, "Oldest death first. Requeue sends a job back to pending, due now, with its attempts reset."),
-      jobTable(r.jobs, () => route(), { empty: "No dead job.", dueLabel: "Died" })));
+    const reload = () => route();
+    const dueLabel = tab === "dead" ? "Died" : "Due";
+    const table = jobTable(r.jobs, reload, { empty: "No " + tab + " job" + (topic ? " in " + topic : "") + ".", dueLabel: dueLabel });
+    const more = el("div", { class: "more" });
+    let next = r.next;
+    const moreButton = () => next ? el("button", {
+      type: "button", id: "more",
+      onclick: async () => {
+        try {
+          const p = await api("jobs?" + listQuery(topic, tab) + "&cursor=" + encodeURIComponent(next));
+          const body = table.querySelector("tbody");
+          for (const row of jobTable(p.jobs, reload, { empty: "", dueLabel: dueLabel }).querySelectorAll("tbody tr")) body.append(row);
+          next = p.next;
+          more.replaceChildren(moreButton() || "");
+        } catch (e) {
+          flash("More: " + e.message, true);
+        }
+      },
+    }, "More") : null;
+    more.replaceChildren(moreButton() || "");
+    const title = topic ? ["Topic ", el("code", {}, topic)] : [tab === "dead" ? "Dead-lettered jobs" : tab === "overdue" ? "Overdue jobs" : tab[0].toUpperCase() + tab.slice(1) + " jobs"];
+    const head = [el("h2", {}, title)];
+    if (topic) {
+      head.push(el("nav", { class: "tabs" }, tabs.map((t) => el("a", { href: topicHref(topic, t), class: t === tab ? "active" : "", "data-tab": t }, t + " (" + counts[t] + ")"))));
+      if (counts.paused) head.push(el("p", { class: "warn" }, "This topic is paused: its due jobs wait."));
+    }
+    const explain = {
+      pending: "Soonest due first.",
+      overdue: "Pending jobs more than a second past their due time, oldest first: no process ran them yet.",
+      running: "Jobs with a run claimed: in progress, or about to start.",
+      dead: "Oldest death first. Requeue sends a job back to pending, due now, with its attempts reset.",
+    }[tab];
+    const bulk = topic && tab === "dead" ? el("div", { class: "bulk" },
+      bulkButton("requeue", "Requeue all " + counts.dead, topic, counts.dead, reload),
+      bulkButton("cancel", "Cancel all " + counts.dead, topic, counts.dead, reload)) : null;
+    main.replaceChildren(el("section", { class: "panel", id: "list", "data-tab": tab }, head, el("p", { class: "muted" }, explain), bulk, table, more));
   }
 
   const known = ["Topic", "ID", "State", "Due", "Attempts", "MaxAttempts", "LastError", "Created", "Finished", "Payload", "PayloadHex", "PayloadSize", "PayloadTruncated"];
@@ -252,7 +378,7 @@
       el("table", { class: "kv" }, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))),
       el("h3", {}, "Payload ", el("span", { class: "muted" }, j.PayloadSize + " bytes" + (j.PayloadHex !== undefined ? ", binary (hex)" : "") + (j.PayloadTruncated ? ", first 64 KiB shown" : ""))),
       el("pre", { class: "payload", id: "payload" }, payload),
-      el("div", { class: "actions" }, jobActions(j, reload), el("a", { href: "#/dead" }, "Dead jobs"), " ", el("a", { href: "#/" }, "Overview"))));
+      el("div", { class: "actions" }, jobActions(j, reload), el("a", { href: topicHref(j.Topic, j.State === "dead" ? "dead" : "pending") }, "Topic " + j.Topic), " ", el("a", { href: "#/" }, "Overview"))));
   }
 
   async function route() {
@@ -267,7 +393,8 @@
     });
     for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.getAttribute("href") === "#/" + (parts[0] || ""));
     try {
-      if (parts[0] === "dead") await renderDead(seq);
+      if (parts[0] === "dead" || parts[0] === "overdue") await renderList(seq, "", parts[0]);
+      else if (parts[0] === "topic" && parts[1]) await renderList(seq, parts[1], tabs.includes(parts[2]) ? parts[2] : "pending");
       else if (parts[0] === "job" && parts.length >= 3) await renderJob(seq, parts[1], parts.slice(2).join("/"));
       else await renderOverview(seq);
       document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
