@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/redistest"
 )
 
 // TestBrowser drives the dashboard in a real headless chromium: it clicks
@@ -43,6 +45,17 @@ func TestBrowser(t *testing.T) {
 		b.click(`#timeline button[data-window="day"]`)
 		b.waitContains("#timeline", "1 job(s) due in the next day")
 
+		b.click("#nav-overdue")
+		b.waitContains("#list table.jobs", "r-1")
+		b.click("#list button.act-run")
+		b.waitContains("#flash", "run reports/r-1: done")
+		b.waitContains("#list", "No overdue job.")
+		j, err := f.q.Lookup(ctx, "reports", "r-1")
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), j.Due, time.Minute, "due now, not an hour ago")
+		b.click("#nav-overview")
+		b.element("#overview")
+
 		b.click(`#topics a.topic-link[href="#/topic/mail"]`)
 		b.waitContains("#list h2", "Topic mail")
 		b.waitContains("#list", "No pending job in mail.")
@@ -65,7 +78,7 @@ func TestBrowser(t *testing.T) {
 		b.click("button.act-requeue")
 		b.waitText("#job-state", "pending")
 		b.waitContains("#flash", "requeue mail/"+deadID+": done")
-		j, err := f.q.Lookup(ctx, deadTopic, deadID)
+		j, err = f.q.Lookup(ctx, deadTopic, deadID)
 		require.NoError(t, err)
 		require.Equal(t, wheelq.StatePending, j.State, "requeued, in Redis")
 		require.Empty(t, b.elements("button.act-requeue"), "a pending job has no requeue button")
@@ -97,6 +110,39 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("Lateness", func(t *testing.T) {
+		b.t = t
+		// A started worker runs jobs: its dashboard shows their lateness.
+		srv := redistest.Start(t, redistest.Options{})
+		ctx := context.Background()
+		q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "browser-late", Partitions: 4})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+		require.NoError(t, q.Handle("tick", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error { return nil })))
+		require.NoError(t, q.Start(ctx))
+		for i := range 50 {
+			_, err := q.Schedule(ctx, "tick", nil, wheelq.After(time.Duration(i)*time.Millisecond))
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			s, err := q.Stats(ctx)
+			return err == nil && s.Succeeded == 50
+		}, 20*time.Second, 10*time.Millisecond)
+		web := (&fixture{q: q}).serve(t, Options{})
+		b.open(web.URL + "/wheelq/")
+		b.waitContains("#lateness", "over the 50 run(s) started in this process (bars on a log scale)")
+		require.Len(t, b.elements("#lateness table.bars tr"), 3, "p50, p99, max")
+		var widths []string
+		b.must(b.call(http.MethodPost, b.base+"/execute/sync", map[string]any{
+			"script": `return Array.from(document.querySelectorAll("#lateness .bar")).map(e => e.style.width)`, "args": []any{}}, &widths))
+		require.Len(t, widths, 3)
+		for _, w := range widths {
+			require.NotEmpty(t, w, "the bars are sized (the CSP allows styles set from the script)")
+		}
+		b.screenshot("7-lateness")
+		require.Empty(t, b.consoleErrors())
+	})
+
 	t.Run("ReadOnly", func(t *testing.T) {
 		b.t = t
 		f := setup(t, "browser-ro")
@@ -108,7 +154,7 @@ func TestBrowser(t *testing.T) {
 		b.click("#nav-dead")
 		b.waitContains("#list table.jobs", deadID)
 		require.Empty(t, b.elements("button.act"), "no action button")
-		b.screenshot("7-read-only")
+		b.screenshot("8-read-only")
 		require.Empty(t, b.consoleErrors(), "no script error, no CSP violation")
 
 		// A request forged from the page itself, header and all.
@@ -138,7 +184,7 @@ fetch("api/requeue", {method: "POST", headers: {"Content-Type": "application/jso
 		j, err := f.q.Lookup(context.Background(), deadTopic, deadID)
 		require.NoError(t, err)
 		require.Equal(t, wheelq.StateDead, j.State, "refused: nothing changed")
-		b.screenshot("8-refused")
+		b.screenshot("9-refused")
 		for _, e := range b.consoleErrors() {
 			require.Contains(t, e, "403", "a console error: %s", e)
 		}

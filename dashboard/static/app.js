@@ -222,7 +222,7 @@
     const bar = (ms) => (ms <= 0 ? 0 : Math.max(2, Math.min(100, (100 * Math.log10(ms * 1000 + 1)) / top)));
     return el("section", { class: "panel", id: "lateness" },
       el("h2", {}, "Lateness"),
-      el("p", { class: "muted" }, "How late handlers started after their due time, over the " + l.count + " run(s) started in this process."),
+      el("p", { class: "muted" }, "How late handlers started after their due time, over the " + l.count + " run(s) started in this process (bars on a log scale)."),
       l.count === 0 ? el("p", { class: "muted" }, "No run started here yet.") :
         el("table", { class: "bars" }, rows.map(([name, ms]) => el("tr", {},
           el("th", {}, name),
@@ -315,6 +315,7 @@
           const body = table.querySelector("tbody");
           for (const row of jobTable(p.jobs, reload, { empty: "", dueLabel: dueLabel }).querySelectorAll("tbody tr")) body.append(row);
           next = p.next;
+          state.paged = true; // the reloads would drop the pages read: stop them here
           more.replaceChildren(moreButton() || "");
         } catch (e) {
           flash("More: " + e.message, true);
@@ -416,13 +417,14 @@
     }
     window.addEventListener("hashchange", () => {
       clearFlash();
+      state.paged = false;
       route();
     });
     await route();
     if (state.refreshMs > 0) {
       state.timer = setInterval(() => {
         const h = location.hash;
-        if (h.startsWith("#/job/")) return; // a job's page is reloaded by hand or after an action
+        if (h.startsWith("#/job/") || state.paged) return; // reloaded by hand or after an action
         if (document.activeElement && document.activeElement.tagName === "INPUT") return;
         route();
       }, state.refreshMs);
