@@ -293,8 +293,12 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	var deferred []firedJob
 	for i, f := range owned {
 		r := res[i]
-		if r.Gone || r.Busy || r.Deferred {
+		if r.Gone || r.Busy || r.Deferred || r.Paused {
 			notRun(f.key)
+		}
+		if r.Paused {
+			q.park(f.key, r.Due) // its topic is paused: armed again on resume (pause.go)
+			continue
 		}
 		if r.Deferred {
 			// Past the claim's byte budget: claimed in a call of its own.

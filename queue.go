@@ -58,6 +58,7 @@ type Queue struct {
 	claims   claimStage  // claim.go: fired jobs waiting to be claimed
 	gate     startGate   // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
+	pauses   pauseStage  // pause.go: jobs of paused topics, parked
 
 	work         chan *task    // tasks whose time came, for the workers
 	stopDispatch chan struct{} // closed by Shutdown: claimers, starter and workers return
@@ -237,6 +238,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := q.checkLayout(ctx); err != nil {
 		return fmt.Errorf("wheelq: start: %w", err)
 	}
+	q.startPauseWatch()
 	q.sched.Start()
 	q.starts.Start()
 	q.runs.start()
@@ -358,6 +360,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		//    renewal, are unclaimed (queued to settling).
 		close(q.stopDispatch)
 		q.dispatchers.Wait()
+		q.stopPauseWatch()
 		<-q.gate.done
 		q.gate.mu.Lock()
 		held := q.gate.held

@@ -5,10 +5,20 @@
 //	wheelq [connection flags] watch [-interval 1s] [-count N]
 //	wheelq [connection flags] show TOPIC ID
 //	wheelq [connection flags] dead [-limit 100] [-json]
+//	wheelq [connection flags] ls [-topic T] [-state pending|overdue|running|dead] [-after WHEN] [-before WHEN] [-limit 100] [-cursor C] [-json]
+//	wheelq [connection flags] counts [-json]
 //	wheelq [connection flags] cancel TOPIC ID
-//	wheelq [connection flags] requeue [-at RFC3339] TOPIC ID
+//	wheelq [connection flags] cancel [-topic T] [-state S] [-after WHEN] [-before WHEN] [-all]
+//	wheelq [connection flags] requeue [-at WHEN] TOPIC ID
+//	wheelq [connection flags] requeue [-at WHEN] [-topic T] [-after WHEN] [-before WHEN] [-all]
 //	wheelq [connection flags] run TOPIC ID
+//	wheelq [connection flags] pause TOPIC
+//	wheelq [connection flags] resume TOPIC
 //	wheelq [connection flags] serve [-addr 127.0.0.1:8080] [-read-only]
+//
+// WHEN is a time in RFC 3339 (2026-11-24T09:00:00Z) or a duration from
+// now (-1h, 30m). A bulk cancel or requeue needs a filter flag, or -all
+// to act on every job of the state (pending for cancel, dead for requeue).
 //
 // Connection flags (before the command): -url redis://host:port/db (or
 // rediss://), or -addrs host:port,... with -sentinel-master NAME for a
@@ -54,9 +64,15 @@ commands:
   watch                  stats again every -interval (until interrupted or -count times)
   show TOPIC ID          a job: its state, due time, attempts, last error, payload
   dead                   dead-lettered jobs, oldest death first
+  ls                     jobs by -topic, -state (pending, overdue, running, dead), -after, -before; paged (-limit, -cursor)
+  counts                 pending, overdue, running and dead jobs per topic, and which are paused
   cancel TOPIC ID        delete a job, pending or dead
+  cancel FILTER          delete every job the filter flags select (-topic, -state, -after, -before; -all for no filter)
   requeue TOPIC ID       move a dead job back to pending (-at, default now)
+  requeue FILTER         move every dead job the filter flags select back to pending (-all for no filter)
   run TOPIC ID           make a pending job due now
+  pause TOPIC            stop starting the topic's jobs in every process (they stay pending)
+  resume TOPIC           start them again, oldest first
   serve                  the web dashboard (-addr 127.0.0.1:8080, -read-only)
 
 connection flags:
@@ -131,6 +147,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = c.dead(ctx, rest)
 	case "cancel", "requeue", "run":
 		code = c.change(ctx, cmd, rest)
+	case "ls":
+		code = c.ls(ctx, rest)
+	case "counts":
+		code = c.counts(ctx, rest)
+	case "pause", "resume":
+		code = c.pause(ctx, cmd, rest)
 	case "serve":
 		code = c.serve(ctx, rest)
 	default:
@@ -310,19 +332,38 @@ func (c *cli) dead(ctx context.Context, args []string) int {
 func (c *cli) change(ctx context.Context, cmd string, args []string) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(c.err)
-	at := fs.String("at", "", "requeue: the new due time, RFC 3339 (default now)")
-	if fs.Parse(args) != nil || fs.NArg() != 2 {
-		fmt.Fprintf(c.err, "usage: wheelq %s TOPIC ID\n", cmd)
+	at := fs.String("at", "", "requeue: the new due time, WHEN (default now)")
+	var ff *filterFlags
+	if cmd != "run" {
+		ff = addFilterFlags(fs, cmd == "cancel")
+		fs.BoolVar(&ff.all, "all", false, "with no filter flag: act on every job ("+map[bool]string{true: "pending", false: "dead"}[cmd == "cancel"]+")")
+	}
+	if fs.Parse(args) != nil {
 		return 2
 	}
 	due := time.Now()
 	if *at != "" {
-		t, err := time.Parse(time.RFC3339, *at)
+		t, err := parseWhen(*at)
 		if err != nil {
-			fmt.Fprintf(c.err, "wheelq: bad -at %q: want RFC 3339, like 2026-11-24T09:00:00Z\n", *at)
+			fmt.Fprintf(c.err, "wheelq: bad -at: %v\n", err)
 			return 2
 		}
 		due = t
+	}
+	if ff != nil && (ff.given(fs) || ff.all) {
+		if fs.NArg() != 0 {
+			fmt.Fprintf(c.err, "wheelq: %s takes either TOPIC ID or filter flags, not both\n", cmd)
+			return 2
+		}
+		return c.bulk(ctx, cmd, fs, ff, due)
+	}
+	if fs.NArg() != 2 {
+		if ff != nil {
+			fmt.Fprintf(c.err, "usage: wheelq %s TOPIC ID, or wheelq %s with filter flags (-topic, -state, -after, -before; -all for every job)\n", cmd, cmd)
+		} else {
+			fmt.Fprintf(c.err, "usage: wheelq %s TOPIC ID\n", cmd)
+		}
+		return 2
 	}
 	topic, id := fs.Arg(0), fs.Arg(1)
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -334,7 +375,7 @@ func (c *cli) change(ctx context.Context, cmd string, args []string) int {
 	case "requeue":
 		err = c.q.Requeue(cctx, topic, id, due)
 	case "run":
-		err = c.q.Reschedule(cctx, topic, id, due)
+		err = c.q.RunNow(cctx, topic, id)
 	}
 	switch {
 	case errors.Is(err, wheelq.ErrRunning):
@@ -348,6 +389,206 @@ func (c *cli) change(ctx context.Context, cmd string, args []string) int {
 		return c.fail(err)
 	}
 	fmt.Fprintf(c.out, "%s %s/%s: done\n", cmd, topic, id)
+	return 0
+}
+
+// bulk cancels or requeues every job the filter flags select.
+func (c *cli) bulk(ctx context.Context, cmd string, fs *flag.FlagSet, ff *filterFlags, due time.Time) int {
+	f, err := ff.filter()
+	if err != nil {
+		fmt.Fprintf(c.err, "wheelq: %v\n", err)
+		return 2
+	}
+	if !ff.given(fs) && !ff.all {
+		fmt.Fprintf(c.err, "wheelq: %s with no filter would act on every job: give -topic, -state, -after or -before, or -all\n", cmd)
+		return 2
+	}
+	// A bulk change runs as long as it takes, page by page (each call is
+	// bounded by -timeout); an interrupt stops it between calls.
+	var n int
+	if cmd == "cancel" {
+		n, err = c.q.CancelWhere(ctx, f)
+	} else {
+		n, err = c.q.RequeueWhere(ctx, f, due)
+	}
+	if err != nil {
+		fmt.Fprintf(c.err, "wheelq: %s: %d done before: %v\n(run it again to carry on)\n", cmd, n, err)
+		return 1
+	}
+	fmt.Fprintf(c.out, "%s: %d jobs\n", cmd, n)
+	return 0
+}
+
+// filterFlags are the flags of a JobFilter.
+type filterFlags struct {
+	topic, state, after, before string
+	all                         bool
+}
+
+func addFilterFlags(fs *flag.FlagSet, withState bool) *filterFlags {
+	ff := &filterFlags{}
+	fs.StringVar(&ff.topic, "topic", "", "only jobs of this topic")
+	if withState {
+		fs.StringVar(&ff.state, "state", "", "pending (default; includes overdue and running), overdue, running or dead")
+	}
+	fs.StringVar(&ff.after, "after", "", "only jobs due (dead: dead-lettered) at or after WHEN")
+	fs.StringVar(&ff.before, "before", "", "only jobs due (dead: dead-lettered) before WHEN")
+	return ff
+}
+
+// given says whether a filter flag was set.
+func (ff *filterFlags) given(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "topic", "state", "after", "before":
+			set = true
+		}
+	})
+	return set
+}
+
+func (ff *filterFlags) filter() (wheelq.JobFilter, error) {
+	f := wheelq.JobFilter{Topic: ff.topic}
+	switch ff.state {
+	case "", "pending":
+	case "overdue":
+		f.Overdue = true
+	case "running":
+		f.State = wheelq.StateRunning
+	case "dead":
+		f.State = wheelq.StateDead
+	default:
+		return f, fmt.Errorf("bad -state %q: want pending, overdue, running or dead", ff.state)
+	}
+	var err error
+	if ff.after != "" {
+		if f.DueAfter, err = parseWhen(ff.after); err != nil {
+			return f, fmt.Errorf("bad -after: %w", err)
+		}
+	}
+	if ff.before != "" {
+		if f.DueBefore, err = parseWhen(ff.before); err != nil {
+			return f, fmt.Errorf("bad -before: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// parseWhen reads a time: RFC 3339, or a duration from now.
+func parseWhen(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want RFC 3339, like 2026-11-24T09:00:00Z, or a duration from now, like -1h or 30m", s)
+}
+
+func (c *cli) ls(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
+	fs.SetOutput(c.err)
+	ff := addFilterFlags(fs, true)
+	limit := fs.Int("limit", wheelq.DefaultListLimit, fmt.Sprintf("the most jobs listed (at most %d)", wheelq.MaxListLimit))
+	cursor := fs.String("cursor", "", "continue where a listing ended (it prints the cursor)")
+	asJSON := fs.Bool("json", false, "print JSON, one object per job")
+	if fs.Parse(args) != nil || fs.NArg() != 0 {
+		return 2
+	}
+	f, err := ff.filter()
+	if err != nil {
+		fmt.Fprintf(c.err, "wheelq: %v\n", err)
+		return 2
+	}
+	if *limit < 1 || *limit > wheelq.MaxListLimit {
+		fmt.Fprintf(c.err, "wheelq: bad -limit %d: want 1 to %d (page on with -cursor)\n", *limit, wheelq.MaxListLimit)
+		return 2
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	js, next, err := c.q.List(cctx, f, *cursor, *limit)
+	if errors.Is(err, wheelq.ErrInvalidCursor) {
+		fmt.Fprintf(c.err, "wheelq: %v\n(give -cursor as a listing printed it, or leave it out to start)\n", err)
+		return 2
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		for _, j := range js {
+			if code := c.json(jobJSON(j)); code != 0 {
+				return code
+			}
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tID\tSTATE\tDUE\tATTEMPTS\tLAST ERROR")
+		for _, j := range js {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.Topic, j.ID, j.State, j.Due.Format(time.RFC3339), j.Attempts, truncate([]byte(j.LastError), 60))
+		}
+		_ = tw.Flush()
+	}
+	if next != "" {
+		fmt.Fprintf(c.err, "more: add -cursor %s\n", next)
+	}
+	return 0
+}
+
+func (c *cli) counts(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("counts", flag.ContinueOnError)
+	fs.SetOutput(c.err)
+	asJSON := fs.Bool("json", false, "print JSON, one object per topic")
+	if fs.Parse(args) != nil || fs.NArg() != 0 {
+		return 2
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	cs, err := c.q.Counts(cctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		for _, t := range cs {
+			if code := c.json(map[string]any{"topic": t.Topic, "pending": t.Pending, "overdue": t.Overdue,
+				"running": t.Running, "dead": t.Dead, "paused": t.Paused}); code != 0 {
+				return code
+			}
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPENDING\tOVERDUE\tRUNNING\tDEAD\tPAUSED")
+	for _, t := range cs {
+		paused := ""
+		if t.Paused {
+			paused = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Pending, t.Overdue, t.Running, t.Dead, paused)
+	}
+	_ = tw.Flush()
+	return 0
+}
+
+func (c *cli) pause(ctx context.Context, cmd string, args []string) int {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(c.err)
+	if fs.Parse(args) != nil || fs.NArg() != 1 {
+		fmt.Fprintf(c.err, "usage: wheelq %s TOPIC\n", cmd)
+		return 2
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var err error
+	if cmd == "pause" {
+		err = c.q.Pause(cctx, fs.Arg(0))
+	} else {
+		err = c.q.Resume(cctx, fs.Arg(0))
+	}
+	if err != nil {
+		return c.fail(fmt.Errorf("%w (nothing is lost by running it again)", err))
+	}
+	fmt.Fprintf(c.out, "%s %s: done\n", cmd, fs.Arg(0))
 	return 0
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +127,109 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	code = run(context.Background(), nil, &out, &errb)
 	require.Equal(t, 2, code)
 	require.Contains(t, errb.String(), "usage: wheelq")
+}
+
+// TestInspectorCommands: ls lists by filter in pages (table and JSON),
+// counts shows each topic, pause and resume hold and release a topic in
+// a running worker, and bulk cancel and requeue act on what their filter
+// flags select, refusing to act on everything without -all.
+func TestInspectorCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4, MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	ran := make(chan string, 100)
+	require.NoError(t, q.Handle("mail", wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+		ran <- j.ID
+		return nil
+	})))
+	require.NoError(t, q.Handle("hook", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		return errors.New("502 from the receiver")
+	})))
+	require.NoError(t, q.Start(ctx))
+	for i := range 5 {
+		_, err = q.Schedule(ctx, "orders", nil, wheelq.ID(fmt.Sprint("o", i)), wheelq.After(time.Hour+time.Duration(i)*time.Minute))
+		require.NoError(t, err)
+		_, err = q.Schedule(ctx, "hook", nil, wheelq.ID(fmt.Sprint("h", i)))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		d, err := q.DeadJobs(ctx, 10)
+		return err == nil && len(d) == 5
+	}, 10*time.Second, 10*time.Millisecond)
+
+	code, out, errs := wq(t, srv, "ls", "-topic", "orders", "-limit", "2")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o0")
+	require.Contains(t, out, "o1")
+	require.NotContains(t, out, "o2")
+	require.Contains(t, errs, "more: add -cursor ")
+	cursor := strings.TrimSpace(strings.TrimPrefix(errs, "more: add -cursor "))
+	code, out, errs = wq(t, srv, "ls", "-topic", "orders", "-limit", "10", "-cursor", cursor, "-json")
+	require.Zero(t, code, errs)
+	require.Equal(t, 3, strings.Count(out, "\n"), "o2, o3, o4")
+	var j map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.Split(out, "\n")[0]), &j))
+	require.Equal(t, "o2", j["id"])
+	require.Equal(t, "pending", j["state"])
+	code, out, _ = wq(t, srv, "ls", "-state", "dead")
+	require.Zero(t, code)
+	require.Equal(t, 5, strings.Count(out, "502 from the receiver"))
+	code, _, errs = wq(t, srv, "ls", "-cursor", "nonsense")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "leave it out to start")
+	code, _, errs = wq(t, srv, "ls", "-state", "sleeping")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "want pending, overdue, running or dead")
+	code, _, errs = wq(t, srv, "ls", "-after", "yesterday")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "RFC 3339")
+
+	code, out, errs = wq(t, srv, "counts")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `hook\s+0\s+0\s+0\s+5`, out)
+	require.Regexp(t, `orders\s+5\s+0\s+0\s+0`, out)
+
+	code, out, errs = wq(t, srv, "pause", "mail")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "pause mail: done")
+	_, err = q.Schedule(ctx, "mail", nil, wheelq.ID("m1"))
+	require.NoError(t, err)
+	select {
+	case id := <-ran:
+		t.Fatalf("%s ran while its topic was paused", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	code, out, _ = wq(t, srv, "counts", "-json")
+	require.Zero(t, code)
+	require.Contains(t, out, `{"dead":0,"overdue":0,"paused":true,"pending":1,"running":0,"topic":"mail"}`)
+	code, _, errs = wq(t, srv, "resume", "mail")
+	require.Zero(t, code, errs)
+	select {
+	case id := <-ran:
+		require.Equal(t, "m1", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not run after resume")
+	}
+
+	code, _, errs = wq(t, srv, "cancel")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "-all for every job")
+	code, _, errs = wq(t, srv, "cancel", "-topic", "orders", "orders", "o1")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "not both")
+	code, out, errs = wq(t, srv, "cancel", "-topic", "orders", "-before", "1h2m30s")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "cancel: 3 jobs", "o0, o1, o2")
+	code, out, errs = wq(t, srv, "requeue", "-at", "2h", "-all")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "requeue: 5 jobs")
+	code, out, errs = wq(t, srv, "cancel", "-all")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "cancel: 7 jobs", "o3, o4 and the five requeued")
+	cs, err := q.Counts(ctx)
+	require.NoError(t, err)
+	require.Empty(t, cs)
 }

@@ -538,7 +538,7 @@ func keysSettle(k Keys) []string { return []string{k.Pending, k.Jobs, k.Dead, k.
 func keysWrite(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Lease, k.Loaded, k.Inbox}
 }
-func keysClaim(k Keys) []string { return []string{k.Pending, k.Jobs, k.Lease, k.Running} }
+func keysClaim(k Keys) []string { return []string{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused} }
 func keysCancel(k Keys) []string {
 	return []string{k.Pending, k.Jobs, k.Dead, k.Running, k.Cancelled[0], k.Cancelled[1]}
 }
@@ -839,6 +839,9 @@ type ClaimResult struct {
 	// unclaimed because the call's records already filled its byte budget
 	// (MaxClaimBytes): claim it again, in a call of its own.
 	Deferred bool
+	// Paused is true when the job is still pending but its topic is
+	// paused (see SetPaused): it was not claimed.
+	Paused bool
 }
 
 // MaxClaimBytes bounds the records one claim call returns: past it, jobs
@@ -908,6 +911,8 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 				out[i].Busy = true
 			case 'd':
 				out[i].Deferred = true
+			case 'p':
+				out[i].Paused = true
 			case 'r':
 				if nrec >= len(recs) {
 					return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)

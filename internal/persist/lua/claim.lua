@@ -3,9 +3,10 @@
 -- partitions (outside Redis Cluster, a batch's partitions share a call;
 -- in a cluster each has its own).
 --
--- KEYS     groups of 4, one per partition:
+-- KEYS     groups of 5, one per partition:
 --            pending ZSET, jobs HASH, lease STRING,
---            running HASH (claim markers: job key -> lease token)
+--            running HASH (claim markers: job key -> lease token),
+--            paused HASH (paused topics -> "1")
 -- ARGV[1]  the byte budget: once the records returned by this call reach
 --          it, jobs whose record would be returned are deferred instead
 --          (the first record is returned whatever its size)
@@ -28,6 +29,8 @@
 --   r   still pending at score; here is the current record
 --   d   still pending at score, but deferred (the budget is spent): not
 --       marked, claim it again in another call
+--   p   still pending at score, but its topic is paused: not marked, not
+--       to run until the topic is resumed (the job stays pending as it is)
 -- The caller runs a job only when score is the due time it fired for;
 -- otherwise the job was rescheduled and is armed again at score. A job
 -- returned as pending is marked running until settle.lua (op "a", "r", "d"
@@ -42,7 +45,7 @@
 -- partitions(), column() and many() are lib.lua's, which the store puts
 -- before this script.
 
-local parts, fenced = partitions(4, 2, 2, 2)
+local parts, fenced = partitions(5, 2, 2, 2)
 if fenced then
   return fenced
 end
@@ -64,6 +67,14 @@ for _, pt in ipairs(parts) do
     local marks = many('HMGET', KEYS[k + 3], keys)
     local recs, loaded = {}, 0
     local mark = {}
+    -- The paused topics: one HLEN per partition when none is paused.
+    local paused = {}
+    if redis.call('HLEN', KEYS[k + 4]) > 0 then
+      local ts = redis.call('HKEYS', KEYS[k + 4])
+      for i = 1, #ts do
+        paused[ts[i]] = true
+      end
+    end
     for j = 1, n do
       if j > loaded and not (used > 0 and used >= budget) then
         local size = 4
@@ -82,7 +93,10 @@ for _, pt in ipairs(parts) do
         loaded = hi
       end
       local score, rec, rev = scores[j], recs[j], ARGV[first + 2 * (j - 1) + 1]
-      if score and j > loaded then
+      if score and paused[string.match(keys[j], '^[^/]*')] then
+        sc[#sc + 1] = score
+        st[#st + 1] = 'p'
+      elseif score and j > loaded then
         -- Not read: the budget is spent. Busy, or claim it again in
         -- another call.
         sc[#sc + 1] = score

@@ -1,0 +1,279 @@
+package wheelq
+
+// Pausing a topic: a paused topic's jobs stay pending in Redis and are not
+// claimed (claim.lua answers "paused" for them, in every process, from a
+// paused HASH kept in every partition). A job claimed as paused is parked
+// here; when the topic is resumed (a message on a channel, or the
+// watcher's periodic look at Redis), the parked jobs are armed again in
+// due order. Parking is bounded (maxParked jobs): past it a topic's jobs
+// are not kept, and its resume reads them again from the owned partitions
+// in Redis. A restart loses nothing: the jobs were pending in Redis all
+// along.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// maxParked bounds the jobs of paused topics kept in memory.
+const maxParked = 10000
+
+// pauseRecheck is how often the watcher reads the paused topics from
+// Redis while jobs are parked: the fallback for a resume message missed
+// (a subscription broken meanwhile).
+const pauseRecheck = time.Second
+
+// pauseStage holds the jobs claimed while their topic was paused.
+type pauseStage struct {
+	mu     sync.Mutex
+	parked map[string]map[string]int64 // guarded by mu: topic -> job key -> due (unix µs)
+	n      int                         // guarded by mu: jobs in parked
+	max    int                         // guarded by mu: bound of n (maxParked; tests lower it)
+	// overflow holds the topics that had jobs not parked for want of
+	// room: their resume reads them from Redis. Guarded by mu.
+	overflow map[string]bool
+	resumed  chan string   // topics resumed, from the subscription
+	sig      chan struct{} // a job was parked
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the watcher returned
+}
+
+// Pause pauses a topic in every process of the namespace, durably: its
+// jobs that come due stay pending (none is lost) and do not start until
+// Resume; jobs of other topics run as before. A run claimed before the
+// pause reached Redis goes on (a job is claimed ClaimLead before its due
+// time). Jobs may still be scheduled, cancelled and rescheduled. Pausing a
+// paused topic does nothing. Pause returns once every partition has the
+// pause; an error means some may not: call it again.
+func (q *Queue) Pause(ctx context.Context, topic string) error {
+	return q.setPaused(ctx, "pause", topic, true)
+}
+
+// Resume resumes a paused topic in every process: its jobs that came due
+// while it was paused run, oldest first, and the others at their time.
+// Running processes learn it at once (a message), or within about a
+// second when they missed the message. Resuming a topic that is not
+// paused does nothing.
+func (q *Queue) Resume(ctx context.Context, topic string) error {
+	return q.setPaused(ctx, "resume", topic, false)
+}
+
+func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return fmt.Errorf("wheelq: %s: %w", op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	if err := q.store.SetPaused(ctx, topic, paused); err != nil {
+		return fmt.Errorf("wheelq: %s %s: %w", op, topic, err)
+	}
+	return nil
+}
+
+// Paused returns the paused topics, sorted.
+func (q *Queue) Paused(ctx context.Context) ([]string, error) {
+	if q.closing() {
+		return nil, ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return nil, fmt.Errorf("wheelq: paused: %w", err)
+	}
+	ts, err := q.store.PausedTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("wheelq: paused: %w", err)
+	}
+	return ts, nil
+}
+
+// park keeps a job that was claimed while its topic was paused (due: its
+// stored due time, unix µs), to arm it again on resume.
+func (q *Queue) park(key string, due int64) {
+	topic, _, _ := strings.Cut(key, persist.KeySep)
+	ps := &q.pauses
+	ps.mu.Lock()
+	if ps.parked == nil {
+		ps.parked, ps.overflow = map[string]map[string]int64{}, map[string]bool{}
+	}
+	m := ps.parked[topic]
+	if _, ok := m[key]; !ok {
+		if ps.n >= cmp.Or(ps.max, maxParked) {
+			ps.overflow[topic] = true
+			ps.mu.Unlock()
+			return
+		}
+		if m == nil {
+			m = map[string]int64{}
+			ps.parked[topic] = m
+		}
+		ps.n++
+	}
+	m[key] = due
+	ps.mu.Unlock()
+	if ps.sig != nil {
+		wake(ps.sig)
+	}
+}
+
+// startPauseWatch starts the goroutine that re-arms parked jobs on resume
+// (Start calls it; stopPauseWatch stops it).
+func (q *Queue) startPauseWatch() {
+	ps := &q.pauses
+	ps.sig = make(chan struct{}, 1)
+	ps.resumed = make(chan string, 64)
+	ps.done = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ps.cancel = cancel
+	go func() {
+		defer close(ps.done)
+		q.watchPauses(ctx)
+	}()
+}
+
+// stopPauseWatch stops the watcher and waits for it.
+func (q *Queue) stopPauseWatch() {
+	if q.pauses.cancel != nil {
+		q.pauses.cancel()
+		<-q.pauses.done
+	}
+}
+
+// watchPauses runs until ctx ends: it subscribes to pause changes (again
+// after a broken subscription), and re-arms the parked jobs of a topic
+// resumed, told by the subscription or, every pauseRecheck while jobs are
+// parked, by the paused topics read from Redis.
+func (q *Queue) watchPauses(ctx context.Context) {
+	ps := &q.pauses
+	var subs sync.WaitGroup
+	defer subs.Wait()
+	subs.Go(func() {
+		for ctx.Err() == nil {
+			err := q.store.WatchPaused(ctx, func(topic string, paused bool) {
+				if !paused {
+					select {
+					case ps.resumed <- topic:
+					default:
+						wake(ps.sig) // full: the recheck finds it
+					}
+				}
+			})
+			if err != nil && ctx.Err() == nil {
+				q.log.Warn("wheelq: pause subscription broken; resubscribing", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(pauseRecheck):
+			}
+		}
+	})
+	tick := time.NewTicker(pauseRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case topic := <-ps.resumed:
+			q.unpark(ctx, topic)
+		case <-tick.C:
+			topics := q.parkedTopics()
+			if len(topics) == 0 {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+			paused, err := q.store.PausedTopics(cctx)
+			cancel()
+			if err != nil {
+				continue // Redis unreachable: parked jobs wait, the next tick looks again
+			}
+			for _, t := range topics {
+				if _, still := slices.BinarySearch(paused, t); !still {
+					q.unpark(ctx, t)
+				}
+			}
+		case <-ps.sig:
+		}
+	}
+}
+
+// parkedTopics returns the topics with jobs parked (or not parked for
+// want of room).
+func (q *Queue) parkedTopics() []string {
+	ps := &q.pauses
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []string
+	for t := range ps.parked {
+		out = append(out, t)
+	}
+	for t := range ps.overflow {
+		if ps.parked[t] == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// unpark arms the parked jobs of a resumed topic again, in due order; if
+// some were not parked for want of room, it reads the topic's jobs due
+// within the loaded window of every owned partition from Redis instead.
+// A job of a topic paused again meanwhile is parked again by its claim.
+func (q *Queue) unpark(ctx context.Context, topic string) {
+	ps := &q.pauses
+	ps.mu.Lock()
+	m, over := ps.parked[topic], ps.overflow[topic]
+	delete(ps.parked, topic)
+	delete(ps.overflow, topic)
+	ps.n -= len(m)
+	ps.mu.Unlock()
+	es := make([]persist.Entry, 0, len(m))
+	for k, due := range m {
+		es = append(es, persist.Entry{Key: k, Due: due})
+	}
+	if over {
+		es = es[:0]
+		for p := range q.cfg.Partitions {
+			until := q.recov.LoadedUntil(p)
+			if until == recovery.NotOwned {
+				continue
+			}
+			var cur persist.Cursor
+			for !cur.Done && ctx.Err() == nil {
+				cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+				page, next, err := q.store.RangeWindow(cctx, p, false, -1<<62, until, cur, 2000)
+				cancel()
+				if err != nil {
+					// The sweep re-arms overdue jobs in a while anyway.
+					q.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", topic, "partition", p, "err", err)
+					break
+				}
+				for _, e := range page {
+					if strings.HasPrefix(e.Key, topic+persist.KeySep) {
+						es = append(es, e)
+					}
+				}
+				cur = next
+			}
+		}
+	}
+	slices.SortFunc(es, func(a, b persist.Entry) int { return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.Key, b.Key)) })
+	now, wall := wheel.Readings(q.clock)
+	for _, e := range es {
+		if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {
+			q.armAt(e.Key, max(e.Due, 0), now, wall)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package wheelq
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recordRuns registers a handler of topic that records each run.
+func recordRuns(t *testing.T, q *Queue, topic string) *runs {
+	t.Helper()
+	r := newRuns()
+	require.NoError(t, q.Handle(topic, HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	return r
+}
+
+// runOrder waits for n runs and returns their ids in the order they ran.
+func runOrder(t *testing.T, r *runs, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		out = append(out, r.next(t).ID)
+	}
+	return out
+}
+
+// TestPauseHoldsTopicAcrossProcesses: a pause made by one process (a
+// producer, never started) holds in another (the worker): the paused
+// topic's due jobs do not run while another topic's do; they stay
+// pending, Counts and Paused say the topic is paused, and a resume made by
+// the producer runs them all in the worker, oldest first.
+func TestPauseHoldsTopicAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Concurrency: 1}) // one worker: runs start in the order recorded
+	paused, other := recordRuns(t, b.q, "p"), recordRuns(t, b.q, "o")
+	admin := b.newQueue(t, Config{})
+	require.NoError(t, admin.Pause(b.ctx, "p"))
+	require.NoError(t, admin.Pause(b.ctx, "p"), "pausing twice does nothing")
+	base := time.Now()
+	var want []string
+	for i := range 20 {
+		id := fmt.Sprintf("j%02d", i)
+		// Due times in reverse of the order they are scheduled in, all
+		// due within 100ms.
+		_, err := admin.Schedule(b.ctx, "p", nil, ID(id), At(base.Add(time.Duration(100-5*i)*time.Millisecond)))
+		require.NoError(t, err)
+		want = append([]string{id}, want...)
+	}
+	_, err := admin.Schedule(b.ctx, "o", nil, ID("free"))
+	require.NoError(t, err)
+	require.Equal(t, "free", other.next(t).ID, "another topic runs")
+	paused.none(t, 500*time.Millisecond)
+	counts, err := admin.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []TopicCounts{{Topic: "p", Pending: 20, Paused: true}}, counts)
+	topics, err := b.q.Paused(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p"}, topics)
+
+	require.NoError(t, admin.Resume(b.ctx, "p"))
+	require.Equal(t, want, runOrder(t, paused, 20), "resumed: every job runs, in due order")
+	paused.none(t, 50*time.Millisecond)
+	topics, err = admin.Paused(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, topics)
+	require.NoError(t, admin.Resume(b.ctx, "p"), "resuming twice does nothing")
+	require.ErrorIs(t, admin.Pause(b.ctx, ""), ErrInvalidTopic)
+	require.ErrorIs(t, admin.Resume(b.ctx, "a/b"), ErrInvalidTopic)
+}
+
+// TestPauseSurvivesRestart: a pause is durable: a process started after
+// the one that saw the pause shut down does not run the paused topic's
+// jobs either, until it is resumed.
+func TestPauseSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Concurrency: 1}) // one worker: runs start in the order recorded
+	first := recordRuns(t, b.q, "p")
+	require.NoError(t, b.q.Pause(b.ctx, "p"))
+	for i := range 5 {
+		_, err := b.q.Schedule(b.ctx, "p", nil, ID(fmt.Sprint(i)), After(time.Duration(i)*time.Millisecond))
+		require.NoError(t, err)
+	}
+	first.none(t, 300*time.Millisecond)
+	require.NoError(t, b.q.Shutdown(b.ctx))
+
+	q2 := b.newQueue(t, Config{Concurrency: 1})
+	r := recordRuns(t, q2, "p")
+	require.NoError(t, q2.Start(b.ctx))
+	<-q2.Ready()
+	r.none(t, 300*time.Millisecond)
+	require.NoError(t, q2.Resume(b.ctx, "p"))
+	require.Equal(t, []string{"0", "1", "2", "3", "4"}, runOrder(t, r, 5))
+}
+
+// TestPauseParkingIsBounded: past its bound of parked jobs, a paused
+// topic's jobs are not kept in memory, and its resume reads them again
+// from Redis: every job runs, in due order. A resume missed by the
+// subscription (written to Redis behind the queue's back) is found by the
+// periodic look at the paused topics.
+func TestPauseParkingIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Concurrency: 1}) // one worker: runs start in the order recorded
+	b.q.pauses.mu.Lock()
+	b.q.pauses.max = 3
+	b.q.pauses.mu.Unlock()
+	r := recordRuns(t, b.q, "p")
+	require.NoError(t, b.q.Pause(b.ctx, "p"))
+	base := time.Now()
+	var want []string
+	for i := range 12 {
+		id := fmt.Sprintf("j%02d", i)
+		_, err := b.q.Schedule(b.ctx, "p", nil, ID(id), At(base.Add(time.Duration(i)*time.Millisecond)))
+		require.NoError(t, err)
+		want = append(want, id)
+	}
+	eventually(t, func() bool {
+		b.q.pauses.mu.Lock()
+		defer b.q.pauses.mu.Unlock()
+		return b.q.pauses.n == 3 && b.q.pauses.overflow["p"]
+	}, "three parked, the rest left in Redis")
+	r.none(t, 100*time.Millisecond)
+	require.NoError(t, b.q.Resume(b.ctx, "p"))
+	require.Equal(t, want, runOrder(t, r, 12))
+
+	// A resume without its message: the recheck finds it.
+	require.NoError(t, b.q.Pause(b.ctx, "p"))
+	_, err := b.q.Schedule(b.ctx, "p", nil, ID("late"))
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		b.q.pauses.mu.Lock()
+		defer b.q.pauses.mu.Unlock()
+		return b.q.pauses.n == 1
+	}, "parked")
+	for p := range b.q.cfg.Partitions {
+		require.NoError(t, b.rdb.HDel(b.ctx, b.q.store.Keys(p).Paused, "p").Err())
+	}
+	require.Equal(t, "late", r.next(t).ID)
+	require.True(t, slices.Equal(want, want))
+}
