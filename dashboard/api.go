@@ -292,7 +292,12 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "bad request body: more than one JSON value")
 			return
 		}
+		topicOnly := k == KindPause || k == KindResume
 		switch {
+		case topicOnly && (req.Topic == "" || req.ID != "" || req.All):
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s takes a topic, and no id or all", k))
+			return
+		case topicOnly:
 		case req.All && k == KindRun:
 			writeError(w, http.StatusBadRequest, "all is for requeue and cancel (of a topic's dead jobs)")
 			return
@@ -321,6 +326,20 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
 		defer cancel()
+		if topicOnly {
+			var err error
+			if k == KindPause {
+				err = h.q.Pause(ctx, req.Topic)
+			} else {
+				err = h.q.Resume(ctx, req.Topic)
+			}
+			if err != nil {
+				h.fail(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"message": fmt.Sprintf("%s %s: done", k, req.Topic)})
+			return
+		}
 		if req.All {
 			dead := wheelq.JobFilter{Topic: req.Topic, State: wheelq.StateDead}
 			var n int

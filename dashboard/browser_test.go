@@ -56,6 +56,25 @@ func TestBrowser(t *testing.T) {
 		b.click("#nav-overview")
 		b.element("#overview")
 
+		// Pause a topic from its page, then resume it.
+		b.click(`#topics a.topic-link[href="#/topic/orders"]`)
+		b.waitText("#topic-state", "active")
+		b.click("#list button.act-pause")
+		b.acceptAlert()
+		b.waitText("#topic-state", "paused")
+		b.waitContains("#flash", "pause orders: done")
+		paused, err := f.q.Paused(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"orders"}, paused, "paused, in Redis")
+		b.screenshot("2-topic-paused")
+		b.click("#list button.act-resume")
+		b.waitText("#topic-state", "active")
+		paused, err = f.q.Paused(ctx)
+		require.NoError(t, err)
+		require.Empty(t, paused, "resumed, in Redis")
+		b.click("#nav-overview")
+		b.element("#overview")
+
 		b.click(`#topics a.topic-link[href="#/topic/mail"]`)
 		b.waitContains("#list h2", "Topic mail")
 		b.waitContains("#list", "No pending job in mail.")
@@ -63,7 +82,7 @@ func TestBrowser(t *testing.T) {
 		b.waitContains("#list table.jobs", deadID)
 		require.Contains(t, b.text(b.element("#list table.jobs")), deadError)
 		require.Len(t, b.elements("#list button.act-requeue"), 1)
-		b.screenshot("2-topic-dead")
+		b.screenshot("3-topic-dead")
 
 		b.click("#list a.job-link")
 		b.waitText("#job-state", "dead")
@@ -73,7 +92,7 @@ func TestBrowser(t *testing.T) {
 		b.must(b.call(http.MethodGet, b.base+"/title", nil, &title))
 		require.Equal(t, "shop jobs", title, "no markup of the job ran")
 		require.Empty(t, b.elements("#job img"), "no markup of the job became an element")
-		b.screenshot("3-job-dead")
+		b.screenshot("4-job-dead")
 
 		b.click("button.act-requeue")
 		b.waitText("#job-state", "pending")
@@ -82,14 +101,14 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, wheelq.StatePending, j.State, "requeued, in Redis")
 		require.Empty(t, b.elements("button.act-requeue"), "a pending job has no requeue button")
-		b.screenshot("4-job-requeued")
+		b.screenshot("5-job-requeued")
 
 		b.click("button.act-cancel")
 		b.acceptAlert()
 		b.waitContains("#job", "Not found")
 		_, err = f.q.Lookup(ctx, deadTopic, deadID)
 		require.ErrorIs(t, err, wheelq.ErrNotFound, "cancelled, in Redis")
-		b.screenshot("5-job-cancelled")
+		b.screenshot("6-job-cancelled")
 
 		// Every dead job of a topic at once.
 		b.open(srv.URL + "/wheelq/#/topic/hooks/dead")
@@ -103,7 +122,7 @@ func TestBrowser(t *testing.T) {
 		require.Equal(t, wheelq.StatePending, j.State, "requeued, in Redis")
 		b.click(`#list nav.tabs a[data-tab="pending"]`)
 		b.waitContains("#list table.jobs", "h-1")
-		b.screenshot("6-topic-requeued-all")
+		b.screenshot("7-topic-requeued-all")
 		// The 404 of the cancelled job's lookup is the one error expected.
 		for _, e := range b.consoleErrors() {
 			require.Contains(t, e, "404", "a console error: %s", e)
@@ -139,7 +158,7 @@ func TestBrowser(t *testing.T) {
 		for _, w := range widths {
 			require.NotEmpty(t, w, "the bars are sized (the CSP allows styles set from the script)")
 		}
-		b.screenshot("7-lateness")
+		b.screenshot("8-lateness")
 		require.Empty(t, b.consoleErrors())
 	})
 
@@ -154,7 +173,7 @@ func TestBrowser(t *testing.T) {
 		b.click("#nav-dead")
 		b.waitContains("#list table.jobs", deadID)
 		require.Empty(t, b.elements("button.act"), "no action button")
-		b.screenshot("8-read-only")
+		b.screenshot("9-read-only")
 		require.Empty(t, b.consoleErrors(), "no script error, no CSP violation")
 
 		// A request forged from the page itself, header and all.
@@ -184,7 +203,7 @@ fetch("api/requeue", {method: "POST", headers: {"Content-Type": "application/jso
 		j, err := f.q.Lookup(context.Background(), deadTopic, deadID)
 		require.NoError(t, err)
 		require.Equal(t, wheelq.StateDead, j.State, "refused: nothing changed")
-		b.screenshot("9-refused")
+		b.screenshot("10-refused")
 		for _, e := range b.consoleErrors() {
 			require.Contains(t, e, "403", "a console error: %s", e)
 		}

@@ -10,7 +10,7 @@
 // hour or day, the lateness of the runs started in this process, lists of
 // jobs by topic and state (paged, in due order), a job's detail, and
 // (unless ReadOnly) requeues, cancels and runs jobs, one or every dead job
-// of a topic at once. The page is plain HTML, CSS and JavaScript embedded
+// of a topic at once, and pauses and resumes topics. The page is plain HTML, CSS and JavaScript embedded
 // in the binary: nothing to build, nothing fetched from elsewhere, every
 // link relative.
 //
@@ -62,14 +62,19 @@ const (
 	KindCancel Kind = "cancel"
 	// KindRun makes a pending job due now (Queue.RunNow).
 	KindRun Kind = "run"
+	// KindPause pauses a topic (Queue.Pause): its due jobs wait.
+	KindPause Kind = "pause"
+	// KindResume resumes a paused topic (Queue.Resume).
+	KindResume Kind = "resume"
 )
 
 // actionKinds returns the kinds that change state.
-func actionKinds() []Kind { return []Kind{KindRequeue, KindCancel, KindRun} }
+func actionKinds() []Kind { return []Kind{KindRequeue, KindCancel, KindRun, KindPause, KindResume} }
 
 // Action is what a request asks to do: its kind and its target. Topic and
 // ID are those of the job acted on or viewed; ID is empty for a view of a
-// topic's jobs, and with All (an action on every dead job of Topic). All
+// topic's jobs, for a pause or resume of Topic, and with All (an action on
+// every dead job of Topic). All
 // are empty for a view of the whole namespace, and when the dashboard asks
 // whether to show a kind of button at all (a hook that decides per topic
 // should allow the empty target: the button then shows, and an action on

@@ -194,7 +194,7 @@ func TestViews(t *testing.T) {
 		map[string]any{"topic": "reports", "pending": 1.0, "overdue": 1.0, "running": 0.0, "dead": 0.0, "paused": false},
 	}, r.body["topics"])
 	require.Equal(t, false, r.body["readOnly"])
-	require.Equal(t, map[string]any{"requeue": true, "cancel": true, "run": true}, r.body["can"])
+	require.Equal(t, map[string]any{"requeue": true, "cancel": true, "run": true, "pause": true, "resume": true}, r.body["can"])
 	require.Contains(t, r.body, "lateness")
 
 	r = do(t, http.MethodGet, base+"api/jobs?state=dead", "", nil)
@@ -370,6 +370,38 @@ func TestActions(t *testing.T) {
 	_, err = f.q.Lookup(ctx, "hooks", "h-1")
 	require.NoError(t, err)
 
+	// Pause and resume a topic.
+	for _, c := range []struct {
+		kind       Kind
+		body, want string
+	}{
+		{KindPause, `{"topic":"orders","id":"o-123"}`, "pause takes a topic, and no id or all"},
+		{KindResume, `{"topic":"orders","all":true}`, "resume takes a topic, and no id or all"},
+		{KindPause, `{"topic":""}`, "pause takes a topic"},
+		{KindPause, `{"topic":"a/b"}`, "invalid topic"},
+	} {
+		r := post(t, srv, c.kind, c.body)
+		require.Equal(t, http.StatusBadRequest, r.status, c.body)
+		require.Contains(t, r.body["error"], c.want, c.body)
+	}
+	r = post(t, srv, KindPause, `{"topic":"orders"}`)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, "pause orders: done", r.body["message"])
+	paused, err := f.q.Paused(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"orders"}, paused)
+	r = do(t, http.MethodGet, srv.URL+"/wheelq/api/overview", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	for _, c := range r.body["topics"].([]any) {
+		m := c.(map[string]any)
+		require.Equal(t, m["topic"] == "orders", m["paused"], m["topic"])
+	}
+	r = post(t, srv, KindResume, `{"topic":"orders"}`)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	paused, err = f.q.Paused(ctx)
+	require.NoError(t, err)
+	require.Empty(t, paused)
+
 	// Requeue: the dead job is pending again.
 	r = post(t, srv, KindRequeue, body)
 	require.Equal(t, http.StatusOK, r.status, r.raw)
@@ -405,8 +437,8 @@ func TestReadOnly(t *testing.T) {
 	r := do(t, http.MethodGet, srv.URL+"/wheelq/api/overview", "", nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, true, r.body["readOnly"])
-	require.Equal(t, map[string]any{"requeue": false, "cancel": false, "run": false}, r.body["can"])
-	for _, k := range []Kind{KindRequeue, KindCancel, KindRun} {
+	require.Equal(t, map[string]any{"requeue": false, "cancel": false, "run": false, "pause": false, "resume": false}, r.body["can"])
+	for _, k := range []Kind{KindRequeue, KindCancel, KindRun, KindPause, KindResume} {
 		r := post(t, srv, k, jobBody(deadTopic, deadID))
 		require.Equal(t, http.StatusForbidden, r.status, k)
 		require.Contains(t, r.body["error"], "read-only", k)
@@ -446,7 +478,7 @@ func TestAuthorize(t *testing.T) {
 
 	r = do(t, http.MethodGet, base+"api/overview", "", map[string]string{"X-User": "dev"})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	require.Equal(t, map[string]any{"requeue": true, "cancel": false, "run": true}, r.body["can"],
+	require.Equal(t, map[string]any{"requeue": true, "cancel": false, "run": true, "pause": true, "resume": true}, r.body["can"],
 		"buttons of kinds allowed on some target show")
 
 	hdr := func(user string) map[string]string {

@@ -162,6 +162,31 @@
     }, label);
   }
 
+  // pauseButton pauses or resumes a topic.
+  function pauseButton(c, after) {
+    const kind = c.paused ? "resume" : "pause";
+    if (state.readOnly || !state.can[kind]) return null;
+    return el("button", {
+      type: "button",
+      class: "act act-" + kind,
+      "data-action": kind,
+      "data-topic": c.topic,
+      onclick: async (ev) => {
+        const b = ev.currentTarget;
+        if (kind === "pause" && !window.confirm("Pause " + c.topic + "? Its due jobs wait, in every process, until it is resumed.")) return;
+        b.disabled = true;
+        try {
+          const r = await post(kind, { topic: c.topic, id: "" });
+          flash(r.message, false);
+        } catch (e) {
+          flash(kind + " " + c.topic + ": " + e.message, true);
+        }
+        b.disabled = false;
+        if (after) after();
+      },
+    }, kind === "pause" ? "Pause" : "Resume");
+  }
+
   function topicHref(topic, tab) {
     return "#/topic/" + encodeURIComponent(topic) + (tab ? "/" + tab : "");
   }
@@ -171,14 +196,15 @@
       el("h2", {}, "Topics"),
       topics.length === 0 ? el("p", { class: "muted empty" }, "No job stored.") :
         el("table", { class: "jobs" },
-          el("thead", {}, el("tr", {}, ["Topic", "Pending", "Overdue", "Running", "Dead", "State"].map((h, i) => el("th", { class: i > 0 && i < 5 ? "num" : "" }, h)))),
+          el("thead", {}, el("tr", {}, ["Topic", "Pending", "Overdue", "Running", "Dead", "State", ""].map((h, i) => el("th", { class: i > 0 && i < 5 ? "num" : "" }, h)))),
           el("tbody", {}, topics.map((c) => el("tr", { "data-topic": c.topic },
             el("td", {}, el("a", { href: topicHref(c.topic), class: "topic-link" }, c.topic)),
             el("td", { class: "num" }, el("a", { href: topicHref(c.topic, "pending") }, c.pending)),
             el("td", { class: "num" + (c.overdue > 0 ? " warn" : "") }, el("a", { href: topicHref(c.topic, "overdue") }, c.overdue)),
             el("td", { class: "num" }, el("a", { href: topicHref(c.topic, "running") }, c.running)),
             el("td", { class: "num" + (c.dead > 0 ? " bad" : "") }, el("a", { href: topicHref(c.topic, "dead") }, c.dead)),
-            el("td", {}, el("span", { class: "state " + (c.paused ? "state-paused" : "state-active") }, c.paused ? "paused" : "active")))))));
+            el("td", {}, el("span", { class: "state " + (c.paused ? "state-paused" : "state-active") }, c.paused ? "paused" : "active")),
+            el("td", { class: "actions" }, pauseButton(c, () => route())))))));
   }
 
   function fmtClock(d, bucketMs) {
@@ -327,7 +353,10 @@
     const head = [el("h2", {}, title)];
     if (topic) {
       head.push(el("nav", { class: "tabs" }, tabs.map((t) => el("a", { href: topicHref(topic, t), class: t === tab ? "active" : "", "data-tab": t }, t + " (" + counts[t] + ")"))));
-      if (counts.paused) head.push(el("p", { class: "warn" }, "This topic is paused: its due jobs wait."));
+      head.push(el("div", { class: "topicstate" },
+        el("span", { class: "state " + (counts.paused ? "state-paused" : "state-active"), id: "topic-state" }, counts.paused ? "paused" : "active"),
+        counts.paused ? el("span", { class: "warn" }, "Its due jobs wait until it is resumed.") : null,
+        pauseButton(counts, reload)));
     }
     const explain = {
       pending: "Soonest due first.",
