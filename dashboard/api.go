@@ -404,6 +404,17 @@ func jobJSON(j wheelq.JobInfo, detail bool) map[string]any {
 	}
 	shown := payload[:min(len(payload), maxPayloadShown)]
 	m["PayloadTruncated"] = len(shown) < len(payload)
+	if len(shown) < len(payload) {
+		// Cut at a character's start, not inside one.
+		for i := len(shown); i > 0 && i > len(shown)-utf8.UTFMax; i-- {
+			if utf8.RuneStart(payload[i]) {
+				if utf8.Valid(payload[:i]) {
+					shown = payload[:i]
+				}
+				break
+			}
+		}
+	}
 	if utf8.Valid(shown) {
 		m["Payload"] = string(shown)
 	} else {
