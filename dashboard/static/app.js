@@ -401,13 +401,15 @@
       if (known.includes(k)) continue;
       rows.push([k, typeof v === "string" ? (/^\d{4}-\d\d-\d\dT/.test(v) ? fmtTime(v) : v) : el("pre", {}, JSON.stringify(v, null, 2))]);
     }
-    let payload = j.Payload !== undefined ? j.Payload : j.PayloadHex !== undefined ? j.PayloadHex : "";
+    const payload = j.Payload !== undefined ? j.Payload : j.PayloadHex !== undefined ? j.PayloadHex : "";
     const reload = () => route();
+    const finished = j.State === "done" || j.State === "cancelled";
     main.replaceChildren(el("section", { class: "panel", id: "job" },
       el("h2", {}, "Job ", el("code", {}, j.Topic + "/" + j.ID)),
       el("table", { class: "kv" }, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))),
-      el("h3", {}, "Payload ", el("span", { class: "muted" }, j.PayloadSize + " bytes" + (j.PayloadHex !== undefined ? ", binary (hex)" : "") + (j.PayloadTruncated ? ", first 64 KiB shown" : ""))),
-      el("pre", { class: "payload", id: "payload" }, payload),
+      finished && j.PayloadSize === 0 ? el("h3", {}, "Payload ", el("span", { class: "muted" }, "not kept once a job finished (the run history keeps its outcome only)")) : [
+        el("h3", {}, "Payload ", el("span", { class: "muted" }, j.PayloadSize + " bytes" + (j.PayloadHex !== undefined ? ", binary (hex)" : "") + (j.PayloadTruncated ? ", first 64 KiB shown" : ""))),
+        el("pre", { class: "payload", id: "payload" }, payload)],
       el("div", { class: "actions" }, jobActions(j, reload), el("a", { href: topicHref(j.Topic, j.State === "dead" ? "dead" : "pending") }, "Topic " + j.Topic), " ", el("a", { href: "#/" }, "Overview"))));
   }
 
