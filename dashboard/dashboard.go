@@ -94,7 +94,9 @@ type Options struct {
 	// every state-changing request with 403 Forbidden.
 	ReadOnly bool
 	// Authorize, when set, is asked before each request is served: views
-	// (KindView) and actions. A non-nil error refuses the request with
+	// (KindView: the page, its figures and lists, a job) and actions (not
+	// the page's script, style and icon, which hold no data). A non-nil
+	// error refuses the request with
 	// 403 Forbidden and the error's text as the message shown; nil allows
 	// it. Use it to decide who may act (by a session, a header your proxy
 	// sets, r.TLS's client certificate...). It must be safe to call from
@@ -157,7 +159,13 @@ func New(q *wheelq.Queue, opts Options) (*Handler, error) {
 
 func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /{$}", h.index)
-	h.mux.Handle("GET /static/", http.StripPrefix("/static", h.static))
+	h.mux.Handle("GET /static/", http.StripPrefix("/static", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
+			writeError(w, http.StatusNotFound, "no file "+r.URL.Path)
+			return
+		}
+		h.static.ServeHTTP(w, r)
+	})))
 	h.mux.HandleFunc("GET /api/overview", h.overview)
 	h.mux.HandleFunc("GET /api/jobs", h.jobs)
 	h.mux.HandleFunc("GET /api/job", h.job)

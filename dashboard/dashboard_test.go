@@ -179,6 +179,8 @@ func TestViews(t *testing.T) {
 	r = do(t, http.MethodGet, base+"static/app.js", "", nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.Contains(t, r.raw, HeaderName, "the page sends the header the actions require")
+	r = do(t, http.MethodGet, base+"static/", "", nil)
+	require.Equal(t, http.StatusNotFound, r.status, "no directory listing")
 	require.Equal(t, "the application", do(t, http.MethodGet, srv.URL+"/", "", nil).raw, "mounted beside the application's own handlers")
 
 	r = do(t, http.MethodGet, base+"api/overview", "", nil)
