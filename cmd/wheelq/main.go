@@ -14,6 +14,7 @@
 //	wheelq [connection flags] run TOPIC ID
 //	wheelq [connection flags] pause TOPIC
 //	wheelq [connection flags] resume TOPIC
+//	wheelq [connection flags] serve [-addr 127.0.0.1:8080] [-read-only]
 //
 // WHEN is a time in RFC 3339 (2026-11-24T09:00:00Z) or a duration from
 // now (-1h, 30m). A bulk cancel or requeue needs a filter flag, or -all
@@ -72,6 +73,7 @@ commands:
   run TOPIC ID           make a pending job due now
   pause TOPIC            stop starting the topic's jobs in every process (they stay pending)
   resume TOPIC           start them again, oldest first
+  serve                  the web dashboard (-addr 127.0.0.1:8080, -read-only)
 
 connection flags:
 `
@@ -151,7 +153,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = c.counts(ctx, rest)
 	case "pause", "resume":
 		code = c.pause(ctx, cmd, rest)
-	// "serve" (the dashboard) goes here.
+	case "serve":
+		code = c.serve(ctx, rest)
 	default:
 		fmt.Fprintf(stderr, "wheelq: unknown command %q\n\n", cmd)
 		fs.Usage()

@@ -1,0 +1,439 @@
+package dashboard
+
+// The JSON endpoints the page calls. Every answer is a JSON object; an
+// error is {"error": "..."} with a 4xx or 5xx status.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/wheelq/wheelq"
+)
+
+// maxPayloadShown is how many bytes of a payload a job's detail shows.
+const maxPayloadShown = 64 << 10
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func (h *Handler) fail(w http.ResponseWriter, err error) {
+	status := errorStatus(err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusGatewayTimeout
+	}
+	writeError(w, status, err.Error())
+}
+
+// overview: the namespace's figures, and what the page may show.
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	if !h.authorize(w, r, Action{Kind: KindView}) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	s, err := h.q.Stats(ctx)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	counts, err := h.q.Counts(ctx)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	topics := make([]map[string]any, len(counts))
+	for i, c := range counts {
+		topics[i] = map[string]any{"topic": c.Topic, "pending": c.Pending, "overdue": c.Overdue,
+			"running": c.Running, "dead": c.Dead, "paused": c.Paused}
+	}
+	can := map[Kind]bool{}
+	for _, k := range actionKinds() {
+		can[k] = h.allowed(r, k)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	writeJSON(w, http.StatusOK, map[string]any{
+		"title":     h.opts.Title,
+		"now":       h.now().UTC().Format(time.RFC3339Nano),
+		"readOnly":  h.opts.ReadOnly,
+		"can":       can,
+		"refreshMs": h.refresh.Milliseconds(),
+		"topics":    topics,
+		"stats": map[string]any{
+			"pending": s.Pending, "overdue": s.Overdue, "dead": s.Dead,
+			"oldestOverdueMs": ms(s.OldestOverdue),
+			"scheduled":       s.Scheduled, "fired": s.Fired, "succeeded": s.Succeeded,
+			"retried": s.Retried, "deadLettered": s.DeadLettered, "cancelled": s.Cancelled,
+			"running": s.Running, "inMemory": s.InMemory, "ownedPartitions": s.OwnedPartitions,
+			"members": s.Members, "unstoredOutcomes": s.UnstoredOutcomes,
+		},
+		"lateness": map[string]any{
+			"count": s.Lateness.Count, "p50Ms": ms(s.Lateness.P50), "p99Ms": ms(s.Lateness.P99),
+			"maxMs": ms(s.Lateness.Max),
+		},
+	})
+}
+
+// jobs lists jobs, as Queue.List selects them: ?state=pending|running|dead
+// (default pending), &overdue=1, &topic=T, &due_after= and &due_before=
+// (RFC 3339), &limit=N (default 100, at most 1000), &cursor= (the next of
+// a previous page). It answers {"jobs": [...], "next": cursor or ""}.
+func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	f := wheelq.JobFilter{Topic: qv.Get("topic")}
+	if !h.authorize(w, r, Action{Kind: KindView, Topic: f.Topic}) {
+		return
+	}
+	limit, err := intParam(qv.Get("limit"), 100, 1, wheelq.MaxListLimit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "limit: "+err.Error())
+		return
+	}
+	switch st := qv.Get("state"); st {
+	case "", "pending":
+		f.State = wheelq.StatePending
+	case "running":
+		f.State = wheelq.StateRunning
+	case "dead":
+		f.State = wheelq.StateDead
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want pending, running or dead", st))
+		return
+	}
+	switch o := qv.Get("overdue"); o {
+	case "", "0", "false":
+	case "1", "true":
+		f.Overdue = true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("overdue %q: want 1 or 0", o))
+		return
+	}
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"due_after", &f.DueAfter}, {"due_before", &f.DueBefore}} {
+		if v := qv.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want RFC 3339, like 2026-11-24T09:00:00Z", p.name, v))
+				return
+			}
+			*p.t = t
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	// A page filtered by topic may come back short with more to read:
+	// read on a few times to fill it.
+	cursor := qv.Get("cursor")
+	out := make([]map[string]any, 0, limit)
+	for range 8 {
+		js, next, err := h.q.List(ctx, f, cursor, limit-len(out))
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		for _, j := range js {
+			out = append(out, jobJSON(j, false))
+		}
+		cursor = next
+		if cursor == "" || len(out) >= limit {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": out, "next": cursor})
+}
+
+// timelineWindow returns the length of a window of the timeline and the
+// width of its buckets.
+func timelineWindow(name string) (length, bucket time.Duration, ok bool) {
+	switch name {
+	case "minute":
+		return time.Minute, time.Second, true
+	case "hour":
+		return time.Hour, time.Minute, true
+	case "day":
+		return 24 * time.Hour, time.Hour, true
+	}
+	return 0, 0, false
+}
+
+// maxTimelineJobs bounds the jobs a timeline reads (and counts).
+const maxTimelineJobs = 5000
+
+// timeline counts the pending jobs due in the next minute, hour or day
+// (?window=, default hour), by bucket (seconds, minutes, hours), for a
+// topic (&topic=) or all, and returns the first few. It reads at most
+// maxTimelineJobs jobs; past them "truncated" is true and the counts stop
+// there.
+func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	topic := qv.Get("topic")
+	if !h.authorize(w, r, Action{Kind: KindView, Topic: topic}) {
+		return
+	}
+	name := qv.Get("window")
+	if name == "" {
+		name = "hour"
+	}
+	length, width, ok := timelineWindow(name)
+	if !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("window %q: want minute, hour or day", name))
+		return
+	}
+	now := h.now()
+	f := wheelq.JobFilter{Topic: topic, State: wheelq.StatePending, DueAfter: now, DueBefore: now.Add(length)}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	buckets := make([]int, length/width)
+	var first []map[string]any
+	total, cursor, truncated := 0, "", false
+	for {
+		js, next, err := h.q.List(ctx, f, cursor, wheelq.MaxListLimit)
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		for _, j := range js {
+			b := int(j.Due.Sub(now) / width)
+			if b < 0 || b >= len(buckets) {
+				continue
+			}
+			buckets[b]++
+			total++
+			if len(first) < 10 {
+				first = append(first, jobJSON(j, false))
+			}
+		}
+		cursor = next
+		if cursor == "" {
+			break
+		}
+		if total >= maxTimelineJobs {
+			truncated = true
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"window": name, "from": now.UTC().Format(time.RFC3339Nano), "bucketMs": width.Milliseconds(),
+		"buckets": buckets, "total": total, "truncated": truncated, "first": first,
+	})
+}
+
+// job: one job, ?topic=T&id=I, as Queue.Lookup returns it.
+func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	topic, id := qv.Get("topic"), qv.Get("id")
+	if topic == "" || id == "" {
+		writeError(w, http.StatusBadRequest, "topic and id are required")
+		return
+	}
+	if !h.authorize(w, r, Action{Kind: KindView, Topic: topic, ID: id}) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	j, err := h.q.Lookup(ctx, topic, id)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job": jobJSON(j, true)})
+}
+
+// actionRequest is the body of a POST to an action endpoint.
+type actionRequest struct {
+	Topic string `json:"topic"`
+	// ID is the job's; with All, empty.
+	ID string `json:"id"`
+	// All acts on every dead job of Topic (requeue and cancel only).
+	All bool `json:"all"`
+	// At is the due time of a requeue, RFC 3339 (default now).
+	At string `json:"at,omitempty"`
+}
+
+// act returns the endpoint of an action: POST, JSON body actionRequest.
+func (h *Handler) act(k Kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(HeaderName) == "" {
+			writeError(w, http.StatusForbidden, "missing header "+HeaderName+" (a cross-site request?)")
+			return
+		}
+		if err := h.csrf.Check(r); err != nil {
+			writeError(w, http.StatusForbidden, "cross-origin request refused: "+err.Error())
+			return
+		}
+		if h.opts.ReadOnly {
+			writeError(w, http.StatusForbidden, "the dashboard is read-only")
+			return
+		}
+		var req actionRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "bad request body: "+err.Error()+` (want JSON {"topic": "...", "id": "..."})`)
+			return
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			writeError(w, http.StatusBadRequest, "bad request body: more than one JSON value")
+			return
+		}
+		topicOnly := k == KindPause || k == KindResume
+		switch {
+		case topicOnly && (req.Topic == "" || req.ID != "" || req.All):
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s takes a topic, and no id or all", k))
+			return
+		case topicOnly:
+		case req.All && k == KindRun:
+			writeError(w, http.StatusBadRequest, "all is for requeue and cancel (of a topic's dead jobs)")
+			return
+		case req.All && (req.Topic == "" || req.ID != ""):
+			writeError(w, http.StatusBadRequest, "all needs a topic and no id")
+			return
+		case !req.All && (req.Topic == "" || req.ID == ""):
+			writeError(w, http.StatusBadRequest, "topic and id are required")
+			return
+		}
+		at := h.now()
+		if req.At != "" {
+			if k != KindRequeue {
+				writeError(w, http.StatusBadRequest, "at is for requeue only")
+				return
+			}
+			t, err := time.Parse(time.RFC3339, req.At)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("at %q: want RFC 3339, like 2026-11-24T09:00:00Z", req.At))
+				return
+			}
+			at = t
+		}
+		if !h.authorize(w, r, Action{Kind: k, Topic: req.Topic, ID: req.ID, All: req.All}) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+		defer cancel()
+		if topicOnly {
+			var err error
+			if k == KindPause {
+				err = h.q.Pause(ctx, req.Topic)
+			} else {
+				err = h.q.Resume(ctx, req.Topic)
+			}
+			if err != nil {
+				h.fail(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"message": fmt.Sprintf("%s %s: done", k, req.Topic)})
+			return
+		}
+		if req.All {
+			dead := wheelq.JobFilter{Topic: req.Topic, State: wheelq.StateDead}
+			var n int
+			var err error
+			if k == KindRequeue {
+				n, err = h.q.RequeueWhere(ctx, dead, at)
+			} else {
+				n, err = h.q.CancelWhere(ctx, dead)
+			}
+			if err != nil {
+				h.fail(w, fmt.Errorf("%s: %w (%d done before the error)", k, err, n))
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"message": fmt.Sprintf("%s every dead job of %s: %d done", k, req.Topic, n), "count": n})
+			return
+		}
+		var err error
+		switch k {
+		case KindRequeue:
+			err = h.q.Requeue(ctx, req.Topic, req.ID, at)
+		case KindCancel:
+			err = h.q.Cancel(ctx, req.Topic, req.ID)
+		case KindRun:
+			err = h.q.RunNow(ctx, req.Topic, req.ID)
+		}
+		msg := fmt.Sprintf("%s %s/%s: done", k, req.Topic, req.ID)
+		switch {
+		case errors.Is(err, wheelq.ErrRunning):
+			msg += "; a run of it was in progress and goes on"
+		case errors.Is(err, wheelq.ErrNotFound) && k == KindRequeue:
+			h.fail(w, fmt.Errorf("%w (requeue moves a dead job)", err))
+			return
+		case errors.Is(err, wheelq.ErrNotFound) && k == KindRun:
+			h.fail(w, fmt.Errorf("%w (run moves a pending job; requeue a dead one)", err))
+			return
+		case err != nil:
+			h.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"message": msg})
+	}
+}
+
+// jobJSON is a job for the page: every field of JobInfo under its Go name
+// (fields added to JobInfo later show up too), State as its name, the
+// payload as text when it is UTF-8 (else PayloadHex), detail or not.
+func jobJSON(j wheelq.JobInfo, detail bool) map[string]any {
+	payload := j.Payload
+	j.Payload = nil
+	m := map[string]any{}
+	if b, err := json.Marshal(j); err == nil {
+		_ = json.Unmarshal(b, &m)
+	} else {
+		m["Topic"], m["ID"] = j.Topic, j.ID
+		m["MarshalError"] = err.Error()
+	}
+	m["State"] = j.State.String()
+	delete(m, "Payload")
+	m["PayloadSize"] = len(payload)
+	if !detail {
+		return m
+	}
+	shown := payload[:min(len(payload), maxPayloadShown)]
+	m["PayloadTruncated"] = len(shown) < len(payload)
+	if len(shown) < len(payload) {
+		// Cut at a character's start, not inside one.
+		for i := len(shown); i > 0 && i > len(shown)-utf8.UTFMax; i-- {
+			if utf8.RuneStart(payload[i]) {
+				if utf8.Valid(payload[:i]) {
+					shown = payload[:i]
+				}
+				break
+			}
+		}
+	}
+	if utf8.Valid(shown) {
+		m["Payload"] = string(shown)
+	} else {
+		m["PayloadHex"] = fmt.Sprintf("% x", shown)
+	}
+	return m
+}
+
+// intParam parses a query parameter, def when empty.
+func intParam(s string, def, lo, hi int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a number", s)
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%d out of range %d to %d", n, lo, hi)
+	}
+	return n, nil
+}
