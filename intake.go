@@ -117,6 +117,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", fmt.Errorf("wheelq: schedule %s: %w", key, crashpoint.ErrCrashed)
 	}
 	q.stats.scheduled.Add(1)
+	q.observeScheduled(topic)
 	// Announce, then scan: read LoadedUntil only now, after the write.
 	q.arm(key, dueUs, &rec)
 	return id, nil
@@ -171,9 +172,11 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
 	case persist.ChangedWhileRunning:
 		q.stats.cancelled.Add(1)
+		q.observeCancelled(topic)
 		return fmt.Errorf("%w: %s", ErrRunning, key)
 	}
 	q.stats.cancelled.Add(1)
+	q.observeCancelled(topic)
 	return nil
 }
 

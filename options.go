@@ -68,6 +68,12 @@ type Config struct {
 	CacheSize int
 	// Logger receives warnings and errors. Default: none.
 	Logger *slog.Logger
+	// Observer, if set, is told of the queue's events (jobs scheduled,
+	// started, finished, cancelled; Redis round trips) for metrics: see
+	// Observer, and contrib/prometheus for one. Its methods run on the
+	// jobs' path and must return quickly. Default nil: none (a nil check
+	// per event).
+	Observer Observer
 	// Clock is the source of time. Default wheel.RealClock(); tests inject
 	// a wheel.FakeClock.
 	Clock wheel.Clock
