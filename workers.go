@@ -58,6 +58,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 	*job = Job{
 		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt,
 		MaxAttempts: t.rec.MaxAttempts, Due: job.Due, Created: t.rec.Created, LastError: t.rec.LastError,
+		Headers: t.rec.Headers,
 	}
 	q.mu.Lock()
 	h := q.handlers[job.Topic]
