@@ -38,6 +38,16 @@ func TestHeaders(t *testing.T) {
 		require.Equal(t, want, j.Headers, "attempt %d", attempt)
 		require.Equal(t, "p", string(j.Payload))
 	}
+	// The run history keeps them (its entry is the record cut before the
+	// payload, which the headers precede).
+	eventually(t, func() bool {
+		info, err := b.q.Lookup(b.ctx, "h", "1")
+		return err == nil && info.State == StateDone
+	}, "job done")
+	info, err := b.q.Lookup(b.ctx, "h", "1")
+	require.NoError(t, err)
+	require.Equal(t, want, info.Headers)
+	require.Nil(t, info.Payload)
 	// A job without headers has none.
 	require.NoError(t, b.q.Handle("plain", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
 	_, err = b.q.Schedule(b.ctx, "plain", nil, Headers(nil))

@@ -99,6 +99,18 @@ func TestRecordHeadersEncoding(t *testing.T) {
 	}
 }
 
+// TestDecodeHeaderKeepsHeaders: a record cut before its payload (a run
+// history entry) still has its headers.
+func TestDecodeHeaderKeepsHeaders(t *testing.T) {
+	t.Parallel()
+	r := Record{Rev: 1, MaxAttempts: 3, Created: time.Unix(7, 0), LastError: "e", Headers: map[string]string{"traceparent": "x"}, Payload: []byte("payload")}
+	b := r.Encode()
+	got, err := DecodeHeader(b[:len(b)-len(r.Payload)])
+	require.NoError(t, err)
+	r.Payload = nil
+	require.Equal(t, r, got)
+}
+
 func TestRecordSize(t *testing.T) {
 	t.Parallel()
 	r := Record{Rev: 1, MaxAttempts: 10, Created: time.Now(), Payload: make([]byte, 64)}
