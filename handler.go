@@ -25,6 +25,10 @@ type Job struct {
 	Created time.Time
 	// LastError is the error of the previous run, if it failed.
 	LastError string
+	// Headers are the pairs given to Schedule with the Headers option
+	// (nil if none): trace context, say. The map is shared with the
+	// queue's copy of the job: read it, never write to it.
+	Headers map[string]string
 }
 
 // Handler runs jobs of a topic. Its outcome decides what happens next:

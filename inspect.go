@@ -67,11 +67,14 @@ type JobInfo struct {
 	// (StateCancelled) or dead-lettered (StateDead, where it equals Due).
 	// Zero for a pending job.
 	Finished time.Time
+	// Headers are the job's headers (the Headers option), kept in the run
+	// history too; nil if none.
+	Headers map[string]string
 }
 
 func infoOf(r persist.Record, st persist.State) JobInfo {
 	info := JobInfo{Topic: r.Topic, ID: r.ID, State: StatePending, Due: r.Due, Attempts: r.Attempt,
-		MaxAttempts: r.MaxAttempts, LastError: r.LastError, Created: r.Created, Payload: r.Payload}
+		MaxAttempts: r.MaxAttempts, LastError: r.LastError, Created: r.Created, Payload: r.Payload, Headers: r.Headers}
 	switch st {
 	case persist.DeadLettered:
 		info.State, info.Finished = StateDead, r.Due

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/wheelq/wheelq/internal/batch"
+	"maps"
 	"math/rand/v2"
 	"time"
 
@@ -77,6 +78,13 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		}
 		maxAttempts = o.maxAttempts
 	}
+	var headers map[string]string
+	if len(o.headers) > 0 {
+		if err := checkHeaders(o.headers); err != nil {
+			return "", err
+		}
+		headers = maps.Clone(o.headers) // the record (and the cache) keeps its own
+	}
 	if q.closing() {
 		return "", ErrClosed
 	}
@@ -87,7 +95,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	// cache gets a copy, and only when the job is armed.
 	rec := persist.Record{
 		Topic: topic, ID: id, Rev: rand.Uint32(), MaxAttempts: maxAttempts,
-		Created: now, Payload: payload,
+		Created: now, Payload: payload, Headers: headers,
 	}
 	if key == "" {
 		key = persist.JobKey(topic, id)
@@ -117,6 +125,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", fmt.Errorf("wheelq: schedule %s: %w", key, crashpoint.ErrCrashed)
 	}
 	q.stats.scheduled.Add(1)
+	q.observeScheduled(topic)
 	// Announce, then scan: read LoadedUntil only now, after the write.
 	q.arm(key, dueUs, &rec)
 	return id, nil
@@ -171,9 +180,11 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
 	case persist.ChangedWhileRunning:
 		q.stats.cancelled.Add(1)
+		q.observeCancelled(topic)
 		return fmt.Errorf("%w: %s", ErrRunning, key)
 	}
 	q.stats.cancelled.Add(1)
+	q.observeCancelled(topic)
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package wheelq
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -68,6 +70,12 @@ type Config struct {
 	CacheSize int
 	// Logger receives warnings and errors. Default: none.
 	Logger *slog.Logger
+	// Observer, if set, is told of the queue's events (jobs scheduled,
+	// started, finished, cancelled; Redis round trips) for metrics: see
+	// Observer, and contrib/prometheus for one. Its methods run on the
+	// jobs' path and must return quickly. Default nil: none (a nil check
+	// per event).
+	Observer Observer
 	// Clock is the source of time. Default wheel.RealClock(); tests inject
 	// a wheel.FakeClock.
 	Clock wheel.Clock
@@ -250,6 +258,7 @@ type scheduleOpts struct {
 	maxAttempts int
 	hasMax      bool
 	dup         DuplicatePolicy
+	headers     map[string]string // the caller's map, or a merged copy
 }
 
 // The options are small value types, so that a Schedule call formats
@@ -260,6 +269,7 @@ type (
 	idOpt          string
 	maxAttemptsOpt int
 	dupOpt         DuplicatePolicy
+	headersOpt     map[string]string
 )
 
 func (o atOpt) apply(s *scheduleOpts)          { s.at, s.hasAt = time.Time(o), true }
@@ -267,11 +277,21 @@ func (o afterOpt) apply(s *scheduleOpts)       { s.after, s.hasAfter = time.Dura
 func (o idOpt) apply(s *scheduleOpts)          { s.id, s.hasID = string(o), true }
 func (o maxAttemptsOpt) apply(s *scheduleOpts) { s.maxAttempts, s.hasMax = int(o), true }
 func (o dupOpt) apply(s *scheduleOpts)         { s.dup = DuplicatePolicy(o) }
+func (o headersOpt) apply(s *scheduleOpts) {
+	if len(s.headers) == 0 {
+		s.headers = o
+		return
+	}
+	merged := maps.Clone(s.headers) // never write to a caller's map
+	maps.Copy(merged, o)
+	s.headers = merged
+}
 
 func (o atOpt) String() string          { return fmt.Sprintf("At(%v)", time.Time(o)) }
 func (o afterOpt) String() string       { return fmt.Sprintf("After(%v)", time.Duration(o)) }
 func (o idOpt) String() string          { return fmt.Sprintf("ID(%q)", string(o)) }
 func (o maxAttemptsOpt) String() string { return fmt.Sprintf("MaxAttempts(%d)", int(o)) }
+func (o headersOpt) String() string     { return fmt.Sprintf("Headers(%v)", map[string]string(o)) }
 func (o dupOpt) String() string {
 	switch DuplicatePolicy(o) {
 	case Reject:
@@ -309,6 +329,48 @@ const maxAttemptsLimit = 1<<31 - 1
 // OnDuplicate sets what happens when the job's id exists. A policy other
 // than Reject and Replace is an ErrInvalidOption.
 func OnDuplicate(p DuplicatePolicy) Option { return dupOpt(p) }
+
+// Headers gives the job string pairs that travel with it to its handler
+// (Job.Headers), beside the payload: trace context (contrib/otel puts the
+// W3C traceparent there), a tenant, a correlation id. They are stored in
+// the job's record, copied at Schedule (the caller may reuse h), and kept
+// through retries, requeues and reschedules. Unlike the other options,
+// Headers given twice are merged (the later's value wins for a key in
+// both), so that a wrapper can add its own to the caller's.
+//
+// At most MaxHeaders pairs of at most MaxHeadersSize bytes in all (keys
+// and values); more is an ErrHeadersTooLarge. A job scheduled with
+// headers is unreadable to processes of releases before Headers came
+// (they dead-letter it as corrupt): upgrade every process first.
+func Headers(h map[string]string) Option { return headersOpt(h) }
+
+// The limits of Headers.
+const (
+	// MaxHeaders is the most pairs a job's Headers may have.
+	MaxHeaders = 16
+	// MaxHeadersSize is the most bytes of a job's Headers, the lengths of
+	// its keys and values summed.
+	MaxHeadersSize = 4096
+)
+
+// ErrHeadersTooLarge is returned by Schedule for Headers with more than
+// MaxHeaders pairs or MaxHeadersSize bytes.
+var ErrHeadersTooLarge = errors.New("wheelq: headers too large")
+
+// checkHeaders checks the size of a job's headers.
+func checkHeaders(h map[string]string) error {
+	if len(h) > MaxHeaders {
+		return fmt.Errorf("%w: %d pairs, at most %d", ErrHeadersTooLarge, len(h), MaxHeaders)
+	}
+	size := 0
+	for k, v := range h {
+		size += len(k) + len(v)
+	}
+	if size > MaxHeadersSize {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrHeadersTooLarge, size, MaxHeadersSize)
+	}
+	return nil
+}
 
 // validID checks a job id given by the caller.
 func validID(id string) error {

@@ -107,6 +107,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	var store engineStore = pstore
+	if cfg.Observer != nil {
+		store = observeStore(store, cfg.Observer) // round trips timed (observe.go)
+	}
 	if cfg.test.wrapStore != nil {
 		store = cfg.test.wrapStore(store)
 	}

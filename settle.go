@@ -80,6 +80,7 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		o.Record = rec.Encode()
 		q.cache.Remove(t.key)
 		q.stats.dead.Add(1)
+		q.observeDead(t.rec.Topic)
 		q.log.Warn("wheelq: job dead-lettered", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
 			"max_attempts", t.rec.MaxAttempts, "err", err)
 	default:
@@ -95,6 +96,7 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		o.Due = ceilMicro(wall.Add(delay))
 		q.cache.Add(t.key, &rec)
 		q.stats.retried.Add(1)
+		q.observeRetried(t.rec.Topic, delay)
 		q.log.Warn("wheelq: job failed; retrying", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
 			"max_attempts", t.rec.MaxAttempts, "retry_in", delay, "err", err)
 	}
@@ -168,6 +170,7 @@ func (q *Queue) deadLetterCorrupt(key string, raw []byte, cause error) {
 	rec := persist.Record{Rev: rand.Uint32(), LastError: cause.Error(), Payload: raw}
 	_ = q.corrupts.Add(corruptJob{key: key, raw: raw, rec: rec.Encode()})
 	q.stats.dead.Add(1)
+	q.observeDeadKey(key)
 }
 
 // execCorrupt stores a batch of deadLetterCorrupt's jobs, one script call

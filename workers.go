@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/wheel"
@@ -48,16 +49,22 @@ func (q *Queue) run(t *task, slot *runSlot) {
 	defer q.running.Add(-1)
 	q.late.record(wall.Sub(t.job.Due))
 	q.stats.fired.Add(1)
+	obs := q.cfg.Observer // nil: one check here and two after the run
+	if obs != nil {
+		obs.JobStarted(t.rec.Topic, max(wall.Sub(t.job.Due), 0))
+	}
 	attempt := t.rec.Attempt + 1
 	job := &t.job // in the task's allocation: the handler may keep it
 	*job = Job{
 		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt,
 		MaxAttempts: t.rec.MaxAttempts, Due: job.Due, Created: t.rec.Created, LastError: t.rec.LastError,
+		Headers: t.rec.Headers,
 	}
 	q.mu.Lock()
 	h := q.handlers[job.Topic]
 	q.mu.Unlock()
 	var err error
+	var began time.Time // the handler's start, with an Observer
 	if h == nil {
 		err = fmt.Errorf("%w %q", ErrNoHandler, job.Topic)
 	} else {
@@ -66,11 +73,17 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		if q.crashAt(crashpoint.DuringRun, t.key) {
 			ctx = abandoned(ctx)
 		}
+		if obs != nil {
+			began = time.Now()
+		}
 		err = call(ctx, h, job)
 		slot.finish(t.ctx.gen)
 	}
 	if q.crashAt(crashpoint.AfterRun, t.key) {
 		return
+	}
+	if obs != nil {
+		observeRun(obs, job.Topic, began, err)
 	}
 	q.settle(t, attempt, err)
 }

@@ -17,6 +17,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Rev: 7, Attempt: 0, MaxAttempts: 5, Created: time.Unix(1_700_000_000, 0), Payload: []byte("hello")},
 		{Rev: 0xdeadbeef, Attempt: 3, MaxAttempts: 3, Created: time.Unix(1, 0), LastError: "boom", Payload: nil},
 		{Rev: 1, Attempt: 1 << 20, MaxAttempts: 1 << 30, Created: time.Unix(1<<32-1, 0), LastError: "x", Payload: make([]byte, 1<<16)},
+		{Rev: 2, MaxAttempts: 1, Created: time.Unix(5, 0), Headers: map[string]string{"traceparent": "00-abc-def-01", "": "", "k": strings.Repeat("v", 300)}, Payload: []byte("p")},
+		{Rev: 3, MaxAttempts: 2, Created: time.Unix(5, 0), LastError: "boom", Headers: map[string]string{"a": "1"}},
 	} {
 		got, err := DecodeRecord(r.Encode())
 		require.NoError(t, err)
@@ -51,6 +53,64 @@ func TestDecodeVersion1(t *testing.T) {
 	require.Equal(t, Record{Rev: 9, Attempt: 2, MaxAttempts: 5, Created: time.Unix(1_700_000_000, 0), LastError: "boom", Payload: []byte("payload")}, r)
 }
 
+// TestDecodeBeforeHeaders: a record as the release before headers wrote it
+// (version 2, no headers flag; the bytes below are that release's
+// encoding) decodes with no headers, and a record without headers is
+// still encoded to those very bytes, so that a process of that release
+// reads what this one writes.
+func TestDecodeBeforeHeaders(t *testing.T) {
+	t.Parallel()
+	old := []byte{
+		0x21,       // version 2, has last error
+		0, 0, 1, 2, // revision 258
+		0x65, 0x53, 0xf1, 0x00, // created 1_700_000_000
+		3, 10, 7, // attempt 3, max 10, payload length 7
+		4, 'b', 'o', 'o', 'm', // last error
+		'p', 'a', 'y', 'l', 'o', 'a', 'd',
+	}
+	want := Record{Rev: 258, Attempt: 3, MaxAttempts: 10, Created: time.Unix(1_700_000_000, 0), LastError: "boom", Payload: []byte("payload")}
+	r, err := DecodeRecord(old)
+	require.NoError(t, err)
+	require.Equal(t, want, r)
+	require.Nil(t, r.Headers)
+	require.Equal(t, old, want.Encode())
+	want.Headers = map[string]string{}
+	require.Equal(t, old, want.Encode(), "empty headers are no headers")
+}
+
+// TestRecordHeadersEncoding: headers sit after the last error, in key
+// order (so a record's bytes do not depend on map order), flagged.
+func TestRecordHeadersEncoding(t *testing.T) {
+	t.Parallel()
+	r := Record{Rev: 1, MaxAttempts: 1, Created: time.Unix(0, 0), Headers: map[string]string{"b": "2", "a": "1"}, Payload: []byte("p")}
+	b := r.Encode()
+	require.Equal(t, byte(0x22), b[0])
+	require.Equal(t, []byte{0, 1, 1, 2, 1, 'a', 1, '1', 1, 'b', 1, '2', 'p'}, b[9:])
+	require.Equal(t, len(b), cap(b), "exact size")
+	for name, bad := range map[string][]byte{
+		"zero count":    append(append([]byte{}, b[:12]...), 0, 'p'),
+		"count too big": append(append([]byte{}, b[:12]...), 9, 1, 'a', 1, '1', 'p'),
+		"cut key":       append(append([]byte{}, b[:12]...), 1, 5, 'a'),
+		"repeated":      append(append([]byte{}, b[:12]...), 2, 1, 'a', 1, '1', 1, 'a', 1, '2', 'p'),
+	} {
+		_, err := DecodeRecord(bad)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+		require.ErrorContains(t, err, "header", name)
+	}
+}
+
+// TestDecodeHeaderKeepsHeaders: a record cut before its payload (a run
+// history entry) still has its headers.
+func TestDecodeHeaderKeepsHeaders(t *testing.T) {
+	t.Parallel()
+	r := Record{Rev: 1, MaxAttempts: 3, Created: time.Unix(7, 0), LastError: "e", Headers: map[string]string{"traceparent": "x"}, Payload: []byte("payload")}
+	b := r.Encode()
+	got, err := DecodeHeader(b[:len(b)-len(r.Payload)])
+	require.NoError(t, err)
+	r.Payload = nil
+	require.Equal(t, r, got)
+}
+
 func TestRecordSize(t *testing.T) {
 	t.Parallel()
 	r := Record{Rev: 1, MaxAttempts: 10, Created: time.Now(), Payload: make([]byte, 64)}
@@ -69,6 +129,7 @@ func TestDecodeRejectsCorrupt(t *testing.T) {
 		"error too big": append(append([]byte{}, good[:8]...), 0x7f),
 		"trailing":      append(append([]byte{}, good...), 'x'),
 		"payload cut":   good[:len(good)-1],
+		"v1 headers":    append([]byte{0x12}, good[1:]...),
 	} {
 		_, err := DecodeRecord(b)
 		require.ErrorIs(t, err, ErrCorrupt, name)
@@ -79,6 +140,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add((&Record{Rev: 1, MaxAttempts: 2, LastError: "e", Payload: []byte("p")}).Encode())
 	f.Add((&Record{Rev: 9, Attempt: 300, Payload: []byte("payload")}).Encode())
 	f.Add([]byte{0x10, 0, 0, 0, 0})
+	f.Add((&Record{Rev: 2, LastError: "e", Headers: map[string]string{"k": "v", "x": ""}, Payload: []byte("p")}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRecord(b)
 		if err != nil {
@@ -92,6 +154,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		require.Equal(t, r.Rev, r2.Rev)
 		require.Equal(t, r.Attempt, r2.Attempt)
 		require.Equal(t, r.LastError, r2.LastError)
+		require.Equal(t, r.Headers, r2.Headers)
 		require.Equal(t, string(r.Payload), string(r2.Payload))
 	})
 }
