@@ -37,8 +37,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -288,12 +290,25 @@ func (c *cli) show(ctx context.Context, args []string) int {
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "topic\t%s\nid\t%s\nstate\t%s\n", j.Topic, j.ID, j.State)
-	fmt.Fprintf(tw, "due\t%s\ncreated\t%s\n", j.Due.Format(time.RFC3339Nano), j.Created.Format(time.RFC3339))
+	if !j.Due.IsZero() { // a finished job's history keeps no due time
+		fmt.Fprintf(tw, "due\t%s\n", j.Due.Format(time.RFC3339Nano))
+	}
+	if !j.Finished.IsZero() {
+		fmt.Fprintf(tw, "finished\t%s\n", j.Finished.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(tw, "created\t%s\n", j.Created.Format(time.RFC3339))
 	fmt.Fprintf(tw, "attempts\t%d of %d\n", j.Attempts, j.MaxAttempts)
 	if j.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", j.LastError)
 	}
-	fmt.Fprintf(tw, "payload\t%d bytes: %s\n", len(j.Payload), printable(truncate(j.Payload, 200)))
+	for _, k := range slices.Sorted(maps.Keys(j.Headers)) {
+		fmt.Fprintf(tw, "header\t%s: %s\n", printable(k), printable(j.Headers[k]))
+	}
+	if j.State == wheelq.StateDone || j.State == wheelq.StateCancelled {
+		fmt.Fprintf(tw, "payload\t(not kept after the job finished)\n")
+	} else {
+		fmt.Fprintf(tw, "payload\t%d bytes: %s\n", len(j.Payload), printable(truncate(j.Payload, 200)))
+	}
 	_ = tw.Flush()
 	return 0
 }
@@ -602,10 +617,19 @@ func (c *cli) json(v any) int {
 
 func jobJSON(j wheelq.JobInfo) map[string]any {
 	m := map[string]any{"topic": j.Topic, "id": j.ID, "state": j.State.String(),
-		"due": j.Due.Format(time.RFC3339Nano), "attempts": j.Attempts, "max_attempts": j.MaxAttempts,
+		"attempts": j.Attempts, "max_attempts": j.MaxAttempts,
 		"created": j.Created.Format(time.RFC3339), "payload": j.Payload}
+	if !j.Due.IsZero() {
+		m["due"] = j.Due.Format(time.RFC3339Nano)
+	}
+	if !j.Finished.IsZero() {
+		m["finished"] = j.Finished.Format(time.RFC3339Nano)
+	}
 	if j.LastError != "" {
 		m["last_error"] = j.LastError
+	}
+	if len(j.Headers) > 0 {
+		m["headers"] = j.Headers
 	}
 	return m
 }
