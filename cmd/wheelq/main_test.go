@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq"
@@ -238,4 +240,55 @@ func TestInspectorCommands(t *testing.T) {
 	cs, err := q.Counts(ctx)
 	require.NoError(t, err)
 	require.Empty(t, cs)
+}
+
+// TestConnectSentinelAndCluster: the command line reaches a namespace
+// through a real Sentinel set (-addrs of the Sentinels and
+// -sentinel-master) and a real Redis Cluster (-addrs of some nodes and
+// -cluster), and sees and changes its jobs there.
+func TestConnectSentinelAndCluster(t *testing.T) {
+	t.Parallel()
+	redistest.Start(t, redistest.Options{}).RequireReal(t)
+	deployments := []struct {
+		name  string
+		start func(t *testing.T) (redis.UniversalClient, []string)
+	}{
+		{"sentinel", func(t *testing.T) (redis.UniversalClient, []string) {
+			set := redistest.StartSentinelSet(t, 1)
+			return set.Client(t, redis.FailoverOptions{}),
+				[]string{"-addrs", strings.Join(set.SentinelAddrs(), ","), "-sentinel-master", redistest.SentinelMaster}
+		}},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, []string) {
+			c := redistest.StartCluster(t)
+			return c.Client(t, redis.ClusterOptions{}), []string{"-addrs", c.Addrs()[0], "-cluster"}
+		}},
+	}
+	for _, d := range deployments {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, flags := d.start(t)
+			ctx := context.Background()
+			q, err := wheelq.New(rdb, wheelq.Config{Namespace: "cli", Partitions: 4})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = q.Shutdown(ctx) })
+			_, err = q.Schedule(ctx, "orders", []byte("o-1"), wheelq.ID("o-1"), wheelq.After(time.Hour))
+			require.NoError(t, err)
+			cli := func(args ...string) (int, string, string) {
+				var out, errb bytes.Buffer
+				code := run(ctx, append(append(slices.Clone(flags), "-namespace", "cli"), args...), &out, &errb)
+				return code, out.String(), errb.String()
+			}
+			code, out, errs := cli("show", "orders", "o-1")
+			require.Zero(t, code, errs)
+			require.Regexp(t, `state +pending`, out)
+			code, out, errs = cli("ls", "-topic", "orders")
+			require.Zero(t, code, errs)
+			require.Contains(t, out, "o-1")
+			code, _, errs = cli("cancel", "orders", "o-1")
+			require.Zero(t, code, errs)
+			info, err := q.Lookup(ctx, "orders", "o-1")
+			require.NoError(t, err)
+			require.Equal(t, wheelq.StateCancelled, info.State)
+		})
+	}
 }
