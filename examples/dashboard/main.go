@@ -101,8 +101,8 @@ func run(ctx context.Context, rdb redis.UniversalClient, l net.Listener, users m
 		fmt.Fprintln(w, "the shop (your application's own handlers); jobs at /wheelq/")
 	})
 	mux.Handle("/wheelq/", basicAuth(users, http.StripPrefix("/wheelq", dash)))
-	// /metrics: the Prometheus collector of wheelq's metrics goes here
-	// (it lives in its own module, with its own go.mod).
+	// For /metrics beside it, see examples/monitoring (a module of its
+	// own, as the Prometheus collector is).
 
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(out, "dashboard at http://%s/wheelq/ (users: viewer, operator)\n", l.Addr())
