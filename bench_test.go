@@ -3,13 +3,10 @@ package wheelq
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/wheelq/wheelq/internal/redistest"
 )
 
 // BenchmarkSchedule measures Schedule against a real redis-server started
@@ -78,18 +75,7 @@ func benchmarkChange(b *testing.B, change func(context.Context, *Queue, string) 
 // down when b ends.
 func benchQueue(b *testing.B) (*Queue, context.Context) {
 	b.Helper()
-	srv := redistest.Start(b, redistest.Options{})
-	q, err := New(srv.Client(b), Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := q.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = q.Shutdown(ctx) })
-	<-q.Ready()
-	return q, ctx
+	return benchQueueConfig(b, Config{})
 }
 
 // runGoroutines calls f b.N times in all from g goroutines.
@@ -123,31 +109,4 @@ func runGoroutines(b *testing.B, g int, f func() error) {
 // from the first due time until every outcome is stored.
 //
 //	go test -run '^$' -bench Fire -benchmem .
-func BenchmarkFire(b *testing.B) {
-	q, ctx := benchQueue(b)
-	var handled atomic.Int64
-	_ = q.Handle("f", HandlerFunc(func(context.Context, *Job) error {
-		handled.Add(1)
-		return nil
-	}))
-	t0 := time.Now().Add(time.Second)
-	spread := time.Duration(b.N) * 100 * time.Microsecond
-	var next atomic.Int64
-	runGoroutines(b, 32, func() error {
-		i := next.Add(1) - 1
-		due := t0.Add(time.Duration(i) * spread / time.Duration(b.N))
-		_, err := q.Schedule(ctx, "f", make([]byte, 64), ID("job-"+strconv.FormatInt(i, 10)), At(due))
-		return err
-	})
-	if time.Now().After(t0) {
-		b.Skip("scheduling took past the first due time")
-	}
-	runtime.GC()
-	time.Sleep(time.Until(t0))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for handled.Load() < int64(b.N) || q.settles.Pending() > 0 {
-		time.Sleep(time.Millisecond)
-	}
-	b.StopTimer()
-}
+func BenchmarkFire(b *testing.B) { benchmarkFire(b, Config{}) }
