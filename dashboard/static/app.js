@@ -398,7 +398,7 @@
     if (j.LastError) rows.push(["Last error", el("span", { class: "err" }, j.LastError)]);
     // Fields this page does not know yet (added to JobInfo later).
     for (const [k, v] of Object.entries(j)) {
-      if (known.includes(k)) continue;
+      if (known.includes(k) || v === null || v === undefined) continue; // a field with nothing in it (no headers)
       rows.push([k, typeof v === "string" ? (/^\d{4}-\d\d-\d\dT/.test(v) ? fmtTime(v) : v) : el("pre", {}, JSON.stringify(v, null, 2))]);
     }
     const payload = j.Payload !== undefined ? j.Payload : j.PayloadHex !== undefined ? j.PayloadHex : "";
