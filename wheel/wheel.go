@@ -116,6 +116,18 @@ type Wheel struct {
 
 	index []uint64 // open addressing, linear probing; see slotOf
 	seed  maphash.Seed
+
+	// sorted0 has bit s set while lowest-level slot s is linked in due
+	// order (AdvanceMax sorted it to hand out a part of it); place clears
+	// it, unlink keeps it.
+	sorted0 uint64
+	byDue   []dueIndex // AdvanceMax's scratch for sorting a slot
+}
+
+// dueIndex is an entry's due time and slab index, sorted by sortSlot.
+type dueIndex struct {
+	due int64
+	i   int32
 }
 
 // New returns an empty wheel whose time starts at zero.
@@ -173,6 +185,8 @@ func (w *Wheel) Reset() {
 	w.free = none
 	w.count = 0
 	w.index = make([]uint64, 16)
+	w.sorted0 = 0
+	w.byDue = nil
 }
 
 // Len returns the number of pending entries.
@@ -272,6 +286,17 @@ func (w *Wheel) check(id string, due time.Duration) error {
 // to dst every entry due at or before now, in due order (entries due at
 // the same time in an order fixed by the sequence of calls). The returned entries are no longer pending.
 func (w *Wheel) Advance(now time.Duration, dst []Expired) []Expired {
+	dst, _ = w.AdvanceMax(now, dst, 0)
+	return dst
+}
+
+// AdvanceMax is Advance that hands out at most limit entries (limit <= 0:
+// no limit), the earliest due, in due order; more reports that entries due
+// at or before now are left, for the next call. A burst of 100,000 entries
+// due at one instant takes about 20 ms to hand out whole: in parts, the
+// first part is out within a millisecond, and the caller's lock is not
+// held for all of it.
+func (w *Wheel) AdvanceMax(now time.Duration, dst []Expired, limit int) (_ []Expired, more bool) {
 	n := int64(now)
 	if n < w.now {
 		n = w.now
@@ -281,6 +306,10 @@ func (w *Wheel) Advance(now time.Duration, dst []Expired) []Expired {
 	if n >= 0 {
 		target = max(n/w.tick, w.cur)
 	}
+	budget := math.MaxInt
+	if limit > 0 {
+		budget = limit
+	}
 	for w.count > 0 {
 		t, _ := w.nextEvent()
 		if t > target {
@@ -288,15 +317,19 @@ func (w *Wheel) Advance(now time.Duration, dst []Expired) []Expired {
 		}
 		w.cur = t
 		w.cascade()
+		upTo := n
 		if t < target {
-			dst = w.expire(dst, math.MaxInt64)
-			continue
+			upTo = math.MaxInt64
 		}
-		dst = w.expire(dst, n)
-		break
+		if dst, more = w.expire(dst, upTo, &budget); more {
+			return dst, true // w.cur stays at this slot: the rest of it comes next
+		}
+		if t == target {
+			break
+		}
 	}
 	w.cur = target
-	return dst
+	return dst, false
 }
 
 // NextDue returns the time at which Advance next has work to do: the exact
@@ -374,10 +407,40 @@ func (w *Wheel) cascade() {
 }
 
 // expire removes the entries of the current lowest-level slot due at or
-// before limit and appends them to dst in due order.
-func (w *Wheel) expire(dst []Expired, limit int64) []Expired {
-	start := len(dst)
+// before limit, at most *budget of them (the earliest), appends them to dst
+// in due order and takes their number from *budget. more reports that
+// entries due at or before limit were left for want of budget.
+func (w *Wheel) expire(dst []Expired, limit int64, budget *int) (_ []Expired, more bool) {
 	b := int(w.cur & slotMask)
+	if *budget < math.MaxInt && w.sorted0&(1<<b) == 0 {
+		due := 0
+		for i := w.heads[b]; i != none; i = w.ent(i).next {
+			if w.ent(i).due <= limit {
+				due++
+			}
+		}
+		if due > *budget {
+			w.sortSlot(b)
+		}
+	}
+	if w.sorted0&(1<<b) != 0 {
+		// In due order: take from the head.
+		for i := w.heads[b]; i != none && *budget > 0; {
+			e := w.ent(i)
+			if e.due > limit {
+				break
+			}
+			next := e.next
+			dst = append(dst, Expired{ID: e.id, Due: time.Duration(e.due)})
+			pos, _ := w.lookup(e.id, w.hash(e.id))
+			w.remove(pos, i)
+			*budget--
+			i = next
+		}
+		h := w.heads[b]
+		return dst, h != none && w.ent(h).due <= limit
+	}
+	start := len(dst)
 	for i := w.heads[b]; i != none; {
 		e := w.ent(i)
 		next := e.next
@@ -393,7 +456,42 @@ func (w *Wheel) expire(dst []Expired, limit int64) []Expired {
 		// came out 55 ms late when their ids were compared too.
 		slices.SortFunc(dst[start:], func(a, b Expired) int { return cmp.Compare(a.Due, b.Due) })
 	}
-	return dst
+	if *budget < math.MaxInt {
+		*budget -= len(dst) - start
+	}
+	return dst, false
+}
+
+// sortSlot links lowest-level slot b in due order (entries due together in
+// the order they were linked) and marks it sorted.
+func (w *Wheel) sortSlot(b int) {
+	byDue := w.byDue[:0]
+	for i := w.heads[b]; i != none; i = w.ent(i).next {
+		byDue = append(byDue, dueIndex{due: w.ent(i).due, i: i})
+	}
+	// Ties keep their order: by position, which the slice is sorted by
+	// already, so a burst due at one instant sorts in linear time.
+	slices.SortStableFunc(byDue, func(x, y dueIndex) int { return cmp.Compare(x.due, y.due) })
+	prev := none
+	for _, d := range byDue {
+		e := w.ent(d.i)
+		e.prev = prev
+		if prev == none {
+			w.heads[b] = d.i
+		} else {
+			w.ent(prev).next = d.i
+		}
+		prev = d.i
+	}
+	if prev != none {
+		w.ent(prev).next = none
+	}
+	w.sorted0 |= 1 << b
+	clear(byDue)
+	if cap(byDue) > 1<<16 {
+		byDue = nil // a burst's scratch is not kept
+	}
+	w.byDue = byDue
 }
 
 // place links entry i into the bucket its due time maps to from cur.
@@ -409,6 +507,9 @@ func (w *Wheel) place(i int32, e *entry) {
 	s := int(t>>(slotBits*l)) & slotMask
 	b := int32(l*slotsPerLevel + s)
 	e.slot = b
+	if l == 0 {
+		w.sorted0 &^= 1 << s
+	}
 	e.prev = none
 	e.next = w.heads[b]
 	if e.next != none {
@@ -523,6 +624,9 @@ func (w *Wheel) verify() error {
 		prev := none
 		for i := head; i != none; i = w.ent(i).next {
 			e := w.ent(i)
+			if l == 0 && w.sorted0&(1<<s) != 0 && prev != none && w.ent(prev).due > e.due {
+				return fmt.Errorf("slot %d marked sorted, but %q is due before %q", s, e.id, w.ent(prev).id)
+			}
 			if e.slot != int32(b) || e.prev != prev {
 				return fmt.Errorf("entry %q: slot %d prev %d, want %d %d", e.id, e.slot, e.prev, b, prev)
 			}

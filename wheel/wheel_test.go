@@ -490,3 +490,89 @@ func TestTiesDeterministic(t *testing.T) {
 	}
 	require.Equal(t, run(), run())
 }
+
+// TestAdvanceMaxInParts: handing out due entries in parts of any size
+// gives the same entries in the same order as Advance at once, never one
+// early, with entries added to the slot being handed out between parts;
+// the wheel's invariants hold after every part.
+func TestAdvanceMaxInParts(t *testing.T) {
+	t.Parallel()
+	var x uint64 = 2463534242
+	rnd := func(n uint64) uint64 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return x % n
+	}
+	for round := range 50 {
+		whole, parts := newWheel(t, Config{}), newWheel(t, Config{})
+		add := func(id string, due time.Duration) {
+			_, err := whole.Add(id, due)
+			require.NoError(t, err)
+			_, err = parts.Add(id, due)
+			require.NoError(t, err)
+		}
+		// Many entries in a few slots: due within 3 ms, at µs steps, with
+		// ties.
+		for i := range 300 {
+			add(fmt.Sprintf("a%d", i), time.Duration(rnd(3000))*time.Microsecond)
+		}
+		var got, want []Expired
+		last := time.Duration(-1) // the due time of the entry handed out last
+		for now := time.Duration(0); now <= 4*time.Millisecond; now += 500 * time.Microsecond {
+			want = whole.Advance(now, want)
+			for {
+				n := len(got)
+				var more bool
+				got, more = parts.AdvanceMax(now, got, 1+int(rnd(20)))
+				require.NoError(t, parts.verify())
+				for _, e := range got[n:] {
+					require.LessOrEqual(t, e.Due, now, "never early")
+					require.GreaterOrEqual(t, e.Due, last, "in due order, across parts too")
+					last = e.Due
+				}
+				if !more {
+					break
+				}
+				// Between parts: a new entry in the slot being handed out
+				// (due before the last one out: it comes next).
+				if rnd(4) == 0 {
+					id := fmt.Sprintf("b%d-%d", round, len(got))
+					add(id, now-time.Duration(rnd(400))*time.Microsecond)
+					want = whole.Advance(now, want)
+					last = -1
+				}
+			}
+			require.Equal(t, whole.Len(), parts.Len())
+		}
+		require.Equal(t, len(want), len(got))
+		gotIDs, wantIDs := ids(got), ids(want)
+		slices.Sort(gotIDs)
+		slices.Sort(wantIDs)
+		require.Equal(t, wantIDs, gotIDs, "the same entries")
+	}
+}
+
+// TestAdvanceMaxBurst: 100,000 entries due at one instant come out in
+// parts of the limit, the first part without taking out the rest.
+func TestAdvanceMaxBurst(t *testing.T) {
+	t.Parallel()
+	w := newWheel(t, Config{})
+	const n = 100_000
+	for i := range n {
+		_, err := w.Add(fmt.Sprintf("j%06d", i), 5*time.Second)
+		require.NoError(t, err)
+	}
+	out, more := w.AdvanceMax(5*time.Second, nil, 512)
+	require.Len(t, out, 512)
+	require.True(t, more)
+	require.Equal(t, n-512, w.Len(), "the rest stays pending")
+	total := len(out)
+	for more {
+		out, more = w.AdvanceMax(5*time.Second, out[:0], 512)
+		total += len(out)
+	}
+	require.Equal(t, n, total)
+	require.Zero(t, w.Len())
+	require.NoError(t, w.verify())
+}
