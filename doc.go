@@ -114,4 +114,17 @@
 // it claimed in the partition are stored, so it runs no job twice. A
 // process that dies keeps its share until its leases lapse (LeaseTTL), or
 // until it restarts with the same Config.InstanceID.
+//
+// Any process, started or not, can look into a namespace and steer it:
+// Lookup says what became of a job (pending, running, dead, or, within
+// Config.History's retention, done or cancelled: the run history keeps a
+// finished job's outcome, finish time, attempts and last error, not its
+// payload); List pages through jobs by topic, state and due window in due
+// order; Counts counts them per topic; RunNow, CancelWhere and
+// RequeueWhere act on one job or on a filter's; Pause holds a topic in
+// every process, durably, and Resume runs its due jobs in due order.
+// Config.Observer is told of every job event and Redis round trip (the
+// contrib/prometheus module exports them); Headers carry a trace context
+// from Schedule to the handler (contrib/otel). Package dashboard serves
+// all of it as a web page, and cmd/wheelq from a shell.
 package wheelq
