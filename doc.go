@@ -116,7 +116,7 @@
 // until it restarts with the same Config.InstanceID.
 //
 // Any process, started or not, can look into a namespace and steer it:
-// Lookup says what became of a job (pending, running, dead, or, within
+// Lookup says what became of a job (pending, dead, or, within
 // Config.History's retention, done or cancelled: the run history keeps a
 // finished job's outcome, finish time, attempts and last error, not its
 // payload); List pages through jobs by topic, state and due window in due
