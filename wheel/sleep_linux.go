@@ -94,13 +94,20 @@ func (s *timerfdSleeper) Sleep(deadline time.Time) {
 		spec = unix.ItimerSpec{} // the runtime timer alone, then
 	}
 	s.timer.Reset(r)
-	// A token of an earlier deadline's expiry makes this wait end early:
-	// spuriously, which Sleep may (the wheel looks and sleeps again).
-	select {
-	case <-s.fired:
-	case <-s.timer.C:
-	case <-s.wake:
-	case <-s.done:
+	for {
+		select {
+		case <-s.fired:
+			if time.Now().Before(deadline) {
+				// The expiry of an earlier deadline, whose wait the runtime
+				// timer ended first, noticed only now: the timerfd is
+				// still armed for this one.
+				continue
+			}
+		case <-s.timer.C:
+		case <-s.wake:
+		case <-s.done:
+		}
+		break
 	}
 	s.timer.Stop()
 }
