@@ -57,6 +57,9 @@ func (s *sink) Arm(es []persist.Entry) {
 		if q.crashAt(crashpoint.MidReload, e.Key) {
 			return
 		}
+		if q.parkIfPaused(e.Key, e.Due) {
+			continue
+		}
 		// A score before the epoch (stored by an older version) is
 		// past: armed at the epoch, it runs at once.
 		q.armAt(e.Key, max(e.Due, 0), now, wall)

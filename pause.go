@@ -105,6 +105,31 @@ func (q *Queue) park(key string, due int64) {
 	topic, _, _ := strings.Cut(key, persist.KeySep)
 	ps := &q.pauses
 	ps.mu.Lock()
+	ps.parkLocked(topic, key, due)
+	ps.mu.Unlock()
+}
+
+// parkIfPaused parks a job being armed (by the reload, the poller or the
+// sweep) when its topic has jobs parked here already, that is, was paused
+// at their claims, and reports whether it did: such a job would only be
+// claimed to be parked, a round trip for nothing (and the sweep would arm
+// every overdue job of a long pause again every pass). A topic resumed
+// since is unparked by the watcher, with this job.
+func (q *Queue) parkIfPaused(key string, due int64) bool {
+	topic, _, _ := strings.Cut(key, persist.KeySep)
+	ps := &q.pauses
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.parked[topic] == nil && !ps.overflow[topic] {
+		return false
+	}
+	ps.parkLocked(topic, key, due)
+	return true
+}
+
+// parkLocked keeps key (of topic, due at due) parked, or notes the topic's
+// overflow when the bound is reached. ps.mu is held.
+func (ps *pauseStage) parkLocked(topic, key string, due int64) {
 	if ps.parked == nil {
 		ps.parked, ps.overflow = map[string]map[string]int64{}, map[string]bool{}
 	}
@@ -112,7 +137,6 @@ func (q *Queue) park(key string, due int64) {
 	if _, ok := m[key]; !ok {
 		if ps.n >= cmp.Or(ps.max, maxParked) {
 			ps.overflow[topic] = true
-			ps.mu.Unlock()
 			return
 		}
 		if m == nil {
@@ -122,7 +146,6 @@ func (q *Queue) park(key string, due int64) {
 		ps.n++
 	}
 	m[key] = due
-	ps.mu.Unlock()
 }
 
 // startPauseWatch starts the goroutine that re-arms parked jobs on resume

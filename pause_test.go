@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/persist"
 )
 
 // recordRuns registers a handler of topic that records each run.
@@ -175,4 +177,22 @@ func TestPauseTwoWorkers(t *testing.T) {
 		require.Equal(t, want, got, "each held job ran once")
 		r.none(t, 100*time.Millisecond)
 	})
+}
+
+// TestArmParksJobsOfPausedTopic: a job of a topic whose jobs are parked
+// here (paused at their claims), armed by the reload, the poller or the
+// sweep, is parked at once, not claimed only to be parked: the sweep armed
+// every overdue job of a long pause again on each pass, a claim round trip
+// each (found in review). Another topic's job is armed.
+func TestArmParksJobsOfPausedTopic(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	now := time.Now().UnixMicro()
+	b.q.park("mail/1", now) // as a claim answered "paused"
+	armed := b.q.sched.Len()
+	(*sink)(b.q).Arm([]persist.Entry{{Key: "mail/2", Due: now}, {Key: "other/3", Due: now + time.Hour.Microseconds()}})
+	require.Equal(t, armed+1, b.q.sched.Len(), "only the other topic's job is armed")
+	b.q.pauses.mu.Lock()
+	defer b.q.pauses.mu.Unlock()
+	require.Contains(t, b.q.pauses.parked["mail"], "mail/2")
 }
