@@ -122,6 +122,7 @@ type Handler struct {
 	static  http.Handler
 	now     func() time.Time
 	refresh time.Duration
+	counts  countsCache // Queue.Counts shared by the overviews (api.go)
 }
 
 // New returns a dashboard of q. A nil q, a negative Timeout or an Options

@@ -453,12 +453,15 @@
     });
     await route();
     if (state.refreshMs > 0) {
-      state.timer = setInterval(() => {
+      // The next reload is timed from the end of the last one, so that slow
+      // reloads (a large namespace) never overlap.
+      const tick = async () => {
         const h = location.hash;
-        if (h.startsWith("#/job/") || state.paged) return; // reloaded by hand or after an action
-        if (document.activeElement && document.activeElement.tagName === "INPUT") return;
-        route();
-      }, state.refreshMs);
+        const busy = document.activeElement && document.activeElement.tagName === "INPUT";
+        if (!(h.startsWith("#/job/") || state.paged) && !busy) await route(); // job pages: reloaded by hand or after an action
+        state.timer = setTimeout(tick, state.refreshMs);
+      };
+      state.timer = setTimeout(tick, state.refreshMs);
     }
   }
 
