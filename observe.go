@@ -36,11 +36,16 @@ type Observer interface {
 	// JobFailed: a handler of topic returned an error (or panicked) after
 	// running for took. JobRetried or JobDead follows for the same run.
 	JobFailed(topic string, took time.Duration, err error)
-	// JobRetried: the failed run's job runs again after delay.
+	// JobRetried: the failed run's job is to run again after delay. It is
+	// told when the retry is decided, before it is stored: a job cancelled
+	// or rescheduled during the run keeps that change instead (rare: the
+	// outcome of a run is stored only if the job was not changed since it
+	// fired), yet was counted here.
 	JobRetried(topic string, delay time.Duration)
-	// JobDead: a job of topic was dead-lettered, after a failed run or
+	// JobDead: a job of topic is dead-lettered, after a failed run or
 	// because its record in Redis could not be decoded (then no JobFailed
 	// came before, and topic is "" if even its key could not be read).
+	// Told when decided, as JobRetried.
 	JobDead(topic string)
 	// JobCancelled: Cancel deleted a job of topic (its nil or ErrRunning
 	// return).
