@@ -82,23 +82,43 @@ type firedJob struct {
 	due time.Time
 }
 
-// task is a claimed job on its way to its run: one allocation per job,
-// which holds the Job its handler gets and the handler's context too.
+// task is a claimed job on its way to its run. Tasks are recycled
+// (Queue.tasks) once their run is over: nothing a handler may keep points
+// into one. What the handler gets, its Job and its context, is a jobRun,
+// allocated when the run begins and never reused.
 type task struct {
 	key      string
 	rec      *persist.Record
-	epoch    uint64 // the partition's lease epoch before the claim was sent
-	part     int32  // the job's partition
-	verified bool   // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
-	// job is what the handler gets; before the run only job.Due is set:
-	// the stored due time, a wall-clock reading.
-	job Job
-	ctx runCtx // the run's context (see runctx.go)
+	due      time.Time // the stored due time, a wall-clock reading
+	epoch    uint64    // the partition's lease epoch before the claim was sent
+	part     int32     // the job's partition
+	verified bool      // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
 }
 
-// newTask returns the task of a claimed job.
-func newTask(key string, rec *persist.Record, due time.Time, part int, epoch uint64, verified bool) *task {
-	return &task{key: key, rec: rec, epoch: epoch, part: int32(part), verified: verified, job: Job{Due: due}}
+// jobRun is what a run's handler may keep: its Job and its context (see
+// runctx.go), in one allocation per run.
+type jobRun struct {
+	job Job
+	ctx runCtx
+}
+
+// newTask returns the task of a claimed job, a recycled one when there is
+// one (see freeTask).
+func (q *Queue) newTask(key string, rec *persist.Record, due time.Time, part int, epoch uint64, verified bool) *task {
+	t, _ := q.tasks.Get().(*task)
+	if t == nil {
+		t = new(task)
+	}
+	*t = task{key: key, rec: rec, due: due, epoch: epoch, part: int32(part), verified: verified}
+	return t
+}
+
+// freeTask recycles a task whose run is over. Only the worker that ran it
+// calls it, once the outcome is queued: by then no stage refers to it (the
+// start gate let go of it before handing it over).
+func (q *Queue) freeTask(t *task) {
+	*t = task{}
+	q.tasks.Put(t)
 }
 
 // claimBufs are a dispatcher's slices for claiming a batch, reused from
@@ -324,7 +344,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			}
 			p := q.store.PartitionOf(f.key)
 			due := wall.Add(f.due.Sub(now)) // f.due is on the wheel's timeline
-			toHold = append(toHold, newTask(f.key, cached[i], due, p, epochs[i], false))
+			toHold = append(toHold, q.newTask(f.key, cached[i], due, p, epochs[i], false))
 		}
 		return retry
 	}
@@ -381,7 +401,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			q.cache.Add(f.key, rec)
 		}
 		p := q.store.PartitionOf(f.key)
-		toHold = append(toHold, newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true))
+		toHold = append(toHold, q.newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true))
 	}
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)

@@ -66,7 +66,7 @@ func (q *Queue) onStart(batch []wheel.Fired) {
 // so no task starts early.
 func (q *Queue) hold(t *task, now, wall time.Time) {
 	q.gate.mu.Lock()
-	if !t.job.Due.After(wall) {
+	if !t.due.After(wall) {
 		if q.startNowLocked(t) {
 			q.gate.mu.Unlock()
 			return
@@ -79,7 +79,7 @@ func (q *Queue) hold(t *task, now, wall time.Time) {
 	}
 	q.gate.held[t.key] = t
 	q.gate.mu.Unlock()
-	if _, err := q.starts.Add(t.key, wheel.AtWall(now, wall, t.job.Due)); err != nil {
+	if _, err := q.starts.Add(t.key, wheel.AtWall(now, wall, t.due)); err != nil {
 		// Stopped: the task is unclaimed at shutdown with the others.
 		q.log.Debug("wheelq: hold", "key", t.key, "err", err)
 	}
@@ -192,7 +192,7 @@ func (q *Queue) popStartLocked() *task {
 // out (a renewal is late: a pause, a slow Redis, a cut network) waits for a
 // renewal and is dropped with the partition if none comes.
 func (q *Queue) mayStart(t *task, now, wall time.Time) bool {
-	if wall.Before(t.job.Due) {
+	if wall.Before(t.due) {
 		q.hold(t, now, wall)
 		return false
 	}

@@ -61,6 +61,7 @@ type Queue struct {
 	pauses   pauseStage  // pause.go: jobs of paused topics, parked
 
 	work         chan *task    // tasks whose time came, for the workers
+	tasks        sync.Pool     // of *task: recycled once their run is over (newTask, freeTask)
 	stopDispatch chan struct{} // closed by Shutdown: claimers, starter and workers return
 	dispatchers  sync.WaitGroup
 	idRun        atomic.Uint64 // counts random ids (see Schedule)

@@ -860,3 +860,55 @@ func TestRandomIDsRunByPartition(t *testing.T) {
 		}
 	})
 }
+
+// TestKeptJobAndContextOutliveTheRun: a handler may keep its *Job and its
+// context after it returns (the engine recycles what it does not hand
+// out): every kept Job still says which job it was, and every kept
+// context is done, with its own deadline, however many runs came after.
+func TestKeptJobAndContextOutliveTheRun(t *testing.T) {
+	t.Parallel()
+	b := deployment{name: "standalone"}.setup(t, Config{Concurrency: 2})
+	type kept struct {
+		job      *Job
+		ctx      context.Context
+		deadline time.Time
+	}
+	var mu sync.Mutex
+	var all []kept
+	done := make(chan struct{}, 1000)
+	require.NoError(t, b.q.Handle("k", HandlerFunc(func(ctx context.Context, j *Job) error {
+		dl, _ := ctx.Deadline()
+		mu.Lock()
+		all = append(all, kept{j, ctx, dl})
+		mu.Unlock()
+		done <- struct{}{}
+		return nil
+	})))
+	const n = 300
+	at := time.Now().Add(200 * time.Millisecond)
+	for i := range n {
+		_, err := b.q.Schedule(b.ctx, "k", []byte(fmt.Sprint(i)), ID(fmt.Sprint(i)), At(at.Add(time.Duration(i%50)*time.Millisecond)))
+		require.NoError(t, err)
+	}
+	for range n {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the jobs did not all run")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]bool{}
+	for _, k := range all {
+		require.Equal(t, "k", k.job.Topic)
+		require.Equal(t, k.job.ID, string(k.job.Payload), "a kept Job was changed by a later run")
+		require.False(t, seen[k.job.ID], "two kept Jobs say %s", k.job.ID)
+		seen[k.job.ID] = true
+		require.ErrorIs(t, k.ctx.Err(), context.Canceled, "a kept context ends with its run")
+		dl, ok := k.ctx.Deadline()
+		require.True(t, ok)
+		require.Equal(t, k.deadline, dl, "a kept context's deadline moved")
+	}
+	require.Len(t, seen, n)
+}

@@ -10,7 +10,7 @@ import (
 // The context a handler gets is a runCtx: the deadline of HandlerTimeout,
 // cancelled at that deadline, when the run ends, or when Shutdown stops
 // the handlers hard. It costs no allocation and no runtime timer per run:
-// it lives in the run's task, its state in the worker's runSlot (reused
+// it lives in the run's jobRun, its state in the worker's runSlot (reused
 // from run to run), and one watchdog goroutine per queue ends the runs
 // whose deadline has passed. context.WithCancel, WithTimeout and AfterFunc
 // on it start no goroutine (it has the AfterFunc method the context

@@ -370,7 +370,7 @@ func TestStartGateDropsTasksOfReleasedPartitions(t *testing.T) {
 	key := "t/x"
 	p := q.store.PartitionOf(key)
 	q.inflight.keys[key] = struct{}{}
-	tk := newTask(key, nil, time.Now().Add(-time.Second), p, q.recov.Epoch(p), true)
+	tk := q.newTask(key, nil, time.Now().Add(-time.Second), p, q.recov.Epoch(p), true)
 	now, wall := time.Now(), time.Now()
 	require.False(t, q.mayStart(tk, now, wall))
 	q.gate.mu.Lock()

@@ -47,19 +47,19 @@ func (q *Queue) run(t *task, slot *runSlot) {
 	}
 	q.running.Add(1)
 	defer q.running.Add(-1)
-	q.late.record(wall.Sub(t.job.Due))
+	q.late.record(wall.Sub(t.due))
 	q.stats.fired.Add(1)
 	obs := q.cfg.Observer // nil: one check here and two after the run
 	if obs != nil {
-		obs.JobStarted(t.rec.Topic, max(wall.Sub(t.job.Due), 0))
+		obs.JobStarted(t.rec.Topic, max(wall.Sub(t.due), 0))
 	}
 	attempt := t.rec.Attempt + 1
-	job := &t.job // in the task's allocation: the handler may keep it
-	*job = Job{
+	r := &jobRun{job: Job{ // the handler may keep the Job and its context
 		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt,
-		MaxAttempts: t.rec.MaxAttempts, Due: job.Due, Created: t.rec.Created, LastError: t.rec.LastError,
+		MaxAttempts: t.rec.MaxAttempts, Due: t.due, Created: t.rec.Created, LastError: t.rec.LastError,
 		Headers: t.rec.Headers,
-	}
+	}}
+	job := &r.job
 	q.mu.Lock()
 	h := q.handlers[job.Topic]
 	q.mu.Unlock()
@@ -68,8 +68,8 @@ func (q *Queue) run(t *task, slot *runSlot) {
 	if h == nil {
 		err = fmt.Errorf("%w %q", ErrNoHandler, job.Topic)
 	} else {
-		t.ctx = slot.begin()
-		var ctx context.Context = &t.ctx
+		r.ctx = slot.begin()
+		var ctx context.Context = &r.ctx
 		if q.crashAt(crashpoint.DuringRun, t.key) {
 			ctx = abandoned(ctx)
 		}
@@ -77,7 +77,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 			began = time.Now()
 		}
 		err = call(ctx, h, job)
-		slot.finish(t.ctx.gen)
+		slot.finish(r.ctx.gen)
 	}
 	if q.crashAt(crashpoint.AfterRun, t.key) {
 		return
@@ -86,6 +86,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		observeRun(obs, job.Topic, began, err)
 	}
 	q.settle(t, attempt, err)
+	q.freeTask(t)
 }
 
 func call(ctx context.Context, h Handler, job *Job) (err error) {
