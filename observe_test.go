@@ -3,7 +3,9 @@ package wheelq
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -204,6 +206,20 @@ func benchmarkFire(b *testing.B, cfg Config) {
 		b.Skip("scheduling took past the first due time")
 	}
 	runtime.GC()
+	if path := os.Getenv("WHEELQ_FIREPROF"); path != "" {
+		// A profile of what the fire phase allocates, every allocation
+		// sampled (scheduling, before, is sampled as usual):
+		// WHEELQ_FIREPROF=/tmp/fire.prof go test -bench '^BenchmarkFire$' ...;
+		// go tool pprof -sample_index=alloc_space /tmp/fire.prof
+		runtime.MemProfileRate = 1
+		defer func() {
+			runtime.GC() // the profile counts allocations up to the last cycle
+			if err := writeAllocsProfile(path); err != nil { // scaled by the rate now
+				b.Error(err)
+			}
+			runtime.MemProfileRate = 512 * 1024
+		}()
+	}
 	time.Sleep(time.Until(t0))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -228,4 +244,17 @@ func benchQueueConfig(b *testing.B, cfg Config) (*Queue, context.Context) {
 	b.Cleanup(func() { _ = q.Shutdown(ctx) })
 	<-q.Ready()
 	return q, ctx
+}
+
+// writeAllocsProfile writes the allocs profile to path.
+func writeAllocsProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
