@@ -6,12 +6,15 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/batch"
 	"github.com/wheelq/wheelq/internal/leakcheck"
 	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/wheel"
 )
 
 const envLifecycleChild = "WHEELQ_TEST_LIFECYCLE_CHILD"
@@ -63,5 +66,74 @@ func TestConcurrentStartAndShutdown(t *testing.T) {
 		wg.Wait()
 		require.NoError(t, q.Shutdown(context.Background()))
 		require.ErrorIs(t, q.Start(context.Background()), ErrClosed)
+	}
+}
+
+// TestLifecycleShape: every background component of the engine has the
+// same lifecycle (leakcheck.Lifecycle): Stop without Start, Stop twice,
+// Start twice, Starts and Stops at once, Start after Stop; none hangs or
+// leaves a goroutine behind. The batchers start lazily, with their first
+// request; the recoverer is started and stopped by the Queue's Start and
+// Shutdown (and has tests of its own in internal/recovery). Not
+// parallel: it counts goroutines.
+func TestLifecycleShape(t *testing.T) {
+	const pkg = "github.com/wheelq/wheelq"
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	cases := map[string]func() (start, stop func()){
+		"Queue": func() (func(), func()) {
+			q, err := New(srv.Client(t), Config{Partitions: 2})
+			require.NoError(t, err)
+			return func() {
+					if err := q.Start(ctx); err != nil {
+						require.ErrorIs(t, err, ErrClosed)
+					}
+				}, func() {
+					require.NoError(t, q.Shutdown(ctx))
+				}
+		},
+		"wheel.Scheduler": func() (func(), func()) {
+			s, err := wheel.NewScheduler(wheel.SchedulerConfig{}, func([]wheel.Fired) {})
+			require.NoError(t, err)
+			return func() {
+				s.Start()
+				_, _ = s.Add("x", time.Now().Add(time.Hour)) // the sleeper's reader starts with the first sleep
+			}, s.Stop
+		},
+		"runCtxs": func() (func(), func()) {
+			r := newRunCtxs(2, time.Hour, false)
+			return func() {
+				r.start()
+				s := &r.slots[0]
+				s.finish(s.begin().gen)
+			}, r.stop
+		},
+		"batch.Batcher": func() (func(), func()) {
+			b := batch.NewBatcher(batch.Config{Linger: time.Millisecond}, func(_ context.Context, reqs []int) ([]int, error) { return reqs, nil })
+			return func() {
+				var wg sync.WaitGroup
+				for i := range 4 { // more than one: the flushers start
+					wg.Go(func() {
+						if _, err := b.Do(ctx, i); err != nil {
+							require.ErrorIs(t, err, batch.ErrClosed)
+						}
+					})
+				}
+				wg.Wait()
+			}, b.Stop
+		},
+		"batch.Retrier": func() (func(), func()) {
+			r := batch.NewRetrier(batch.Config{}, func(context.Context, []int) error { return nil }, nil)
+			return func() {
+					if err := r.Add(1); err != nil {
+						require.ErrorIs(t, err, batch.ErrClosed)
+					}
+				}, func() {
+					require.NoError(t, r.Stop(ctx))
+				}
+		},
+	}
+	for name, newComponent := range cases {
+		t.Run(name, func(t *testing.T) { leakcheck.Lifecycle(t, pkg, newComponent) })
 	}
 }

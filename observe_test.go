@@ -213,7 +213,7 @@ func benchmarkFire(b *testing.B, cfg Config) {
 		// go tool pprof -sample_index=alloc_space /tmp/fire.prof
 		runtime.MemProfileRate = 1
 		defer func() {
-			runtime.GC() // the profile counts allocations up to the last cycle
+			runtime.GC()                                     // the profile counts allocations up to the last cycle
 			if err := writeAllocsProfile(path); err != nil { // scaled by the rate now
 				b.Error(err)
 			}

@@ -351,9 +351,9 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	var errs []error
 	// 1. Intake: calls fail with ErrClosed; the batchers flush what they
 	//    have and stop.
-	q.writes.Close()
-	q.cancels.Close()
-	q.moves.Close()
+	q.writes.Stop()
+	q.cancels.Stop()
+	q.moves.Stop()
 	// 2. Arming: the wheel stops firing (nothing more is claimed or
 	//    started from it).
 	q.sched.Stop()
@@ -404,10 +404,10 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	}
 	// 5. Settling: the outcomes are stored (while the leases are still
 	//    held: they are fenced by them).
-	if err := q.corrupts.Close(ctx); err != nil && len(errs) == 0 {
+	if err := q.corrupts.Stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
-	if err := q.settles.Close(ctx); err != nil && len(errs) == 0 {
+	if err := q.settles.Stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
 	// 6. Leases: released, and the roster left, so that another process
@@ -419,8 +419,8 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	cancel()
 	// 7. Contexts: every handler's context ends; the watchdogs stop.
 	q.runs.cancelAll()
-	q.runs.close()
-	q.calls.close()
+	q.runs.stop()
+	q.calls.stop()
 	q.mu.Lock()
 	q.state = stateClosed
 	q.mu.Unlock()

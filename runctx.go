@@ -70,7 +70,7 @@ type runCtxs struct {
 	mu       sync.Mutex // guards started and stopping
 	started  bool
 	stopping bool
-	stop     chan struct{}
+	quit     chan struct{} // closed by stop
 	stopped  chan struct{}
 }
 
@@ -78,7 +78,7 @@ func newRunCtxs(workers int, timeout time.Duration, reuse bool) *runCtxs {
 	r := &runCtxs{
 		timeout: timeout, reuse: reuse, base: time.Now(), closed: make(chan struct{}),
 		slots: make([]runSlot, workers), wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), stopped: make(chan struct{}),
+		quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	close(r.closed)
 	for i := range r.slots {
@@ -296,7 +296,7 @@ func (r *runCtxs) watch() {
 			if next = r.expire(int64(time.Since(r.base))); next == 0 {
 				select {
 				case <-r.wake:
-				case <-r.stop:
+				case <-r.quit:
 					return
 				}
 				continue
@@ -308,22 +308,23 @@ func (r *runCtxs) watch() {
 		case <-timer.C:
 		case <-r.wake:
 			timer.Stop()
-		case <-r.stop:
+		case <-r.quit:
 			return
 		}
 	}
 }
 
-// close stops the watchdog, if it was started, and waits for it. Close
-// without start, and close after close, are safe; no start follows it.
-func (r *runCtxs) close() {
+// stop stops the watchdog, if it was started, and waits for it. Stop
+// without start, stop after stop and stops from several goroutines at
+// once are safe; no start follows it.
+func (r *runCtxs) stop() {
 	r.mu.Lock()
 	first := !r.stopping
 	r.stopping = true
 	started := r.started
 	r.mu.Unlock()
 	if first {
-		close(r.stop)
+		close(r.quit)
 	}
 	if started {
 		<-r.stopped

@@ -57,7 +57,7 @@ func TestRunCtxDeadline(t *testing.T) {
 	t.Parallel()
 	r := newRunCtxs(2, 20*time.Millisecond, false)
 	r.start()
-	defer r.close()
+	defer r.stop()
 	for range 3 { // the watchdog idles between runs and is woken again
 		c := r.slots[1].begin()
 		ctx := context.Context(&c)
@@ -85,15 +85,15 @@ func TestRunCtxHardCancel(t *testing.T) {
 	c2 := r.slots[1].begin() // begun after: cancelled from the start
 	<-(&c2).Done()
 	require.ErrorIs(t, (&c2).Err(), context.Canceled)
-	r.close()
-	r.close() // twice is safe
+	r.stop()
+	r.stop() // twice is safe
 }
 
 // BenchmarkRunCtx: a run's context costs no allocation.
 func BenchmarkRunCtx(b *testing.B) {
 	r := newRunCtxs(1, time.Minute, false)
 	r.start()
-	defer r.close()
+	defer r.stop()
 	s := &r.slots[0]
 	b.ReportAllocs()
 	for b.Loop() {
@@ -109,7 +109,7 @@ func TestCallCtxReused(t *testing.T) {
 	t.Parallel()
 	r := newRunCtxs(1, 30*time.Millisecond, true)
 	r.start()
-	defer r.close()
+	defer r.stop()
 	s := &r.slots[0]
 	ctx, end := s.call()
 	d := ctx.Done()
@@ -130,7 +130,7 @@ func TestCallCtxReused(t *testing.T) {
 func BenchmarkCallCtx(b *testing.B) {
 	r := newRunCtxs(1, time.Minute, true)
 	r.start()
-	defer r.close()
+	defer r.stop()
 	s := &r.slots[0]
 	b.ReportAllocs()
 	for b.Loop() {

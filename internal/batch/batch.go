@@ -77,7 +77,7 @@ type call[T, R any] struct {
 // one call of exec (one Redis round trip), handing every caller its own
 // result. It owns InFlight flushing goroutines, started by the first
 // request that needs them, each of which takes a request, adds what else
-// is queued, and runs the batch; Close stops them.
+// is queued, and runs the batch; Stop stops them.
 // While every flusher is busy, requests queue up, so batches grow with the
 // load on their own. A lone request skips the flushers (see Do).
 type Batcher[T, R any] struct {
@@ -114,7 +114,7 @@ func NewBatcher[T, R any](cfg Config, exec func(ctx context.Context, reqs []T) (
 }
 
 // startFlushers starts the flushers, once. The caller holds mu (read), so
-// Close cannot have begun.
+// Stop cannot have begun.
 func (b *Batcher[T, R]) startFlushers() {
 	b.start.Do(func() {
 		for range b.cfg.InFlight {
@@ -140,7 +140,7 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 	}
 	if b.peak.Load() <= 1 && b.outstanding.CompareAndSwap(0, 1) {
 		b.peak.Store(max(b.peak.Load(), 1))
-		b.wg.Add(1) // Close waits for it as for a flusher
+		b.wg.Add(1) // Stop waits for it as for a flusher
 		b.mu.RUnlock()
 		defer b.wg.Done()
 		defer b.outstanding.Add(-1)
@@ -294,9 +294,10 @@ func (b *Batcher[T, R]) flush(batch []*call[T, R], reqs []T) {
 	}
 }
 
-// Close stops taking requests, finishes the queued ones and waits for the
-// batcher's goroutines. It is idempotent.
-func (b *Batcher[T, R]) Close() {
+// Stop stops taking requests, finishes the queued ones and waits for the
+// batcher's goroutines. Stop without a start, Stop after Stop and Stops
+// from several goroutines at once are safe.
+func (b *Batcher[T, R]) Stop() {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
@@ -319,7 +320,7 @@ type Retrier[T any] struct {
 	queue    []T
 	closing  bool
 	kick     chan struct{}
-	closeCh  chan struct{} // closed by Close: cut a linger short
+	closeCh  chan struct{} // closed by Stop: cut a linger short
 	stop     chan struct{} // closed to abandon retries
 	stopOnce sync.Once
 	done     chan struct{}
@@ -342,7 +343,7 @@ func NewRetrier[T any](cfg Config, exec func(ctx context.Context, items []T) err
 	return r
 }
 
-// Add queues items. It never blocks on I/O. After Close it returns
+// Add queues items. It never blocks on I/O. After Stop it returns
 // ErrClosed.
 func (r *Retrier[T]) Add(items ...T) error {
 	r.mu.Lock()
@@ -464,10 +465,11 @@ func (r *Retrier[T]) callContext() (context.Context, func()) {
 	return ctx, cancel
 }
 
-// Close stops taking items and waits until the queued ones are sent or ctx
+// Stop stops taking items and waits until the queued ones are sent or ctx
 // ends; then it abandons what is left (returning ctx.Err()) and waits for
-// its goroutine.
-func (r *Retrier[T]) Close(ctx context.Context) error {
+// its goroutine. Stop without a start, Stop after Stop and Stops from
+// several goroutines at once are safe.
+func (r *Retrier[T]) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.closing {
 		r.closing = true

@@ -51,7 +51,7 @@ func TestBatcherGroupsCalls(t *testing.T) {
 	require.Eventually(t, func() bool { return len(b.in) == min(cap(b.in), 100-first) }, 10*time.Second, time.Millisecond)
 	close(release)
 	wg.Wait()
-	b.Close()
+	b.Stop()
 	for i, v := range results {
 		require.Equal(t, 2*i, v, "every caller gets its own result")
 	}
@@ -91,7 +91,7 @@ func TestBatcherLoneRequest(t *testing.T) {
 		}
 		return reqs, nil
 	})
-	defer b.Close()
+	defer b.Stop()
 	ctx := context.WithValue(context.Background(), key{}, "caller")
 
 	v, err := b.Do(ctx, 1)
@@ -138,7 +138,7 @@ func TestBatcherError(t *testing.T) {
 	t.Parallel()
 	boom := fmt.Errorf("boom")
 	b := NewBatcher(Config{}, func(context.Context, []int) ([]int, error) { return nil, boom })
-	defer b.Close()
+	defer b.Stop()
 	_, err := b.Do(context.Background(), 1)
 	require.ErrorIs(t, err, boom)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -165,7 +165,7 @@ func TestRetrierRetriesUntilSuccess(t *testing.T) {
 	}, func(error, int) { errs++ })
 	require.NoError(t, r.Add(1, 2, 3))
 	require.NoError(t, r.Add(4))
-	require.NoError(t, r.Close(context.Background()))
+	require.NoError(t, r.Stop(context.Background()))
 	require.Equal(t, []int{1, 2, 3, 4}, got, "nothing dropped, order kept")
 	require.Equal(t, 3, errs)
 	require.ErrorIs(t, r.Add(5), ErrClosed)
@@ -200,7 +200,7 @@ func TestRetrierLinger(t *testing.T) {
 	mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, r.Close(ctx), "Close ends the linger")
+	require.NoError(t, r.Stop(ctx), "Close ends the linger")
 	require.Equal(t, [][]int{{1}, {2, 3}}, batches)
 }
 
@@ -210,7 +210,7 @@ func TestRetrierCloseGivesUpAtDeadline(t *testing.T) {
 	require.NoError(t, r.Add(1, 2))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	require.ErrorIs(t, r.Close(ctx), context.DeadlineExceeded)
+	require.ErrorIs(t, r.Stop(ctx), context.DeadlineExceeded)
 	require.Equal(t, 2, r.Pending(), "what could not be sent is still counted")
 }
 
@@ -227,7 +227,7 @@ func TestBatcherShareWaitEnds(t *testing.T) {
 		mu.Unlock()
 		return reqs, nil
 	})
-	defer b.Close()
+	defer b.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, lull := range []bool{false, true} {
@@ -244,20 +244,20 @@ func TestBatcherShareWaitEnds(t *testing.T) {
 	require.Equal(t, []int{1, 1}, sizes)
 }
 
-// TestLazyStartAndSafeClose: a batcher or retrier never used owns no
+// TestLazyStartAndSafeStop: a batcher or retrier never used owns no
 // goroutine and closes at once; closing twice is safe; a closed one
 // refuses work.
-func TestLazyStartAndSafeClose(t *testing.T) {
+func TestLazyStartAndSafeStop(t *testing.T) {
 	t.Parallel()
 	b := NewBatcher(Config{}, func(_ context.Context, reqs []int) ([]int, error) { return reqs, nil })
-	b.Close()
-	b.Close()
+	b.Stop()
+	b.Stop()
 	_, err := b.Do(context.Background(), 1)
 	require.ErrorIs(t, err, ErrClosed)
 
 	r := NewRetrier(Config{}, func(context.Context, []int) error { return nil }, nil)
-	require.NoError(t, r.Close(context.Background()))
-	require.NoError(t, r.Close(context.Background()))
+	require.NoError(t, r.Stop(context.Background()))
+	require.NoError(t, r.Stop(context.Background()))
 	require.ErrorIs(t, r.Add(1), ErrClosed)
 
 	// Used, then closed from several goroutines at once.
@@ -269,7 +269,7 @@ func TestLazyStartAndSafeClose(t *testing.T) {
 	require.NoError(t, r.Add(1, 2, 3))
 	var wg sync.WaitGroup
 	for range 3 {
-		wg.Go(func() { require.NoError(t, r.Close(context.Background())) })
+		wg.Go(func() { require.NoError(t, r.Stop(context.Background())) })
 	}
 	wg.Wait()
 	require.Equal(t, int64(3), sent.Load(), "Close sends what was queued")
