@@ -177,8 +177,9 @@ type Recoverer struct {
 	readyMu           sync.Once                 //
 	cancel            context.CancelFunc        //
 	done              chan struct{}             // closed when the goroutine returned
-	mu                sync.Mutex                // guards started
+	mu                sync.Mutex                // guards started, stopped and cancel
 	started           bool                      //
+	stopped           bool                      // Stop was called: no Start after it
 	armed             atomic.Int64              // jobs armed by reloads and polls
 	owned             atomic.Int32              // partitions owned
 	swept             atomic.Int64              // jobs re-armed by sweeps
@@ -313,11 +314,11 @@ func (r *Recoverer) Ready() <-chan struct{} { return r.ready }
 
 // Start acquires what leases it can and starts the goroutine that reloads
 // and polls. It returns once the lease round trip is done (or failed: the
-// goroutine keeps trying). Start after Start does nothing.
+// goroutine keeps trying). Start after Start or Stop does nothing.
 func (r *Recoverer) Start(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.started {
+	if r.started || r.stopped {
 		return
 	}
 	r.started = true
@@ -328,9 +329,11 @@ func (r *Recoverer) Start(ctx context.Context) {
 }
 
 // Stop stops the goroutine and releases the leases (bounded by ctx), so
-// another process can take over at once. Stop after Stop does nothing.
+// another process can take over at once. Stop without Start, and Stop
+// after Stop, do nothing.
 func (r *Recoverer) Stop(ctx context.Context) error {
 	r.mu.Lock()
+	r.stopped = true
 	started := r.started
 	cancel := r.cancel
 	r.cancel = nil
