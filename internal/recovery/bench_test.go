@@ -52,4 +52,5 @@ func BenchmarkIdlePoll(b *testing.B) {
 		}
 	})
 	require.Equal(b, st.Partitions(), r.Owned())
+	require.Nil(b, r.lastErr.Load(), "no call failed")
 }
