@@ -1494,7 +1494,7 @@ func (s *Store) PollMany(ctx context.Context, loaded int64, ttl time.Duration, m
 			}
 			continue
 		}
-		if err := parsePoll(replies[ci], part, pageSize); err != nil {
+		if err := parsePoll(replies[ci], reqs[first:first+len(part)], part, pageSize); err != nil {
 			for i := range part {
 				part[i] = PollReply{Err: err}
 			}
@@ -1601,9 +1601,9 @@ func (s *Store) runPolls(ctx context.Context, calls [][]any) ([]any, []error) {
 	return replies, errs
 }
 
-// parsePoll reads a reply of poll.lua into the replies of its partitions
-// (see the script for its layout).
-func parsePoll(reply any, out []PollReply, pageSize int) error {
+// parsePoll reads a reply of poll.lua to reqs into their replies (see
+// the script for its layout).
+func parsePoll(reply any, reqs []PollRequest, out []PollReply, pageSize int) error {
 	v, ok := reply.([]any)
 	if !ok || len(v) == 0 {
 		return fmt.Errorf("%w: poll reply %T", ErrCorrupt, reply)
@@ -1662,7 +1662,11 @@ func parsePoll(reply any, out []PollReply, pageSize int) error {
 		if !ok1 || !ok2 || err1 != nil || err2 != nil {
 			return fmt.Errorf("%w: poll reply field %q", ErrCorrupt, field)
 		}
-		if prev != "" {
+		switch prev {
+		case "":
+		case "=":
+			r.Prev, r.HavePrev = reqs[i].Scanned, true
+		default:
 			var err error
 			if r.Prev, err = strconv.ParseInt(prev, 10, 64); err != nil {
 				r.Err = fmt.Errorf("%w: loaded-until %q", ErrCorrupt, prev)

@@ -34,7 +34,10 @@
 --                       was done
 --   "E"                 the partition's step failed; one item, the error
 --   "prev,nin,npage"    prev the previous loaded-until ("" when none, or
---                       on a reset), nin inbox entries, then npage pending
+--                       on a reset; "=" when it is the partition's ARGV +2,
+--                       as it is after a window scanned whole, so that an
+--                       idle poll's reply is short), nin inbox entries,
+--                       then npage pending
 --                       entries of the window, each as two items (job key,
 --                       score); npage is -1 when the window was not read
 --                       (empty, or ARGV[4] is 0)
@@ -84,6 +87,9 @@ local function step(k, a)
       out[#out + 1] = v
     end
     npage = #es / 2
+  end
+  if prev == ARGV[a + 2] then
+    prev = '='
   end
   return (prev or '') .. ',' .. nin .. ',' .. npage
 end
