@@ -67,11 +67,11 @@ func (c *crashStore) LeaseAll(ctx context.Context, parts []int, op persist.Lease
 	return c.engineStore.LeaseAll(ctx, parts, op, token, ttl)
 }
 
-func (c *crashStore) Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (persist.PollResult, error) {
+func (c *crashStore) PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []persist.PollRequest, out []persist.PollReply) ([]persist.PollReply, error) {
 	if err := c.dead(); err != nil {
-		return persist.PollResult{}, err
+		return out[:0], err
 	}
-	return c.engineStore.Poll(ctx, p, tok, loaded, ttl, reset, maxInbox)
+	return c.engineStore.PollMany(ctx, loaded, ttl, maxInbox, pageSize, reqs, out)
 }
 
 func (c *crashStore) RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {

@@ -53,7 +53,7 @@ type Observer interface {
 	// RoundTrip: one Redis round trip of kind op carried batch requests
 	// (jobs written, claimed, settled, ...; jobs read for OpRange; 1 for a
 	// call on one job or one partition; the partitions counted by an
-	// OpCensus or leased by an OpLease), and
+	// OpCensus, polled by an OpPoll or leased by an OpLease), and
 	// took that long; err is its error (nil on success). An op's round
 	// trips to several Cluster nodes, pipelined, count as one.
 	RoundTrip(op RoundTripOp, took time.Duration, batch int, err error)
@@ -104,7 +104,7 @@ const (
 	OpReschedule                        // Reschedule: jobs moved
 	OpClaim                             // fired jobs claimed before they start
 	OpSettle                            // outcomes stored (acks, retries, dead-letters, unclaims)
-	OpPoll                              // the poller's pass over one partition (inbox, lease renewal)
+	OpPoll                              // the poller's pass (batch: partitions): announcements, inboxes, first page of each window
 	OpLease                             // leases taken, renewed or released (batch: partitions)
 	OpRange                             // a page of pending jobs read at a reload or scan
 	OpCensus                            // counts of pending, overdue and dead jobs (Stats, the sweep)
@@ -211,10 +211,18 @@ func (s *observedStore) DeadLetterCorrupt(ctx context.Context, tok, key string, 
 	return r, err
 }
 
-func (s *observedStore) Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (persist.PollResult, error) {
+func (s *observedStore) PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []persist.PollRequest, out []persist.PollReply) ([]persist.PollReply, error) {
 	t0 := time.Now()
-	r, err := s.engineStore.Poll(ctx, p, tok, loaded, ttl, reset, maxInbox)
-	s.obs.RoundTrip(OpPoll, time.Since(t0), 1, err)
+	r, err := s.engineStore.PollMany(ctx, loaded, ttl, maxInbox, pageSize, reqs, out)
+	if err == nil {
+		for i := range r {
+			if r[i].Err != nil {
+				err = r[i].Err // a partition's failure is the round trip's
+				break
+			}
+		}
+	}
+	s.obs.RoundTrip(OpPoll, time.Since(t0), len(reqs), err)
 	return r, err
 }
 

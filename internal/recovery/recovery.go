@@ -6,7 +6,8 @@
 //
 // The protocol ("announce, then scan"): before reading a window of the
 // pending set, the poller announces the window's end, first in memory
-// (LoadedUntil) and then in Redis (persist.Store.Poll). A writer reads the
+// (LoadedUntil) and then in Redis (persist.Store.PollMany, which
+// reads the window's first page in the same script). A writer reads the
 // announcement after its write: the owner's own Schedule arms the job when
 // its due time is within LoadedUntil, and a script run by anyone else puts
 // it in the partition's inbox, which the poller drains. So every job due
@@ -40,7 +41,7 @@ const NotOwned = math.MinInt64
 type Store interface {
 	Partitions() int
 	LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration) ([]bool, error)
-	Poll(ctx context.Context, p int, tok string, loaded int64, ttl time.Duration, reset bool, maxInbox int) (persist.PollResult, error)
+	PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []persist.PollRequest, out []persist.PollReply) ([]persist.PollReply, error)
 	RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Census(ctx context.Context, before int64) (persist.Census, error)
 	Repair(ctx context.Context, p int, tok string, cur persist.RepairCursor, count int, now int64) (persist.RepairCursor, persist.RepairResult, error)
@@ -167,7 +168,11 @@ type Recoverer struct {
 	reset   []bool                 // per partition: needs a full reload; poller goroutine only
 	waiting []bool                 // per partition: held by another process, said in the log; poller goroutine only
 	repairs []persist.RepairCursor // per partition: where the repair walk stands; poller goroutine only
-	scanned []int64                // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
+	// polls and replies are a pass's requests and replies, kept for the
+	// next pass; poller goroutine only.
+	polls   []persist.PollRequest
+	replies []persist.PollReply
+	scanned []int64 // per partition: the end of the last window scanned whole (unix µs); poller goroutine only
 	// nextLease is when the leases are renewed next; poller goroutine only.
 	nextLease time.Time
 	// lastNow, lastWall are the clock's readings at the last pass, to tell
@@ -723,9 +728,11 @@ type scan struct {
 }
 
 // pass announces the new window of every owned partition, drains the
-// inboxes, then scans the windows, a page of each partition in turn (so a
-// reload arms the oldest overdue jobs of every partition first). wall is
-// the clock's wall reading: windows are in stored due times.
+// inboxes and reads the first page of each window, all in one call
+// (persist.Store.PollMany); then it scans the rest of the windows, a page
+// of each partition in turn (so a reload arms the oldest overdue jobs of
+// every partition first). wall is the clock's wall reading: windows are in
+// stored due times.
 //
 // A window starts where the last window scanned whole ended, by this
 // process's own record (scanned), or earlier where Redis says the last
@@ -735,7 +742,7 @@ type scan struct {
 func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 	until := wall.Add(r.cfg.Horizon).UnixMicro()
 	ttl := r.cfg.LeaseTTL + r.cfg.Horizon
-	var scans []*scan
+	reqs := r.polls[:0]
 	for p := range r.loaded {
 		prevLocal := r.loaded[p].Load()
 		if prevLocal == NotOwned {
@@ -746,35 +753,65 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 		if !r.loaded[p].CompareAndSwap(prevLocal, max(prevLocal, until)) {
 			continue // released meanwhile
 		}
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		res, err := r.store.Poll(cctx, p, r.cfg.Token, until, ttl, r.reset[p], 10*r.cfg.PageSize)
-		cancel()
-		if errors.Is(err, persist.ErrFenced) {
+		reqs = append(reqs, persist.PollRequest{P: p, Token: r.cfg.Token, Reset: r.reset[p], Scanned: r.scanned[p]})
+	}
+	r.polls = reqs
+	if len(reqs) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	replies, err := r.store.PollMany(cctx, until, ttl, 10*r.cfg.PageSize, r.cfg.PageSize, reqs, r.replies)
+	cancel()
+	r.replies = replies
+	if err != nil {
+		r.noteErr("poll", err)
+		return
+	}
+	var scans []*scan
+	var round []persist.Entry
+	for i := range replies {
+		p, res := reqs[i].P, &replies[i]
+		if errors.Is(res.Err, persist.ErrFenced) {
 			r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
 			r.lose(p)
 			continue
 		}
-		if err != nil {
-			r.noteErr("poll", err)
+		if res.Err != nil {
+			r.noteErr("poll", res.Err)
 			continue
 		}
 		if len(res.Inbox) > 0 {
 			r.sink.Arm(res.Inbox)
 			r.armed.Add(int64(len(res.Inbox)))
 		}
-		after := int64(math.MinInt64 / 2)
+		after := int64(persist.PollFloor)
 		if res.HavePrev && !r.reset[p] {
 			after = min(res.Prev, r.scanned[p])
 		}
 		r.reset[p] = false
-		if after < until {
+		if after >= until {
+			continue
+		}
+		if !res.Read { // not read with the poll: scanned from the start
 			scans = append(scans, &scan{p: p, after: after, until: until})
+			continue
+		}
+		if r.loaded[p].Load() == NotOwned {
+			continue
+		}
+		round = append(round, res.Page...)
+		if res.Cursor.Done {
+			r.scanned[p] = until
+		} else {
+			scans = append(scans, &scan{p: p, after: after, until: until, cur: res.Cursor})
 		}
 	}
+	clear(replies) // the entries are the sink's now
+	r.armRound(round)
 	for len(scans) > 0 && ctx.Err() == nil {
 		r.renewIfDue(ctx)
 		next := scans[:0]
-		var round []persist.Entry
+		round = nil
 		for _, s := range scans {
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 			es, cur, err := r.store.RangePending(cctx, s.p, s.after, s.until, s.cur, r.cfg.PageSize)
@@ -796,14 +833,20 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 				next = append(next, s)
 			}
 		}
-		// A page of every partition, merged: the oldest go first.
-		slices.SortFunc(round, func(a, b persist.Entry) int { return cmp.Compare(a.Due, b.Due) })
-		if len(round) > 0 {
-			r.sink.Arm(round)
-			r.armed.Add(int64(len(round)))
-		}
+		r.armRound(round)
 		scans = next
 	}
+}
+
+// armRound arms a page of every partition scanned, merged: the oldest go
+// first.
+func (r *Recoverer) armRound(round []persist.Entry) {
+	if len(round) == 0 {
+		return
+	}
+	slices.SortFunc(round, func(a, b persist.Entry) int { return cmp.Compare(a.Due, b.Due) })
+	r.sink.Arm(round)
+	r.armed.Add(int64(len(round)))
 }
 
 // sweep re-arms the oldest page of jobs of every owned partition that are

@@ -134,6 +134,26 @@ func (f *fakeStore) Poll(_ context.Context, p int, tok string, loaded int64, _ t
 	return res, nil
 }
 
+// PollMany is Poll for each request, then the first page of its window
+// as persist.Store.PollMany reads it (recorded as a scan).
+func (f *fakeStore) PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []persist.PollRequest, out []persist.PollReply) ([]persist.PollReply, error) {
+	out = out[:0]
+	for _, r := range reqs {
+		res, err := f.Poll(ctx, r.P, r.Token, loaded, ttl, r.Reset, maxInbox)
+		rep := persist.PollReply{PollResult: res, Err: err}
+		after := int64(persist.PollFloor)
+		if res.HavePrev {
+			after = min(res.Prev, r.Scanned)
+		}
+		if err == nil && pageSize > 0 && after < loaded {
+			rep.Page, rep.Cursor, rep.Err = f.RangePending(ctx, r.P, after, loaded, persist.Cursor{}, pageSize)
+			rep.Read = true
+		}
+		out = append(out, rep)
+	}
+	return out, nil
+}
+
 func (f *fakeStore) Census(_ context.Context, before int64) (persist.Census, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
