@@ -307,6 +307,10 @@ type calls struct {
 	order   []int    // scratch: items by call, then by index in it (see inOrder)
 	base    []int    // scratch: by call, where its items begin in order
 	per     int
+
+	// packs are, by partition, its packed arguments (layoutPacked), kept
+	// for reuse.
+	packs []*callPack
 }
 
 // inOrder returns the items of the n laid out by call, each call's in the
@@ -330,6 +334,19 @@ func (c *calls) inOrder(n int) []int {
 // layoutCalls lays out the calls of a batch of n items whose keys key
 // gives. The calls come from a pool; release gives them back.
 func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int) string, per int, fixed ...any) *calls {
+	return s.layout(heads, tokens, n, key, per, 0, fixed)
+}
+
+// layoutPacked is layoutCalls for scripts that take a partition's items
+// packed into a few arguments (claim.lua, settle.lua): per partition its
+// token, then args arguments (see pack and packed), not a count and
+// arguments per item. A batch's items then cost no boxing each.
+func (s *Store) layoutPacked(heads [][]any, tokens []string, n int, key func(int) string, args int, fixed ...any) *calls {
+	return s.layout(heads, tokens, n, key, 0, args, fixed)
+}
+
+// layout is layoutCalls (packed 0) and layoutPacked (packed > 0).
+func (s *Store) layout(heads [][]any, tokens []string, n int, key func(int) string, per, packed int, fixed []any) *calls {
 	c, _ := s.callsPool.Get().(*calls)
 	if c == nil {
 		c = &calls{}
@@ -337,6 +354,9 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 	np := len(s.parts)
 	c.call, c.at, c.next, c.count = resize(c.call, np), resize(c.at, np), resize(c.next, np), resize(c.count, np)
 	c.part, c.where, c.per = resize(c.part, n), resize(c.where, n), per
+	if packed > 0 && len(c.packs) != np {
+		c.packs = make([]*callPack, np)
+	}
 	s.partitionsOf(c.part, c.count, key)
 	touched := c.touched[:0]
 	for p, k := range c.count {
@@ -350,7 +370,11 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 		nkeys, size := 0, len(fixed)
 		for _, p := range ps {
 			nkeys += len(heads[p]) - 3
-			size += 2 + per*c.count[p]
+			if packed > 0 {
+				size += 1 + packed
+			} else {
+				size += 2 + per*c.count[p]
+			}
 		}
 		h := heads[ps[0]]
 		buf := s.argBuf(3 + nkeys + size)
@@ -363,9 +387,18 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 		items := 0
 		for _, p := range ps {
 			c.call[p], c.next[p] = len(c.args), items
-			a = append(a, token(tokens, p), c.count[p])
-			c.at[p] = len(a)
-			a = a[:len(a)+per*c.count[p]]
+			if packed > 0 {
+				a = append(a, token(tokens, p))
+				c.at[p] = len(a)
+				a = a[:len(a)+packed]
+				if c.packs[p] == nil {
+					c.packs[p] = &callPack{}
+				}
+			} else {
+				a = append(a, token(tokens, p), c.count[p])
+				c.at[p] = len(a)
+				a = a[:len(a)+per*c.count[p]]
+			}
 			items += c.count[p]
 		}
 		c.args = append(c.args, a)
@@ -390,6 +423,25 @@ func (c *calls) item(i int) ([]any, int) {
 	c.where[i] = c.next[p]
 	c.next[p]++
 	return c.args[c.call[p]], j
+}
+
+// pack returns the packed arguments of item i's partition, for the item
+// to append its arguments to (items come in order: 0, 1, ...; see
+// layoutPacked).
+func (c *calls) pack(i int) *callPack {
+	p := c.part[i]
+	c.where[i] = c.next[p]
+	c.next[p]++
+	return c.packs[p]
+}
+
+// packed returns, for each partition with items in turn, the arguments of
+// its call, where its packed arguments go in them, and its packs: the
+// caller puts them in once the items are packed.
+func (c *calls) packed(f func(a []any, j int, pk *callPack)) {
+	for _, p := range c.touched {
+		f(c.args[c.call[p]], c.at[p], c.packs[p])
+	}
 }
 
 // reply returns the reply of item i's call, of those runCalls returned,
@@ -432,10 +484,58 @@ func (s *Store) argBuf(n int) *[]any {
 // maxArgBuf is the largest argument slice kept for reuse.
 const maxArgBuf = 1 << 14
 
+// maxPackBuf is the largest packed argument buffer kept for reuse.
+const maxPackBuf = 1 << 16
+
+// packedArg is a script argument written from a reused buffer. go-redis
+// writes an encoding.BinaryMarshaler's bytes to the connection within the
+// call that sends it (a pipeline's retries included) and keeps no copy,
+// so the buffer is free again once runCalls returns; a pointer to it goes
+// into an argument without an allocation, where a []byte would not.
+type packedArg struct{ b []byte }
+
+// MarshalBinary returns the packed bytes (go-redis writes them as they
+// are).
+func (p *packedArg) MarshalBinary() ([]byte, error) { return p.b, nil }
+
+// callPack is a partition's packed arguments in a call (see layoutPacked):
+// data its items' arguments, ops (settle.lua's) their op bytes.
+type callPack struct{ ops, data packedArg }
+
+// appendField appends a field of a packed argument: its length (4 bytes,
+// big-endian) and its bytes (lib.lua's unpacked reads them).
+func appendField[T string | []byte](b []byte, s T) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
+}
+
+// appendIntField appends v in decimal as a field (empty when omit).
+func appendIntField(b []byte, v int64, omit bool) []byte {
+	var num [20]byte
+	if omit {
+		return appendField(b, num[:0])
+	}
+	return appendField(b, strconv.AppendInt(num[:0], v, 10))
+}
+
+// appendRevField appends a revision as a field of 4 bytes (RevBytes'),
+// or an empty one when !have.
+func appendRevField(b []byte, rev uint32, have bool) []byte {
+	if !have {
+		return appendField(b, "")
+	}
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(b, 4), rev)
+}
+
 // release gives the argument slices of c back for reuse. The calls must
 // be done with: go-redis keeps a command's arguments only until its
 // pipeline has run.
 func (s *Store) release(c *calls) {
+	for _, p := range c.touched {
+		if p < len(c.packs) && c.packs[p] != nil {
+			c.packs[p].ops.reset()
+			c.packs[p].data.reset()
+		}
+	}
 	for i, b := range c.bufs {
 		if cap(*b) > maxArgBuf {
 			continue
@@ -448,6 +548,14 @@ func (s *Store) release(c *calls) {
 	clear(c.bufs)
 	c.args, c.bufs = c.args[:0], c.bufs[:0]
 	s.callsPool.Put(c)
+}
+
+// reset empties p for reuse, dropping a large buffer.
+func (p *packedArg) reset() {
+	if cap(p.b) > maxPackBuf {
+		p.b = nil
+	}
+	p.b = p.b[:0]
 }
 
 // runCalls sends script calls in a pipeline: calls[i] is a whole call
@@ -840,6 +948,10 @@ type ClaimRequest struct {
 	// asks for the record.
 	Rev     uint32
 	HaveRev bool
+	// Due is the due time (unix µs) the caller expects the job at, as its
+	// record says; 0 when it does not know. A job still pending at that
+	// time costs the reply no score (see ClaimResult.Due).
+	Due int64
 }
 
 // ClaimResult answers a ClaimRequest.
@@ -875,22 +987,26 @@ const MaxClaimBytes = 4 << 20
 // The results are the i-th request's at i, in out's array when it has
 // room (a caller claiming batch after batch reuses it).
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest, out []ClaimResult) ([]ClaimResult, error) {
-	c := s.layoutCalls(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 2, s.maxClaimBytes)
+	c := s.layoutPacked(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 1, s.maxClaimBytes)
 	defer s.release(c) // once the replies are read
 	for i, r := range reqs {
-		rev := ""
-		if r.HaveRev {
-			rev = RevBytes(r.Rev)
+		if len(r.Key) > math.MaxUint32 {
+			return nil, fmt.Errorf("persist: claim of a key of %d bytes", len(r.Key))
 		}
-		a, j := c.item(i)
-		a[j], a[j+1] = r.Key, rev
+		// Per job (claim.lua): its key, its revision (or none), its
+		// expected due time (or none).
+		d := &c.pack(i).data
+		d.b = appendRevField(appendField(d.b, r.Key), r.Rev, r.HaveRev)
+		d.b = appendIntField(d.b, r.Due, r.Due == 0)
 	}
+	c.packed(func(a []any, j int, pk *callPack) { a[j] = &pk.data })
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
-	// Each call's reply: the jobs' status bytes, their scores, then the
-	// records returned (see claim.lua). Its items come in order.
+	// Each call's reply: the jobs' status bytes, their scores (empty where
+	// the caller's expected due time is the score), then the records
+	// returned (see claim.lua). Its items come in order.
 	out = slices.Grow(out[:0], len(reqs))[:len(reqs)]
 	clear(out)
 	order := c.inOrder(len(reqs))
@@ -919,11 +1035,15 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 				out[i].Gone = true
 				continue
 			}
-			due, err := parseScore(score)
-			if err != nil {
-				return nil, err
+			if score == "" && reqs[i].Due != 0 {
+				out[i].Due = reqs[i].Due
+			} else {
+				due, err := parseScore(score)
+				if err != nil {
+					return nil, err
+				}
+				out[i].Due = due
 			}
-			out[i].Due = due
 			switch st[w-1] {
 			case 'b':
 				out[i].Busy = true
