@@ -110,3 +110,79 @@ func TestClaimPackedAwkward(t *testing.T) {
 		}
 	})
 }
+
+// TestSettlePackedAwkward: a settle packs its outcomes into two arguments
+// per partition; awkward keys, records of 0 bytes and of more than 64
+// KiB, duplicates of a key in one batch, a replay, a stale revision and an
+// unclaim all settle as they did one argument each.
+func TestSettlePackedAwkward(t *testing.T) {
+	t.Parallel()
+	packBackends(t, 3, func(t *testing.T, b *bundle) {
+		keys := awkwardKeys()
+		var ws []Write
+		for _, k := range keys {
+			ws = append(ws, Write{Key: k, Due: 1000, Record: rec("p"), Replace: true})
+		}
+		_, err := b.store.Write(b.ctx, nil, ws)
+		require.NoError(t, err)
+		big := (&Record{Rev: 2, Attempt: 1, MaxAttempts: 3, Payload: []byte(strings.Repeat("y", 70<<10))}).Encode()
+		small := (&Record{Rev: 2, Attempt: 1, MaxAttempts: 3}).Encode()
+		const due = 1_764_000_000_000_123 // past 2^50: exact only as written
+		os := []Outcome{
+			{Op: Retry, Key: keys[0], Rev: 1, Due: due, Record: big},
+			{Op: Dead, Key: keys[1], Rev: 1, Record: []byte{}}, // 0 bytes
+			{Op: Ack, Key: keys[2], Rev: 1},
+			{Op: Ack, Key: keys[2], Rev: 1}, // gone by now
+			{Op: Retry, Key: keys[3], Rev: 1, Due: due + 1, Record: small},
+			{Op: Ack, Key: keys[3], Rev: 1}, // stale: the retry gave it revision 2
+			{Op: Unclaim, Key: keys[4]},
+			{Op: Ack, Key: keys[5], Rev: 9},                          // stale
+			{Op: Retry, Key: keys[0], Rev: 1, Due: due, Record: big}, // a replay of the first
+		}
+		applied, err := b.store.Settle(b.ctx, nil, 5000, os)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, true, true, false, true, false, true, false, true}, applied)
+
+		p := func(k string) Keys { return b.store.Keys(b.store.PartitionOf(k)) }
+		raw, err := b.rdb.HGet(b.ctx, p(keys[0]).Jobs, keys[0]).Bytes()
+		require.NoError(t, err)
+		require.Equal(t, big, raw, "a record of more than 64 KiB, intact")
+		score, err := b.rdb.ZScore(b.ctx, p(keys[0]).Pending, keys[0]).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(due), int64(score))
+		raw, err = b.rdb.HGet(b.ctx, p(keys[1]).Jobs, keys[1]).Bytes()
+		require.NoError(t, err)
+		require.Empty(t, raw, "a record of 0 bytes")
+		_, err = b.rdb.ZScore(b.ctx, p(keys[1]).Dead, keys[1]).Result()
+		require.NoError(t, err, "dead-lettered")
+		_, _, err = b.store.Get(b.ctx, keys[2])
+		require.ErrorIs(t, err, ErrNotFound)
+		r, st, err := b.store.Get(b.ctx, keys[3])
+		require.NoError(t, err)
+		require.Equal(t, Pending, st)
+		require.Equal(t, int64(due+1), r.Due.UnixMicro())
+		require.Equal(t, uint32(2), r.Rev)
+		for _, k := range keys[4:] {
+			raw, err := b.rdb.HGet(b.ctx, p(k).Jobs, k).Bytes()
+			require.NoError(t, err)
+			require.Equal(t, rec("p")[1:5], raw[1:5], "unclaimed or stale: as it was")
+			score, err := b.rdb.ZScore(b.ctx, p(k).Pending, k).Result()
+			require.NoError(t, err)
+			require.Equal(t, float64(1000), score)
+		}
+
+		// Many outcomes of one partition in one call, each its own result.
+		os = os[:0]
+		var want []bool
+		for i := range 300 {
+			k := fmt.Sprintf("m/%d", i)
+			_, err := b.store.Write(b.ctx, nil, []Write{{Key: k, Due: 1000, Record: rec(""), Replace: true}})
+			require.NoError(t, err)
+			os = append(os, Outcome{Op: Ack, Key: k, Rev: uint32(1 + i%2)})
+			want = append(want, i%2 == 0)
+		}
+		applied, err = b.store.Settle(b.ctx, nil, 6000, os)
+		require.NoError(t, err)
+		require.Equal(t, want, applied)
+	})
+}

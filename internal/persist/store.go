@@ -928,17 +928,44 @@ type Outcome struct {
 // replaced or rescheduled since it fired). Fails with ErrFenced when a
 // partition's lease is held by another owner.
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
-	c := s.layoutCalls(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 5, now, s.histAge, s.histCount)
+	c := s.layoutPacked(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 2, now, s.histAge, s.histCount)
 	defer s.release(c) // once the replies are read
 	for i, o := range os {
-		a, j := c.item(i)
-		a[j], a[j+1], a[j+2], a[j+3], a[j+4] = o.Op.arg(), o.Key, RevBytes(o.Rev), o.Due, o.Record
+		if len(o.Key) > math.MaxUint32 || len(o.Record) > math.MaxUint32 {
+			return nil, fmt.Errorf("persist: settle of a key of %d bytes, a record of %d", len(o.Key), len(o.Record))
+		}
+		// Per outcome (settle.lua): its op byte; its key, revision, due
+		// time and record.
+		pk := c.pack(i)
+		pk.ops.b = append(pk.ops.b, byte(o.Op))
+		d := &pk.data
+		d.b = appendRevField(appendField(d.b, o.Key), o.Rev, true)
+		d.b = appendField(appendIntField(d.b, o.Due, false), o.Record)
 	}
+	c.packed(func(a []any, j int, pk *callPack) {
+		a[j], a[j+1] = &pk.ops, &pk.data
+		if len(pk.ops.b) == 1 {
+			// A lone outcome's op goes as a string, as each op did before
+			// they were packed (a constant: no allocation), so that a
+			// hook can still tell a lone retry's call by its "r".
+			a[j] = Op(pk.ops.b[0]).arg()
+		}
+	})
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
-	return intReplies(c, replies, len(os), func(v int64) bool { return v == 1 })
+	// Each call's reply: a string of "1" (applied) or "0" per outcome.
+	out := make([]bool, len(os))
+	for i := range out {
+		r, w := c.reply(replies, i)
+		st, _ := r.(string)
+		if w >= len(st) || (st[w] != '0' && st[w] != '1') {
+			return nil, fmt.Errorf("%w: settle reply %q for outcome %d", ErrCorrupt, st, w)
+		}
+		out[i] = st[w] == '1'
+	}
+	return out, nil
 }
 
 // ClaimRequest asks whether a fired job is still pending.
