@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -185,4 +186,89 @@ func TestSettlePackedAwkward(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, applied)
 	})
+}
+
+// TestClaimSettleAfterScriptFlush: a server that lost its script cache
+// answers NOSCRIPT; a claim and a settle load the scripts and are sent
+// again, whether sent alone (one call) or as a pipeline of calls (one per
+// partition, as in a cluster), and apply once.
+func TestClaimSettleAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	packBackends(t, 3, func(t *testing.T, b *bundle) {
+		var ws []Write
+		var reqs []ClaimRequest
+		for i := range 6 {
+			k := fmt.Sprintf("f/%d", i)
+			ws = append(ws, Write{Key: k, Due: 1000, Record: rec(""), Replace: true})
+			reqs = append(reqs, ClaimRequest{Key: k, Rev: 1, HaveRev: true, Due: 1000})
+		}
+		_, err := b.store.Write(b.ctx, nil, ws)
+		require.NoError(t, err)
+		require.NoError(t, b.rdb.ScriptFlush(b.ctx).Err())
+		res, err := b.store.Claim(b.ctx, nil, reqs, nil)
+		require.NoError(t, err)
+		var os []Outcome
+		for i, r := range res {
+			require.False(t, r.Gone || r.Busy || r.Deferred, "job %d: %+v", i, r)
+			require.Equal(t, int64(1000), r.Due)
+			os = append(os, Outcome{Op: Ack, Key: reqs[i].Key, Rev: 1})
+		}
+		require.NoError(t, b.rdb.ScriptFlush(b.ctx).Err())
+		applied, err := b.store.Settle(b.ctx, nil, 2000, os)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, true, true, true, true, true}, applied)
+		pending, _, err := b.store.Counts(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, pending)
+	})
+}
+
+// TestPackedLayoutReleasedClean: a packed layout puts per partition its
+// token and its packed arguments after the fixed ones, and release leaves
+// the packs empty for the next batch (a large buffer dropped).
+func TestPackedLayoutReleasedClean(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // no I/O here
+	defer rdb.Close()
+	s, err := New(rdb, Options{Namespace: "t", Partitions: 4})
+	require.NoError(t, err)
+	keys := []string{"k/1", "k/2", "k/3", "k/4", "k/5"}
+	for round := range 3 {
+		c := s.layoutPacked(s.settleHead, []string{"A", "B", "C", "D"}, len(keys), func(i int) string { return keys[i] }, 2, int64(round))
+		require.Len(t, c.args, 1)
+		for i, k := range keys {
+			pk := c.pack(i)
+			pk.ops.b = append(pk.ops.b, 'a')
+			pk.data.b = appendField(pk.data.b, k)
+			if round == 2 {
+				pk.data.b = append(pk.data.b, make([]byte, maxPackBuf)...)
+			}
+		}
+		n := 0
+		c.packed(func(a []any, j int, pk *callPack) {
+			a[j], a[j+1] = &pk.ops, &pk.data
+			tok, ok := a[j-1].(*string)
+			require.True(t, ok)
+			require.Equal(t, string(rune('A'+c.touched[n])), *tok)
+			n++
+		})
+		a := c.args[0]
+		nkeys := len(c.touched) * len(keysSettle(s.parts[0]))
+		require.Equal(t, nkeys, a[2])
+		require.Equal(t, int64(round), a[3+nkeys])
+		require.Len(t, a, 3+nkeys+1+3*len(c.touched))
+		packs := slices.Clone(c.packs)
+		s.release(c)
+		for _, v := range a {
+			require.Nil(t, v)
+		}
+		for _, pk := range packs {
+			if pk != nil {
+				require.Empty(t, pk.ops.b)
+				require.Empty(t, pk.data.b)
+				require.Empty(t, pk.tok)
+				require.LessOrEqual(t, cap(pk.data.b), maxPackBuf)
+			}
+		}
+	}
 }

@@ -388,12 +388,15 @@ func (s *Store) layout(heads [][]any, tokens []string, n int, key func(int) stri
 		for _, p := range ps {
 			c.call[p], c.next[p] = len(c.args), items
 			if packed > 0 {
-				a = append(a, token(tokens, p))
+				pk := c.packs[p]
+				if pk == nil {
+					pk = &callPack{}
+					c.packs[p] = pk
+				}
+				pk.tok = token(tokens, p)
+				a = append(a, &pk.tok) // a *string: no boxing of the token each call
 				c.at[p] = len(a)
 				a = a[:len(a)+packed]
-				if c.packs[p] == nil {
-					c.packs[p] = &callPack{}
-				}
 			} else {
 				a = append(a, token(tokens, p), c.count[p])
 				c.at[p] = len(a)
@@ -499,8 +502,13 @@ type packedArg struct{ b []byte }
 func (p *packedArg) MarshalBinary() ([]byte, error) { return p.b, nil }
 
 // callPack is a partition's packed arguments in a call (see layoutPacked):
-// data its items' arguments, ops (settle.lua's) their op bytes.
-type callPack struct{ ops, data packedArg }
+// data its items' arguments, ops (settle.lua's) their op bytes, and tok
+// its lease token (a *string argument, which go-redis writes as the
+// string).
+type callPack struct {
+	ops, data packedArg
+	tok       string
+}
 
 // appendField appends a field of a packed argument: its length (4 bytes,
 // big-endian) and its bytes (lib.lua's unpacked reads them).
@@ -534,6 +542,7 @@ func (s *Store) release(c *calls) {
 		if p < len(c.packs) && c.packs[p] != nil {
 			c.packs[p].ops.reset()
 			c.packs[p].data.reset()
+			c.packs[p].tok = ""
 		}
 	}
 	for i, b := range c.bufs {
@@ -567,7 +576,30 @@ func (p *packedArg) reset() {
 // that got NOSCRIPT are sent again, so that nothing that applied is sent
 // twice.
 func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
+	if len(calls) == 1 && calls[0] != nil && len(extra) == 0 && !s.cluster {
+		return s.runAlone(ctx, calls[0])
+	}
 	return s.run(ctx, calls, false, extra...)
+}
+
+// runAlone is runCalls of a lone call: sent by itself, not in a pipeline
+// (whose own garbage was much of a small claim's), and sent again once the
+// scripts are loaded if it got NOSCRIPT (it then did not run).
+func (s *Store) runAlone(ctx context.Context, call []any) ([]any, error) {
+	cmd := redis.NewCmd(ctx, call...)
+	err := s.rdb.Process(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if lerr := s.loadScripts(ctx); lerr != nil {
+			return nil, lerr
+		}
+		cmd = redis.NewCmd(ctx, call...)
+		_ = s.rdb.Process(ctx, cmd)
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return []any{v}, nil
 }
 
 // runWrites is runCalls for the writes of jobs: with Options.ReplicaAcks,
@@ -1031,25 +1063,26 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 	if err != nil {
 		return nil, err
 	}
-	// Each call's reply: the jobs' status bytes, their scores (empty where
-	// the caller's expected due time is the score), then the records
-	// returned (see claim.lua). Its items come in order.
+	// Each call's reply: the jobs' status bytes and their scores (empty
+	// where the caller's expected due time is the score) in one string;
+	// with records returned, an array of that string and the records (see
+	// claim.lua). Its items come in order.
 	out = slices.Grow(out[:0], len(reqs))[:len(reqs)]
 	clear(out)
 	order := c.inOrder(len(reqs))
 	for ci, reply := range replies {
-		arr, _ := reply.([]any)
-		if len(arr) < 2 {
-			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
+		head, ok := reply.(string)
+		var recs []any
+		if arr, isArr := reply.([]any); isArr && len(arr) > 0 {
+			head, ok = arr[0].(string)
+			recs = arr[1:]
 		}
-		st, _ := arr[0].(string)
-		scores, _ := arr[1].(string)
-		recs := arr[2:]
 		// The items of call ci, in the order of its reply.
 		items := order[c.base[ci]:c.base[ci+1]]
-		if len(st) != len(items) {
-			return nil, fmt.Errorf("%w: claim reply of %d jobs for %d", ErrCorrupt, len(st), len(items))
+		if !ok || len(head) < len(items) {
+			return nil, fmt.Errorf("%w: claim reply %T for %d jobs", ErrCorrupt, reply, len(items))
 		}
+		st, scores := head[:len(items)], head[len(items):]
 		nrec := 0
 		for w, i := range items {
 			w++

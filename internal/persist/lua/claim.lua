@@ -19,13 +19,13 @@
 --            arguments per job: the client boxes and Redis parses two
 --            values, not thousands.
 --
--- Returns, per call, an array: a string of one status byte per job (in
--- order), a string of their scores ("," after each; empty for a gone job,
--- and for one whose score is the due time its caller expects, so that the
--- common case reads one byte per job), then the records of the jobs whose
--- status is 'r', in order. One string per call, not two entries per job:
--- the client reads three values, not thousands (each a string or number
--- it would allocate).
+-- Returns, per call, a string: one status byte per job (in order), then
+-- their scores ("," after each; empty for a gone job, and for one whose
+-- score is the due time its caller expects, so that the common case reads
+-- one byte per job). When records are returned, an array instead: that
+-- string, then the records of the jobs whose status is 'r', in order. One
+-- string per call, not two entries per job: the client reads one value or
+-- a few, not thousands (each a string or number it would allocate).
 --   g   the job is gone (done, cancelled or dead)
 --   b   still pending at score, but a run of it is claimed already by
 --       another owner (busy): do not run it now. The caller's own mark is
@@ -149,5 +149,10 @@ for _, pt in ipairs(parts) do
   end
 end
 sc[#sc + 1] = ''
-out[1], out[2] = table.concat(st), table.concat(sc, ',')
+local head = table.concat(st) .. table.concat(sc, ',')
+if #out == 2 then
+  return head -- no records: one string to read
+end
+out[1] = head
+table.remove(out, 2)
 return out
