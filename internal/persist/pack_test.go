@@ -172,6 +172,33 @@ func TestSettlePackedAwkward(t *testing.T) {
 			require.Equal(t, float64(1000), score)
 		}
 
+		// Large records (sent as arguments of their own) and small ones
+		// (packed), interleaved over the partitions: each job stores its own.
+		os = os[:0]
+		recs := map[string][]byte{}
+		for i := range 12 {
+			k := fmt.Sprintf("l/%d", i)
+			_, err := b.store.Write(b.ctx, nil, []Write{{Key: k, Due: 1000, Record: rec(""), Replace: true}})
+			require.NoError(t, err)
+			size := 10
+			if i%3 != 0 {
+				size = maxPackedRecord + i // just past the limit, each its own size
+			}
+			r := (&Record{Rev: 1, Attempt: 1, MaxAttempts: 3, Payload: []byte(strings.Repeat(fmt.Sprint(i%10), size))}).Encode()
+			recs[k] = r
+			os = append(os, Outcome{Op: Retry, Key: k, Rev: 1, Due: 3000, Record: r})
+		}
+		applied, err = b.store.Settle(b.ctx, nil, 5000, os)
+		require.NoError(t, err)
+		for i, ok := range applied {
+			require.True(t, ok, "outcome %d", i)
+		}
+		for k, r := range recs {
+			raw, err := b.rdb.HGet(b.ctx, p(k).Jobs, k).Bytes()
+			require.NoError(t, err)
+			require.Equal(t, r, raw, "job %s stores its own record", k)
+		}
+
 		// Many outcomes of one partition in one call, each its own result.
 		os = os[:0]
 		var want []bool

@@ -490,6 +490,11 @@ const maxArgBuf = 1 << 14
 // maxPackBuf is the largest packed argument buffer kept for reuse.
 const maxPackBuf = 1 << 16
 
+// maxPackedRecord is the largest record Settle copies into a packed
+// argument; a larger one goes as an argument of its own (copying it, and
+// growing a buffer to hold it, cost more than its boxing saves).
+const maxPackedRecord = 4 << 10
+
 // packedArg is a script argument written from a reused buffer. go-redis
 // writes an encoding.BinaryMarshaler's bytes to the connection within the
 // call that sends it (a pipeline's retries included) and keeps no copy,
@@ -508,6 +513,7 @@ func (p *packedArg) MarshalBinary() ([]byte, error) { return p.b, nil }
 type callPack struct {
 	ops, data packedArg
 	tok       string
+	need      int // scratch: the bytes its items will take (Settle)
 }
 
 // appendField appends a field of a packed argument: its length (4 bytes,
@@ -542,7 +548,7 @@ func (s *Store) release(c *calls) {
 		if p < len(c.packs) && c.packs[p] != nil {
 			c.packs[p].ops.reset()
 			c.packs[p].data.reset()
-			c.packs[p].tok = ""
+			c.packs[p].tok, c.packs[p].need = "", 0
 		}
 	}
 	for i, b := range c.bufs {
@@ -962,6 +968,19 @@ type Outcome struct {
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
 	c := s.layoutPacked(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 2, now, s.histAge, s.histCount)
 	defer s.release(c) // once the replies are read
+	// Each partition's buffer is grown once, to its size. A large record
+	// is not copied in: it goes as an argument of its own (see below).
+	large := 0
+	for i, o := range os {
+		n := 40 + len(o.Key)
+		if len(o.Record) > maxPackedRecord {
+			large++
+		} else {
+			n += len(o.Record)
+		}
+		c.packs[c.part[i]].need += n
+	}
+	c.packed(func(_ []any, _ int, pk *callPack) { pk.data.b = slices.Grow(pk.data.b, pk.need) })
 	for i, o := range os {
 		if len(o.Key) > math.MaxUint32 || len(o.Record) > math.MaxUint32 {
 			return nil, fmt.Errorf("persist: settle of a key of %d bytes, a record of %d", len(o.Key), len(o.Record))
@@ -972,7 +991,12 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 		pk.ops.b = append(pk.ops.b, byte(o.Op))
 		d := &pk.data
 		d.b = appendRevField(appendField(d.b, o.Key), o.Rev, true)
-		d.b = appendField(appendIntField(d.b, o.Due, false), o.Record)
+		d.b = appendIntField(d.b, o.Due, false)
+		if len(o.Record) > maxPackedRecord {
+			d.b = binary.BigEndian.AppendUint32(d.b, math.MaxUint32) // its own argument
+		} else {
+			d.b = appendField(d.b, o.Record)
+		}
 	}
 	c.packed(func(a []any, j int, pk *callPack) {
 		a[j], a[j+1] = &pk.ops, &pk.data
@@ -983,6 +1007,19 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 			a[j] = Op(pk.ops.b[0]).arg()
 		}
 	})
+	if large > 0 {
+		// The large records, after each call's partitions, in the order
+		// settle.lua decodes its outcomes (by partition, then in order).
+		order := c.inOrder(len(os))
+		for ci := range c.args {
+			for _, i := range order[c.base[ci]:c.base[ci+1]] {
+				if len(os[i].Record) > maxPackedRecord {
+					c.args[ci] = append(c.args[ci], os[i].Record)
+				}
+			}
+			*c.bufs[ci] = c.args[ci] // so that release clears it, if it moved
+		}
+	}
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err

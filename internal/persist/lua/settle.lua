@@ -16,7 +16,9 @@
 --            packed into one string (see unpacked), 4 fields each: job
 --            key, revision (4 bytes), due score (decimal), record. Two
 --            strings, not 5 arguments per outcome: the client boxes and
---            Redis parses a few values, not thousands.
+--            Redis parses a few values, not thousands. A large record is
+--            not copied into the string: it follows the partitions as an
+--            argument of its own, in the order of the outcomes.
 --          op "a" ack: remove the job
 --          op "r" retry: store record, move the job to due score
 --          op "d" dead: store record, move the job to the dead set
@@ -40,7 +42,7 @@
 -- finished() are lib.lua's, which the store puts before this script.
 
 local now, maxAge, maxCount = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local parts, fenced = packed(7, 3, 4, 2)
+local parts, fenced, extra = packed(7, 3, 4, 2)
 if fenced then
   return fenced
 end
@@ -48,7 +50,8 @@ end
 -- Every partition's outcomes are decoded first, so that a malformed call
 -- changes nothing.
 for _, pt in ipairs(parts) do
-  local cols, n = unpacked(ARGV[pt[3] + 1], 4)
+  local cols, n
+  cols, n, extra = unpacked(ARGV[pt[3] + 1], 4, extra)
   if n ~= #ARGV[pt[3]] then
     return redis.error_reply('ERR settle: ' .. #ARGV[pt[3]] .. ' ops for ' .. n .. ' outcomes')
   end
