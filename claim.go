@@ -301,6 +301,9 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		if rec, ok := q.cache.Peek(f.key); ok {
 			cached[i] = rec
 			reqs[i].Rev, reqs[i].HaveRev = rec.Rev, true
+			if !rec.Due.IsZero() {
+				reqs[i].Due = rec.Due.UnixMicro() // the reply then carries no score when it matches
+			}
 		}
 	}
 	// The lease epochs before the claim is sent: a task starts only in the

@@ -133,3 +133,26 @@ func BenchmarkClaimBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSettleLargeRecords: one settle call of 8 retries of 1 MiB
+// records to one partition. A settle packs the records into one argument
+// (a copy): B/op is about their size once, the buffer grown to it in one
+// step.
+func BenchmarkSettleLargeRecords(b *testing.B) {
+	bb := setup(b, 1)
+	reqs := writeBig(b, bb, 8, 1<<20)
+	var os []Outcome
+	for _, r := range reqs {
+		os = append(os, Outcome{Op: Retry, Key: r.Key, Rev: 1, Due: 2000, Record: rec(strings.Repeat("y", 1<<20))})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		applied, err := bb.store.Settle(bb.ctx, nil, 1000, os)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !applied[0] {
+			b.Fatal("want the retry applied")
+		}
+	}
+}

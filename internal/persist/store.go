@@ -312,6 +312,10 @@ type calls struct {
 	order   []int    // scratch: items by call, then by index in it (see inOrder)
 	base    []int    // scratch: by call, where its items begin in order
 	per     int
+
+	// packs are, by partition, its packed arguments (layoutPacked), kept
+	// for reuse.
+	packs []*callPack
 }
 
 // inOrder returns the items of the n laid out by call, each call's in the
@@ -335,6 +339,19 @@ func (c *calls) inOrder(n int) []int {
 // layoutCalls lays out the calls of a batch of n items whose keys key
 // gives. The calls come from a pool; release gives them back.
 func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int) string, per int, fixed ...any) *calls {
+	return s.layout(heads, tokens, n, key, per, 0, fixed)
+}
+
+// layoutPacked is layoutCalls for scripts that take a partition's items
+// packed into a few arguments (claim.lua, settle.lua): per partition its
+// token, then args arguments (see pack and packed), not a count and
+// arguments per item. A batch's items then cost no boxing each.
+func (s *Store) layoutPacked(heads [][]any, tokens []string, n int, key func(int) string, args int, fixed ...any) *calls {
+	return s.layout(heads, tokens, n, key, 0, args, fixed)
+}
+
+// layout is layoutCalls (packed 0) and layoutPacked (packed > 0).
+func (s *Store) layout(heads [][]any, tokens []string, n int, key func(int) string, per, packed int, fixed []any) *calls {
 	c, _ := s.callsPool.Get().(*calls)
 	if c == nil {
 		c = &calls{}
@@ -342,6 +359,9 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 	np := len(s.parts)
 	c.call, c.at, c.next, c.count = resize(c.call, np), resize(c.at, np), resize(c.next, np), resize(c.count, np)
 	c.part, c.where, c.per = resize(c.part, n), resize(c.where, n), per
+	if packed > 0 && len(c.packs) != np {
+		c.packs = make([]*callPack, np)
+	}
 	s.partitionsOf(c.part, c.count, key)
 	touched := c.touched[:0]
 	for p, k := range c.count {
@@ -355,7 +375,11 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 		nkeys, size := 0, len(fixed)
 		for _, p := range ps {
 			nkeys += len(heads[p]) - 3
-			size += 2 + per*c.count[p]
+			if packed > 0 {
+				size += 1 + packed
+			} else {
+				size += 2 + per*c.count[p]
+			}
 		}
 		h := heads[ps[0]]
 		buf := s.argBuf(3 + nkeys + size)
@@ -368,9 +392,21 @@ func (s *Store) layoutCalls(heads [][]any, tokens []string, n int, key func(int)
 		items := 0
 		for _, p := range ps {
 			c.call[p], c.next[p] = len(c.args), items
-			a = append(a, token(tokens, p), c.count[p])
-			c.at[p] = len(a)
-			a = a[:len(a)+per*c.count[p]]
+			if packed > 0 {
+				pk := c.packs[p]
+				if pk == nil {
+					pk = &callPack{}
+					c.packs[p] = pk
+				}
+				pk.tok = token(tokens, p)
+				a = append(a, &pk.tok) // a *string: no boxing of the token each call
+				c.at[p] = len(a)
+				a = a[:len(a)+packed]
+			} else {
+				a = append(a, token(tokens, p), c.count[p])
+				c.at[p] = len(a)
+				a = a[:len(a)+per*c.count[p]]
+			}
 			items += c.count[p]
 		}
 		c.args = append(c.args, a)
@@ -395,6 +431,25 @@ func (c *calls) item(i int) ([]any, int) {
 	c.where[i] = c.next[p]
 	c.next[p]++
 	return c.args[c.call[p]], j
+}
+
+// pack returns the packed arguments of item i's partition, for the item
+// to append its arguments to (items come in order: 0, 1, ...; see
+// layoutPacked).
+func (c *calls) pack(i int) *callPack {
+	p := c.part[i]
+	c.where[i] = c.next[p]
+	c.next[p]++
+	return c.packs[p]
+}
+
+// packed returns, for each partition with items in turn, the arguments of
+// its call, where its packed arguments go in them, and its packs: the
+// caller puts them in once the items are packed.
+func (c *calls) packed(f func(a []any, j int, pk *callPack)) {
+	for _, p := range c.touched {
+		f(c.args[c.call[p]], c.at[p], c.packs[p])
+	}
 }
 
 // reply returns the reply of item i's call, of those runCalls returned,
@@ -437,10 +492,70 @@ func (s *Store) argBuf(n int) *[]any {
 // maxArgBuf is the largest argument slice kept for reuse.
 const maxArgBuf = 1 << 14
 
+// maxPackBuf is the largest packed argument buffer kept for reuse.
+const maxPackBuf = 1 << 16
+
+// maxPackedRecord is the largest record Settle copies into a packed
+// argument; a larger one goes as an argument of its own (copying it, and
+// growing a buffer to hold it, cost more than its boxing saves).
+const maxPackedRecord = 4 << 10
+
+// packedArg is a script argument written from a reused buffer. go-redis
+// writes an encoding.BinaryMarshaler's bytes to the connection within the
+// call that sends it (a pipeline's retries included) and keeps no copy,
+// so the buffer is free again once runCalls returns; a pointer to it goes
+// into an argument without an allocation, where a []byte would not.
+type packedArg struct{ b []byte }
+
+// MarshalBinary returns the packed bytes (go-redis writes them as they
+// are).
+func (p *packedArg) MarshalBinary() ([]byte, error) { return p.b, nil }
+
+// callPack is a partition's packed arguments in a call (see layoutPacked):
+// data its items' arguments, ops (settle.lua's) their op bytes, and tok
+// its lease token (a *string argument, which go-redis writes as the
+// string).
+type callPack struct {
+	ops, data packedArg
+	tok       string
+	need      int // scratch: the bytes its items will take (Settle)
+}
+
+// appendField appends a field of a packed argument: its length (4 bytes,
+// big-endian) and its bytes (lib.lua's unpacked reads them).
+func appendField[T string | []byte](b []byte, s T) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
+}
+
+// appendIntField appends v in decimal as a field (empty when omit).
+func appendIntField(b []byte, v int64, omit bool) []byte {
+	var num [20]byte
+	if omit {
+		return appendField(b, num[:0])
+	}
+	return appendField(b, strconv.AppendInt(num[:0], v, 10))
+}
+
+// appendRevField appends a revision as a field of 4 bytes (RevBytes'),
+// or an empty one when !have.
+func appendRevField(b []byte, rev uint32, have bool) []byte {
+	if !have {
+		return appendField(b, "")
+	}
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(b, 4), rev)
+}
+
 // release gives the argument slices of c back for reuse. The calls must
 // be done with: go-redis keeps a command's arguments only until its
 // pipeline has run.
 func (s *Store) release(c *calls) {
+	for _, p := range c.touched {
+		if p < len(c.packs) && c.packs[p] != nil {
+			c.packs[p].ops.reset()
+			c.packs[p].data.reset()
+			c.packs[p].tok, c.packs[p].need = "", 0
+		}
+	}
 	for i, b := range c.bufs {
 		if cap(*b) > maxArgBuf {
 			continue
@@ -455,6 +570,14 @@ func (s *Store) release(c *calls) {
 	s.callsPool.Put(c)
 }
 
+// reset empties p for reuse, dropping a large buffer.
+func (p *packedArg) reset() {
+	if cap(p.b) > maxPackBuf {
+		p.b = nil
+	}
+	p.b = p.b[:0]
+}
+
 // runCalls sends script calls in a pipeline: calls[i] is a whole call
 // (from startCall or layoutCalls; nil to skip). extra, if set, adds more
 // commands to the same pipeline. It returns each call's reply (nil where
@@ -464,7 +587,30 @@ func (s *Store) release(c *calls) {
 // that got NOSCRIPT are sent again, so that nothing that applied is sent
 // twice.
 func (s *Store) runCalls(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
+	if len(calls) == 1 && calls[0] != nil && len(extra) == 0 && !s.cluster {
+		return s.runAlone(ctx, calls[0])
+	}
 	return s.run(ctx, calls, false, extra...)
+}
+
+// runAlone is runCalls of a lone call: sent by itself, not in a pipeline
+// (whose own garbage was much of a small claim's), and sent again once the
+// scripts are loaded if it got NOSCRIPT (it then did not run).
+func (s *Store) runAlone(ctx context.Context, call []any) ([]any, error) {
+	cmd := redis.NewCmd(ctx, call...)
+	err := s.rdb.Process(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if lerr := s.loadScripts(ctx); lerr != nil {
+			return nil, lerr
+		}
+		cmd = redis.NewCmd(ctx, call...)
+		_ = s.rdb.Process(ctx, cmd)
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return []any{v}, nil
 }
 
 // runWrites is runCalls for the writes of jobs: with Options.ReplicaAcks,
@@ -825,17 +971,75 @@ type Outcome struct {
 // replaced or rescheduled since it fired). Fails with ErrFenced when a
 // partition's lease is held by another owner.
 func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Outcome) ([]bool, error) {
-	c := s.layoutCalls(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 5, now, s.histAge, s.histCount)
+	c := s.layoutPacked(s.settleHead, tokens, len(os), func(i int) string { return os[i].Key }, 2, now, s.histAge, s.histCount)
 	defer s.release(c) // once the replies are read
+	// Each partition's buffer is grown once, to its size. A large record
+	// is not copied in: it goes as an argument of its own (see below).
+	large := 0
 	for i, o := range os {
-		a, j := c.item(i)
-		a[j], a[j+1], a[j+2], a[j+3], a[j+4] = o.Op.arg(), o.Key, RevBytes(o.Rev), o.Due, o.Record
+		n := 40 + len(o.Key)
+		if len(o.Record) > maxPackedRecord {
+			large++
+		} else {
+			n += len(o.Record)
+		}
+		c.packs[c.part[i]].need += n
+	}
+	c.packed(func(_ []any, _ int, pk *callPack) { pk.data.b = slices.Grow(pk.data.b, pk.need) })
+	for i, o := range os {
+		if len(o.Key) > math.MaxUint32 || len(o.Record) > math.MaxUint32 {
+			return nil, fmt.Errorf("persist: settle of a key of %d bytes, a record of %d", len(o.Key), len(o.Record))
+		}
+		// Per outcome (settle.lua): its op byte; its key, revision, due
+		// time and record.
+		pk := c.pack(i)
+		pk.ops.b = append(pk.ops.b, byte(o.Op))
+		d := &pk.data
+		d.b = appendRevField(appendField(d.b, o.Key), o.Rev, true)
+		d.b = appendIntField(d.b, o.Due, false)
+		if len(o.Record) > maxPackedRecord {
+			d.b = binary.BigEndian.AppendUint32(d.b, math.MaxUint32) // its own argument
+		} else {
+			d.b = appendField(d.b, o.Record)
+		}
+	}
+	c.packed(func(a []any, j int, pk *callPack) {
+		a[j], a[j+1] = &pk.ops, &pk.data
+		if len(pk.ops.b) == 1 {
+			// A lone outcome's op goes as a string, as each op did before
+			// they were packed (a constant: no allocation), so that a
+			// hook can still tell a lone retry's call by its "r".
+			a[j] = Op(pk.ops.b[0]).arg()
+		}
+	})
+	if large > 0 {
+		// The large records, after each call's partitions, in the order
+		// settle.lua decodes its outcomes (by partition, then in order).
+		order := c.inOrder(len(os))
+		for ci := range c.args {
+			for _, i := range order[c.base[ci]:c.base[ci+1]] {
+				if len(os[i].Record) > maxPackedRecord {
+					c.args[ci] = append(c.args[ci], os[i].Record)
+				}
+			}
+			*c.bufs[ci] = c.args[ci] // so that release clears it, if it moved
+		}
 	}
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
-	return intReplies(c, replies, len(os), func(v int64) bool { return v == 1 })
+	// Each call's reply: a string of "1" (applied) or "0" per outcome.
+	out := make([]bool, len(os))
+	for i := range out {
+		r, w := c.reply(replies, i)
+		st, _ := r.(string)
+		if w >= len(st) || (st[w] != '0' && st[w] != '1') {
+			return nil, fmt.Errorf("%w: settle reply %q for outcome %d", ErrCorrupt, st, w)
+		}
+		out[i] = st[w] == '1'
+	}
+	return out, nil
 }
 
 // ClaimRequest asks whether a fired job is still pending.
@@ -845,6 +1049,10 @@ type ClaimRequest struct {
 	// asks for the record.
 	Rev     uint32
 	HaveRev bool
+	// Due is the due time (unix µs) the caller expects the job at, as its
+	// record says; 0 when it does not know. A job still pending at that
+	// time costs the reply no score (see ClaimResult.Due).
+	Due int64
 }
 
 // ClaimResult answers a ClaimRequest.
@@ -880,38 +1088,43 @@ const MaxClaimBytes = 4 << 20
 // The results are the i-th request's at i, in out's array when it has
 // room (a caller claiming batch after batch reuses it).
 func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest, out []ClaimResult) ([]ClaimResult, error) {
-	c := s.layoutCalls(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 2, s.maxClaimBytes)
+	c := s.layoutPacked(s.claimHead, tokens, len(reqs), func(i int) string { return reqs[i].Key }, 1, s.maxClaimBytes)
 	defer s.release(c) // once the replies are read
 	for i, r := range reqs {
-		rev := ""
-		if r.HaveRev {
-			rev = RevBytes(r.Rev)
+		if len(r.Key) > math.MaxUint32 {
+			return nil, fmt.Errorf("persist: claim of a key of %d bytes", len(r.Key))
 		}
-		a, j := c.item(i)
-		a[j], a[j+1] = r.Key, rev
+		// Per job (claim.lua): its key, its revision (or none), its
+		// expected due time (or none).
+		d := &c.pack(i).data
+		d.b = appendRevField(appendField(d.b, r.Key), r.Rev, r.HaveRev)
+		d.b = appendIntField(d.b, r.Due, r.Due == 0)
 	}
+	c.packed(func(a []any, j int, pk *callPack) { a[j] = &pk.data })
 	replies, err := s.runCalls(ctx, c.args)
 	if err != nil {
 		return nil, err
 	}
-	// Each call's reply: the jobs' status bytes, their scores, then the
-	// records returned (see claim.lua). Its items come in order.
+	// Each call's reply: the jobs' status bytes and their scores (empty
+	// where the caller's expected due time is the score) in one string;
+	// with records returned, an array of that string and the records (see
+	// claim.lua). Its items come in order.
 	out = slices.Grow(out[:0], len(reqs))[:len(reqs)]
 	clear(out)
 	order := c.inOrder(len(reqs))
 	for ci, reply := range replies {
-		arr, _ := reply.([]any)
-		if len(arr) < 2 {
-			return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
+		head, ok := reply.(string)
+		var recs []any
+		if arr, isArr := reply.([]any); isArr && len(arr) > 0 {
+			head, ok = arr[0].(string)
+			recs = arr[1:]
 		}
-		st, _ := arr[0].(string)
-		scores, _ := arr[1].(string)
-		recs := arr[2:]
 		// The items of call ci, in the order of its reply.
 		items := order[c.base[ci]:c.base[ci+1]]
-		if len(st) != len(items) {
-			return nil, fmt.Errorf("%w: claim reply of %d jobs for %d", ErrCorrupt, len(st), len(items))
+		if !ok || len(head) < len(items) {
+			return nil, fmt.Errorf("%w: claim reply %T for %d jobs", ErrCorrupt, reply, len(items))
 		}
+		st, scores := head[:len(items)], head[len(items):]
 		nrec := 0
 		for w, i := range items {
 			w++
@@ -924,11 +1137,15 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 				out[i].Gone = true
 				continue
 			}
-			due, err := parseScore(score)
-			if err != nil {
-				return nil, err
+			if score == "" && reqs[i].Due != 0 {
+				out[i].Due = reqs[i].Due
+			} else {
+				due, err := parseScore(score)
+				if err != nil {
+					return nil, err
+				}
+				out[i].Due = due
 			}
-			out[i].Due = due
 			switch st[w-1] {
 			case 'b':
 				out[i].Busy = true

@@ -12,14 +12,20 @@
 --          (the first record is returned whatever its size)
 -- ARGV[2..] per partition, in the order of KEYS:
 --            the caller's lease token ("" skips the fencing check),
---            n, then n groups of 2: job key, revision the caller holds
---            ("" if none)
+--            then its jobs packed into one string (see unpacked), 3
+--            fields per job: job key, the revision the caller holds (4
+--            bytes; empty if none), the due time the caller expects (unix
+--            µs in decimal; empty if it does not know). One string, not
+--            arguments per job: the client boxes and Redis parses two
+--            values, not thousands.
 --
--- Returns, per call, an array: a string of one status byte per job (in
--- order), a string of their scores ("," after each; empty for a gone job),
--- then the records of the jobs whose status is 'r', in order. One string
--- per call, not two entries per job: the client reads three values, not
--- thousands (each a string or number it would allocate).
+-- Returns, per call, a string: one status byte per job (in order), then
+-- their scores ("," after each; empty for a gone job, and for one whose
+-- score is the due time its caller expects, so that the common case reads
+-- one byte per job). When records are returned, an array instead: that
+-- string, then the records of the jobs whose status is 'r', in order. One
+-- string per call, not two entries per job: the client reads one value or
+-- a few, not thousands (each a string or number it would allocate).
 --   g   the job is gone (done, cancelled or dead)
 --   b   still pending at score, but a run of it is claimed already by
 --       another owner (busy): do not run it now. The caller's own mark is
@@ -42,10 +48,10 @@
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
 -- HMGET, HSET; Redis >= 6.2) rather than three commands each (fewer calls
 -- out of Lua, and one reply table per command instead of per job).
--- partitions(), column() and many() are lib.lua's, which the store puts
--- before this script.
+-- packed(), unpacked() and many() are lib.lua's, which the store puts before this
+-- script.
 
-local parts, fenced = partitions(5, 2, 2, 2)
+local parts, fenced = packed(5, 2, 2, 1)
 if fenced then
   return fenced
 end
@@ -58,11 +64,20 @@ local budget, used = tonumber(ARGV[1]), 0
 -- not read yet are deferred unread (or reported gone or busy, which needs
 -- no record).
 local readBytes, readCount = 0, 0
+-- A pending job's score as reported: '' when it is the due time its
+-- caller expects.
+local function reported(score, due)
+  if due ~= '' and (score == due or tonumber(score) == tonumber(due)) then
+    return ''
+  end
+  return score
+end
 local st, sc, out = {}, {}, {'', ''}
 for _, pt in ipairs(parts) do
-  local k, tok, first, n = pt[1], pt[2], pt[3], pt[4]
+  local k, tok, data = pt[1], pt[2], ARGV[pt[3]]
+  local cols, n = unpacked(data, 3)
+  local keys, revs, dues = cols[1], cols[2], cols[3]
   if n > 0 then
-    local keys = column(first, n, 2, 0)
     local scores = many('ZMSCORE', KEYS[k], keys)
     local marks = many('HMGET', KEYS[k + 3], keys)
     local recs, loaded = {}, 0
@@ -92,14 +107,14 @@ for _, pt in ipairs(parts) do
         end
         loaded = hi
       end
-      local score, rec, rev = scores[j], recs[j], ARGV[first + 2 * (j - 1) + 1]
+      local score, rec, rev = scores[j], recs[j], revs[j]
       if score and paused[string.match(keys[j], '^[^/]*')] then
-        sc[#sc + 1] = score
+        sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'p'
       elseif score and j > loaded then
         -- Not read: the budget is spent. Busy, or claim it again in
         -- another call.
-        sc[#sc + 1] = score
+        sc[#sc + 1] = reported(score, dues[j])
         if (marks[j] or tok) ~= tok then
           st[#st + 1] = 'b'
         else
@@ -109,21 +124,21 @@ for _, pt in ipairs(parts) do
         sc[#sc + 1] = ''
         st[#st + 1] = 'g'
       elseif (marks[j] or tok) ~= tok then
-        sc[#sc + 1] = score
+        sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'b'
       elseif rev ~= '' and string.sub(rec, 2, 5) == rev then
         mark[#mark + 1] = keys[j]
         mark[#mark + 1] = tok
-        sc[#sc + 1] = score
+        sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'c'
       elseif used > 0 and used + #rec > budget then
-        sc[#sc + 1] = score
+        sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'd'
       else
         used = used + #rec
         mark[#mark + 1] = keys[j]
         mark[#mark + 1] = tok
-        sc[#sc + 1] = score
+        sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'r'
         out[#out + 1] = rec
       end
@@ -134,5 +149,10 @@ for _, pt in ipairs(parts) do
   end
 end
 sc[#sc + 1] = ''
-out[1], out[2] = table.concat(st), table.concat(sc, ',')
+local head = table.concat(st) .. table.concat(sc, ',')
+if #out == 2 then
+  return head -- no records: one string to read
+end
+out[1] = head
+table.remove(out, 2)
 return out

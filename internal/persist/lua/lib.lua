@@ -11,6 +11,24 @@
 -- returns a list, per partition, of {index of its first key, token, index
 -- of its first item's first argument, n}.
 --
+-- packed(stride, lease, a, args) walks a call's partitions as partitions
+-- does, for a script that takes a partition's items packed into a few
+-- strings (claim.lua, settle.lua): ARGV from a on, per partition its token
+-- and args packed arguments. It checks every token first, the same way,
+-- and returns a list, per partition, of {index of its first key, token,
+-- index of its first packed argument}, nil, and the index of the argument
+-- after the partitions' (see unpacked).
+--
+-- unpacked(s, per, extra) splits a packed argument (store.go's
+-- appendField) into per columns: s is items of per fields each, a field a
+-- 4-byte big-endian length and as many bytes, or the length 2^32-1 alone
+-- for a field sent as an argument of its own (a large record, not copied
+-- into the packed one): the next of ARGV[extra], ARGV[extra + 1], ... It
+-- returns the columns (tables of strings), the number of items and the
+-- index of the next argument of its own. (Plain string functions: the
+-- struct library is not on every server that runs these scripts, miniredis
+-- for one.)
+--
 -- column(first, n, per, off) returns, of n items of per arguments each
 -- from ARGV[first] on, every item's argument at offset off (a partition's
 -- job keys, say).
@@ -67,6 +85,42 @@ local function partitions(stride, lease, a, per, unfenced)
     a = a + 2 + per * n
   end
   return parts
+end
+
+local function packed(stride, lease, a, args)
+  local parts = {}
+  for k = 1, #KEYS, stride do
+    local tok = ARGV[a]
+    if tok ~= '' and redis.call('GET', KEYS[k + lease]) ~= tok then
+      return nil, redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
+    end
+    parts[#parts + 1] = {k, tok, a + 1}
+    a = a + 1 + args
+  end
+  return parts, nil, a
+end
+
+local function unpacked(s, per, extra)
+  local cols, i, n = {}, 1, 0
+  for c = 1, per do
+    cols[c] = {}
+  end
+  while i <= #s do
+    n = n + 1
+    for c = 1, per do
+      local a, b, x, d = string.byte(s, i, i + 3)
+      local len = ((a * 256 + b) * 256 + x) * 256 + d
+      if len == 4294967295 then
+        cols[c][n] = ARGV[extra]
+        extra = extra + 1
+        i = i + 4
+      else
+        cols[c][n] = string.sub(s, i + 4, i + 3 + len)
+        i = i + 4 + len
+      end
+    end
+  end
+  return cols, n, extra
 end
 
 local function column(first, n, per, off)
