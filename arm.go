@@ -26,6 +26,7 @@ func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
 	if rec != nil {
 		c := *rec
 		c.Payload = bytes.Clone(rec.Payload)
+		c.Due = time.UnixMicro(dueUs) // what the claim expects (the reply then carries no score)
 		q.cache.Add(key, &c)
 	}
 	now, wall := wheel.Readings(q.clock)

@@ -400,6 +400,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 				continue
 			}
 			dec.Topic, dec.ID, _ = persist.SplitJobKey(f.key)
+			dec.Due = time.UnixMicro(r.Due)
 			rec = &dec
 			q.cache.Add(f.key, rec)
 		}

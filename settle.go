@@ -94,6 +94,7 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		o.Record = rec.Encode()
 		_, wall := wheel.Readings(q.clock)
 		o.Due = ceilMicro(wall.Add(delay))
+		rec.Due = time.UnixMicro(o.Due)
 		q.cache.Add(t.key, &rec)
 		q.stats.retried.Add(1)
 		q.observeRetried(t.rec.Topic, delay)
