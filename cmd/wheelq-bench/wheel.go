@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -87,8 +88,14 @@ func runPrecision(ctx context.Context, cfg *config, emit func(result)) error {
 	// The wheel on the real (precise) clock.
 	{
 		lat := newLateness(n)
+		var wc *wakeClock
+		var clock wheel.Clock
+		if cfg.wakes > 0 {
+			wc = newWakeClock()
+			clock = wc
+		}
 		var s *wheel.Scheduler
-		s, err := wheel.NewScheduler(wheel.SchedulerConfig{}, func(batch []wheel.Fired) {
+		s, err := wheel.NewScheduler(wheel.SchedulerConfig{Clock: clock}, func(batch []wheel.Fired) {
 			now := time.Now()
 			for _, f := range batch {
 				lat.record(index[f.ID], f.Due, now)
@@ -99,6 +106,10 @@ func runPrecision(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 		s.Start()
 		t0 := time.Now()
+		cpu0 := procCPU()
+		if wc != nil {
+			wc.t0 = t0
+		}
 		ds := dues(t0, n, time.Second, 3*time.Second)
 		for i, d := range ds {
 			if _, err := s.Add(ids[i], d); err != nil {
@@ -107,13 +118,20 @@ func runPrecision(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 		waitAll(ctx, lat, t0.Add(5*time.Second))
 		s.Stop()
-		emit(lat.result("precision", "wheel", n))
+		cpu := procCPU() - cpu0
+		if wc != nil {
+			wc.report(os.Stderr, cfg.wakes)
+		}
+		r := lat.result("precision", "wheel", n)
+		r["cpu_ms"] = round(float64(cpu) / 1e6)
+		emit(r)
 	}
 
 	// time.AfterFunc, the baseline.
 	{
 		lat := newLateness(n)
 		t0 := time.Now()
+		cpu0 := procCPU()
 		ds := dues(t0, n, time.Second, 3*time.Second)
 		timers := make([]*time.Timer, n)
 		for i, d := range ds {
@@ -123,7 +141,9 @@ func runPrecision(ctx context.Context, cfg *config, emit func(result)) error {
 		for _, t := range timers {
 			t.Stop()
 		}
-		emit(lat.result("precision", "time.AfterFunc", n))
+		r := lat.result("precision", "time.AfterFunc", n)
+		r["cpu_ms"] = round(float64(procCPU()-cpu0) / 1e6)
+		emit(r)
 	}
 	return ctx.Err()
 }
