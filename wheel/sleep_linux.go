@@ -3,132 +3,134 @@
 package wheel
 
 import (
+	"errors"
 	"os"
-	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// timerfdSleeper races two timers set to the same deadline, and returns
-// at the first:
+// timerfdSleeper waits, on the sleeping goroutine itself, for a read of a
+// timerfd(2) through Go's network poller, with a read deadline as a
+// second timer:
 //
-//   - a timerfd(2), read by a goroutine of its own through Go's network
-//     poller. The kernel fires it at its exact expiry (no timer slack), and
-//     a P idle in the poller wakes for it at once; but while every P is
-//     busy nobody waits in the poller, and a ready timerfd is noticed only
-//     when a P runs out of work or the runtime's monitor polls (after up
-//     to 10 ms without a poll).
-//   - a runtime timer. Every P checks the timers each time it schedules a
-//     goroutine, so while the Ps are busy it fires promptly; but an idle P
-//     sleeps in the poller for whole milliseconds, so alone it is up to a
-//     millisecond late (time.AfterFunc's median lateness is half of that).
+//   - the timerfd: the kernel fires it at its exact expiry (no timer
+//     slack), and a P idle in the poller wakes for it at once; but while
+//     every P is busy nobody waits in the poller, and a ready timerfd is
+//     noticed only when a P runs out of work or the runtime's monitor polls
+//     (after up to 10 ms without a poll).
+//   - the read deadline, a runtime timer (set readGrace after the
+//     deadline, so that it rarely fires when the timerfd has done its
+//     work). Every P checks the timers each time it schedules a goroutine,
+//     so while the Ps are busy it fires promptly; but an idle P sleeps in
+//     the poller for whole milliseconds, so alone it is up to a millisecond
+//     late (time.AfterFunc's median lateness is half of that).
 //
-// Instrumented runs of the wheel alone on this 2-core VM (a record of each
-// wake more than 300 µs late) found both late together, by 0.3-3.6 ms,
-// with no GC running: the process was not scheduled. A thread sleeping
-// in nanosleep on the same machine is late by p99 140 µs, p99.9 220-360
-// µs, at most 0.5-2.5 ms in 2 s, so the floor is the machine's.
+// Arming the timerfd drops an expiry not yet read, so an earlier
+// deadline's expiry (its wait ended by the read deadline or by Wake) never
+// ends a later wait. Wake sets a flag and makes the timerfd expire at
+// once.
 //
-// Neither holds a P while it waits. Wake ends a wait through a channel.
+// An earlier version read the timerfd on a goroutine of its own, which
+// told the sleeping one through a channel, and raced a time.Timer: two
+// goroutines woke per wake. The wheel alone used 0.96-1.04 s of CPU for
+// 20,000 timers due over 2 s (cmd/wheelq-bench -workload precision,
+// cpu_ms), this one 0.84-0.92 s, and its median lateness fell from 42-51
+// to 36-42 µs.
+//
+// Lateness on this project's 2-core VM (cmd/wheelq-bench -wakes): a wake
+// 0.5 ms or more late was, where it could be told (the goroutine woke on
+// the thread it slept on), that thread waiting about as long on a run
+// queue, for a CPU held by other tasks of the machine; a locked thread
+// sleeping in clock_nanosleep(2) is late the same way.
 type timerfdSleeper struct {
 	f     *os.File
-	fd    int
-	fired chan struct{} // the timerfd expired (the reader saw it)
-	wake  chan struct{}
-	timer *time.Timer
+	rc    syscall.RawConn // f's, to set the timerfd while f is open
+	woken atomic.Bool     // Wake was called and no Sleep has returned for it
 	buf   [8]byte
-	done  chan struct{} // closed when the reader returned
-	// once starts the reader at the first Sleep (a sleeper made and never
-	// used owns no goroutine); once Close ran, it starts none.
-	once    sync.Once
-	reading bool // the reader was started; set under once
-	closed  sync.Once
 }
+
+// readGrace is how much later than the timerfd the read deadline is set.
+const readGrace = 100 * time.Microsecond
 
 func newPreciseSleeper() Sleeper {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
 		return newRuntimeSleeper()
 	}
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &timerfdSleeper{
-		f: os.NewFile(uintptr(fd), "wheel-timerfd"), fd: fd, timer: t,
-		fired: make(chan struct{}, 1), wake: make(chan struct{}, 1), done: make(chan struct{}),
+	f := os.NewFile(uintptr(fd), "wheel-timerfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return newRuntimeSleeper()
 	}
+	return &timerfdSleeper{f: f, rc: rc}
 }
 
-// read tells Sleep of each expiry of the timerfd, until Close.
-func (s *timerfdSleeper) read() {
-	defer close(s.done)
-	for {
-		if _, err := s.f.Read(s.buf[:]); err != nil {
-			return // closed
-		}
-		select {
-		case s.fired <- struct{}{}:
-		default:
-		}
+// arm sets the timerfd to expire after d (d > 0), or disarms it (d == 0),
+// dropping any expiry not yet read. It reports false if the timerfd could
+// not be set (closed).
+func (s *timerfdSleeper) arm(d time.Duration) bool {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	var err error
+	if cerr := s.rc.Control(func(fd uintptr) {
+		err = unix.TimerfdSettime(int(fd), 0, &spec, nil)
+	}); cerr != nil {
+		return false
 	}
+	return err == nil
 }
 
 func (s *timerfdSleeper) Sleep(deadline time.Time) {
-	s.once.Do(func() {
-		s.reading = true
-		go s.read()
-	})
+	var r time.Duration
+	if !deadline.IsZero() {
+		if r = time.Until(deadline); r <= 0 {
+			return
+		}
+	}
+	armed := s.arm(r)
+	if s.woken.Swap(false) {
+		return // a Wake came before the timerfd was armed, or since
+	}
 	if deadline.IsZero() {
-		select {
-		case <-s.wake:
-		case <-s.done:
-		}
-		return
+		_ = s.f.SetReadDeadline(time.Time{})
+	} else if armed {
+		_ = s.f.SetReadDeadline(deadline.Add(readGrace))
+	} else {
+		_ = s.f.SetReadDeadline(deadline) // the runtime timer alone, then
 	}
-	r := time.Until(deadline)
-	if r <= 0 {
-		return
-	}
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(r))}
-	if err := unix.TimerfdSettime(s.fd, 0, &spec, nil); err != nil {
-		spec = unix.ItimerSpec{} // the runtime timer alone, then
-	}
-	s.timer.Reset(r)
 	for {
-		select {
-		case <-s.fired:
-			if time.Now().Before(deadline) {
-				// The expiry of an earlier deadline, whose wait the runtime
-				// timer ended first, noticed only now: the timerfd is
-				// still armed for this one.
-				continue
-			}
-		case <-s.timer.C:
-		case <-s.wake:
-		case <-s.done:
+		_, err := s.f.Read(s.buf[:])
+		if s.woken.Swap(false) || err != nil {
+			return // woken, the read deadline passed, or closed
 		}
-		break
+		if deadline.IsZero() || !time.Now().Before(deadline) {
+			return
+		}
+		// The timerfd fired before the deadline: not armed by this Sleep
+		// (arming drops an earlier expiry), so by a Wake whose flag an
+		// earlier Sleep took. Wait on.
 	}
-	s.timer.Stop()
 }
 
 func (s *timerfdSleeper) Wake() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if s.woken.Swap(true) {
+		return // already pending
+	}
+	if !s.arm(time.Nanosecond) {
+		// Closed, or the timerfd cannot be set: end the read through its
+		// deadline instead.
+		_ = s.f.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 
-// Close stops the reader goroutine, if it was started, and waits for it.
+// Close closes the timerfd, which ends a Sleep in progress.
 func (s *timerfdSleeper) Close() error {
-	var err error
-	s.closed.Do(func() {
-		s.once.Do(func() {}) // no reader from now on
-		s.timer.Stop()
-		err = s.f.Close()
-		if s.reading {
-			<-s.done
-		}
-	})
+	err := s.f.Close()
+	if errors.Is(err, os.ErrClosed) {
+		return nil
+	}
 	return err
 }

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSleeperIgnoresStaleExpiry: when the runtime timer ends a wait first,
-// the timerfd's expiry for the same deadline still comes, later; the next
-// Sleep must not take that token for its own deadline. It did, and
+// TestSleeperIgnoresStaleExpiry: when the read deadline (the runtime
+// timer) or a Wake ends a wait first, the timerfd's expiry still comes, and
+// may sit unread; the next Sleep must not take it for its own deadline. An
+// earlier version did (the expiry was a token in a channel then), and
 // returned at once: TestRealSleeper failed so in a full CI run ("returned
-// before the deadline") when the netpoller noticed the timerfd after the
-// runtime timer. Here the late token is put in the sleeper's channel by
-// hand.
+// before the deadline"). Here the timerfd is made to expire, unread,
+// before each Sleep, and a Wake's expiry is left behind by a Sleep that
+// took the Wake before it came.
 func TestSleeperIgnoresStaleExpiry(t *testing.T) {
 	t.Parallel()
 	s, ok := newPreciseSleeper().(*timerfdSleeper)
@@ -23,11 +24,15 @@ func TestSleeperIgnoresStaleExpiry(t *testing.T) {
 		t.Skip("no timerfd here")
 	}
 	defer s.Close()
-	for range 5 {
-		select { // an earlier deadline's expiry, noticed late (one may be there already)
-		case s.fired <- struct{}{}:
-		default:
+	for i := range 6 {
+		if i%2 == 0 {
+			require.True(t, s.arm(time.Nanosecond)) // an earlier deadline's expiry
+		} else {
+			s.woken.Store(true) // a Wake that a Sleep took before its expiry came
+			s.Sleep(time.Now().Add(time.Hour))
+			require.True(t, s.arm(time.Nanosecond))
 		}
+		time.Sleep(time.Millisecond) // expired, not read
 		deadline := time.Now().Add(3 * time.Millisecond)
 		s.Sleep(deadline)
 		require.False(t, time.Now().Before(deadline), "returned before the deadline")
