@@ -50,6 +50,18 @@ type timerfdSleeper struct {
 	rc    syscall.RawConn // f's, to set the timerfd while f is open
 	woken atomic.Bool     // Wake was called and no Sleep has returned for it
 	buf   [8]byte
+
+	// Sleep's setting of the timerfd, bound once so that a Sleep
+	// allocates nothing (a closure given to rc.Control escapes): spec and
+	// setErr are the sleeping goroutine's alone.
+	spec   unix.ItimerSpec
+	setErr error
+	set    func(fd uintptr)
+	// Wake's: expire at once (wakeSpec is never written after
+	// newPreciseSleeper); any goroutine may call it.
+	wakeSpec   unix.ItimerSpec
+	wakeFailed atomic.Bool
+	expire     func(fd uintptr)
 }
 
 // readGrace is how much later than the timerfd the read deadline is set.
@@ -66,21 +78,25 @@ func newPreciseSleeper() Sleeper {
 		f.Close()
 		return newRuntimeSleeper()
 	}
-	return &timerfdSleeper{f: f, rc: rc}
+	s := &timerfdSleeper{f: f, rc: rc, wakeSpec: unix.ItimerSpec{Value: unix.NsecToTimespec(1)}}
+	s.set = func(fd uintptr) { s.setErr = unix.TimerfdSettime(int(fd), 0, &s.spec, nil) }
+	s.expire = func(fd uintptr) {
+		if unix.TimerfdSettime(int(fd), 0, &s.wakeSpec, nil) != nil {
+			s.wakeFailed.Store(true)
+		}
+	}
+	return s
 }
 
 // arm sets the timerfd to expire after d (d > 0), or disarms it (d == 0),
 // dropping any expiry not yet read. It reports false if the timerfd could
-// not be set (closed).
+// not be set (closed). Only the sleeping goroutine calls it.
 func (s *timerfdSleeper) arm(d time.Duration) bool {
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-	var err error
-	if cerr := s.rc.Control(func(fd uintptr) {
-		err = unix.TimerfdSettime(int(fd), 0, &spec, nil)
-	}); cerr != nil {
+	s.spec = unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	if cerr := s.rc.Control(s.set); cerr != nil {
 		return false
 	}
-	return err == nil
+	return s.setErr == nil
 }
 
 func (s *timerfdSleeper) Sleep(deadline time.Time) {
@@ -119,7 +135,7 @@ func (s *timerfdSleeper) Wake() {
 	if s.woken.Swap(true) {
 		return // already pending
 	}
-	if !s.arm(time.Nanosecond) {
+	if cerr := s.rc.Control(s.expire); cerr != nil || s.wakeFailed.Load() {
 		// Closed, or the timerfd cannot be set: end the read through its
 		// deadline instead.
 		_ = s.f.SetReadDeadline(time.Unix(1, 0))
