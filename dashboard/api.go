@@ -51,22 +51,33 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 type countsCache struct {
 	mu     sync.Mutex // held while a scan runs
 	counts []wheelq.TopicCounts
-	at     time.Time     // when counts were read
-	took   time.Duration // how long that scan took
+	at     time.Time        // when counts were read
+	took   time.Duration    // how long that scan took
+	now    func() time.Time // the clock (nil: time.Now); tests set it
 }
 
-func (c *countsCache) get(ctx context.Context, q *wheelq.Queue) ([]wheelq.TopicCounts, error) {
+func (c *countsCache) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+// get returns the cached counts while they are fresh, else scans with
+// count (Queue.Counts) and keeps the result; an error is not kept.
+func (c *countsCache) get(ctx context.Context, count func(context.Context) ([]wheelq.TopicCounts, error)) ([]wheelq.TopicCounts, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.counts != nil && time.Since(c.at) < max(4*c.took, time.Second) {
+	if c.counts != nil && c.clock().Sub(c.at) < max(4*c.took, time.Second) {
 		return c.counts, nil
 	}
-	start := time.Now()
-	counts, err := q.Counts(ctx)
+	start := c.clock()
+	counts, err := count(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.counts, c.at, c.took = counts, time.Now(), time.Since(start)
+	c.at = c.clock()
+	c.counts, c.took = counts, c.at.Sub(start)
 	return counts, nil
 }
 
@@ -89,7 +100,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
-	counts, err := h.counts.get(ctx, h.q)
+	counts, err := h.counts.get(ctx, h.q.Counts)
 	if err != nil {
 		h.fail(w, err)
 		return
