@@ -465,7 +465,14 @@ func (w *Wheel) expire(dst []Expired, limit int64, budget *int) (_ []Expired, mo
 // sortSlot links lowest-level slot b in due order (entries due together in
 // the order they were linked) and marks it sorted.
 func (w *Wheel) sortSlot(b int) {
+	n := 0
+	for i := w.heads[b]; i != none; i = w.ent(i).next {
+		n++
+	}
 	byDue := w.byDue[:0]
+	if cap(byDue) < n {
+		byDue = make([]dueIndex, 0, n) // at once, not by doubling
+	}
 	for i := w.heads[b]; i != none; i = w.ent(i).next {
 		byDue = append(byDue, dueIndex{due: w.ent(i).due, i: i})
 	}
@@ -508,7 +515,14 @@ func (w *Wheel) place(i int32, e *entry) {
 	b := int32(l*slotsPerLevel + s)
 	e.slot = b
 	if l == 0 {
-		w.sorted0 &^= 1 << s
+		// Linked at the head, the entry keeps a sorted slot sorted when
+		// it is due no later than the head: so do the entries of a burst
+		// due at one instant that keep coming while the slot is handed
+		// out in parts (each part re-sorted a slot of 100,000 entries,
+		// 6 ms, before).
+		if h := w.heads[b]; h != none && w.ent(h).due < e.due {
+			w.sorted0 &^= 1 << s
+		}
 	}
 	e.prev = none
 	e.next = w.heads[b]

@@ -576,3 +576,85 @@ func TestAdvanceMaxBurst(t *testing.T) {
 	require.Zero(t, w.Len())
 	require.NoError(t, w.verify())
 }
+
+// TestAdvanceMaxBurstWithAdds: entries of a burst that keep coming while
+// its slot is handed out in parts keep the slot sorted when they are due
+// no later than its head (every part re-sorted a slot of 100,000 before:
+// 6 ms each); one due later within the slot's tick clears the mark, and
+// the parts stay in due order either way, the invariants holding.
+func TestAdvanceMaxBurstWithAdds(t *testing.T) {
+	t.Parallel()
+	w := newWheel(t, Config{})
+	due := 5 * time.Second
+	for i := range 2000 {
+		_, err := w.Add(fmt.Sprintf("j%06d", i), due)
+		require.NoError(t, err)
+	}
+	out, more := w.AdvanceMax(due, nil, 100)
+	require.Len(t, out, 100)
+	require.True(t, more)
+	b := int(w.cur & slotMask)
+	require.NotZero(t, w.sorted0&(1<<b), "a slot handed out in parts is sorted")
+	_, err := w.Add("same-instant", due)
+	require.NoError(t, err)
+	_, err = w.Add("earlier", due-100*time.Microsecond)
+	require.NoError(t, err)
+	require.NotZero(t, w.sorted0&(1<<b), "entries due no later than the head keep it sorted")
+	require.NoError(t, w.verify())
+	out, _ = w.AdvanceMax(due, out[:0], 100)
+	require.Equal(t, "earlier", out[0].ID, "in due order")
+	_, err = w.Add("later", due+300*time.Microsecond) // same 1 ms tick, after the head
+	require.NoError(t, err)
+	require.Zero(t, w.sorted0&(1<<b), "an entry due after the head clears the mark")
+	require.NoError(t, w.verify())
+	last := time.Duration(0)
+	total := 200 // the two parts above
+	for more = true; more; {
+		out, more = w.AdvanceMax(due+time.Millisecond, out[:0], 100)
+		for _, e := range out {
+			require.GreaterOrEqual(t, e.Due, last, "in due order")
+			last = e.Due
+		}
+		total += len(out)
+		require.NoError(t, w.verify())
+	}
+	require.Equal(t, 2003, total)
+	require.Zero(t, w.Len())
+}
+
+// BenchmarkAdvanceMaxBurstWithAdds: a part of 512 of a slot of 100,000
+// entries due at one instant, with an entry of the same instant added
+// before each part, as claims of a burst keep coming while it starts.
+func BenchmarkAdvanceMaxBurstWithAdds(b *testing.B) {
+	b.ReportAllocs()
+	const n = 100_000
+	due := 5 * time.Second
+	ids := make([]string, n+b.N)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("j%07d", i)
+	}
+	w, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range ids[:n] {
+		if _, err := w.Add(id, due); err != nil {
+			b.Fatal(err)
+		}
+	}
+	out, _ := w.AdvanceMax(due, nil, 512)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := w.Add(ids[n+i], due); err != nil {
+			b.Fatal(err)
+		}
+		out, _ = w.AdvanceMax(due, out[:0], 512)
+		if w.Len() < 1024 {
+			b.StopTimer()
+			for _, id := range ids[:n] {
+				_, _ = w.Add(id, due)
+			}
+			b.StartTimer()
+		}
+	}
+}
