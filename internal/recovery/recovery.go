@@ -168,6 +168,7 @@ type Recoverer struct {
 	reset   []bool                 // per partition: needs a full reload; poller goroutine only
 	waiting []bool                 // per partition: held by another process, said in the log; poller goroutine only
 	repairs []persist.RepairCursor // per partition: where the repair walk stands; poller goroutine only
+	sweepAt []persist.Cursor       // per partition: where the sweep's walk stands; poller goroutine only
 	// polls and replies are a pass's requests and replies, kept for the
 	// next pass; poller goroutine only.
 	polls   []persist.PollRequest
@@ -254,6 +255,7 @@ func New(store Store, sink Sink, cfg Config) (*Recoverer, error) {
 		reset:    make([]bool, n),
 		waiting:  make([]bool, n),
 		repairs:  make([]persist.RepairCursor, n),
+		sweepAt:  make([]persist.Cursor, n),
 		scanned:  make([]int64, n),
 		ready:    make(chan struct{}),
 		done:     make(chan struct{}),
@@ -858,13 +860,22 @@ func (r *Recoverer) sweep(ctx context.Context, wall time.Time) {
 		if r.loaded[p].Load() == NotOwned {
 			continue
 		}
+		// A page per partition per sweep, each sweep going on from where
+		// the last stopped and starting over once it read the last page:
+		// a page that always began at the oldest would arm the same jobs
+		// every time (a paused topic's overdue jobs, parked at once) and
+		// never reach the others.
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		es, _, err := r.store.RangePending(cctx, p, math.MinInt64/2, until, persist.Cursor{}, r.cfg.PageSize)
+		es, cur, err := r.store.RangePending(cctx, p, math.MinInt64/2, until, r.sweepAt[p], r.cfg.PageSize)
 		cancel()
 		if err != nil {
 			r.noteErr("sweep", err)
 			return
 		}
+		if cur.Done {
+			cur = persist.Cursor{}
+		}
+		r.sweepAt[p] = cur
 		all = append(all, es...)
 	}
 	if len(all) > 0 {

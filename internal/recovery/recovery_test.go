@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -540,5 +541,36 @@ func TestNoBeatWithoutLeases(t *testing.T) {
 	clk.Advance(time.Second)
 	<-passes
 	require.Equal(t, before+1, beats(), "beats again once renewals work")
+	require.NoError(t, r.Stop(context.Background()))
+}
+
+// TestSweepWalksOnPastAFullPage: each sweep reads a page of a partition's
+// jobs overdue by more than SweepAge, going on from where the last one
+// stopped and starting over after the last page. Every sweep read the
+// oldest page before: jobs beyond it (behind a paused topic's overdue
+// jobs, which are parked, not run) were never armed by a sweep.
+func TestSweepWalksOnPastAFullPage(t *testing.T) {
+	t.Parallel()
+	r, store, sink, clk, passes := setup(t) // pages of 2
+	now := clk.Now()
+	us := func(d time.Duration) int64 { return now.Add(d).UnixMicro() }
+	for i := range 5 {
+		store.pending[0] = append(store.pending[0], persist.Entry{Key: fmt.Sprintf("a/%d", i), Due: us(-time.Hour + time.Duration(i)*time.Second)})
+	}
+	r.Start(context.Background())
+	<-r.Ready()
+	<-passes
+	armed, _ := sink.snapshot()
+	require.Len(t, armed, 5, "the reload arms them all")
+	var sweeps [][]string
+	for range 4 {
+		clk.BlockUntilSleeping()
+		clk.Advance(10 * time.Second) // SweepInterval
+		<-passes
+		now, _ := sink.snapshot()
+		sweeps = append(sweeps, now[len(armed):])
+		armed = now
+	}
+	require.Equal(t, [][]string{{"a/0", "a/1"}, {"a/2", "a/3"}, {"a/4"}, {"a/0", "a/1"}}, sweeps)
 	require.NoError(t, r.Stop(context.Background()))
 }
