@@ -940,22 +940,6 @@ const (
 	Unclaim Op = 'u'
 )
 
-// arg returns the op as a script argument. The known ops are constant
-// strings, which go into an interface without an allocation.
-func (o Op) arg() any {
-	switch o {
-	case Ack:
-		return "a"
-	case Retry:
-		return "r"
-	case Dead:
-		return "d"
-	case Unclaim:
-		return "u"
-	}
-	return string(o)
-}
-
 // Outcome settles one run of a job.
 type Outcome struct {
 	Op     Op
@@ -1005,12 +989,6 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 	}
 	c.packed(func(a []any, j int, pk *callPack) {
 		a[j], a[j+1] = &pk.ops, &pk.data
-		if len(pk.ops.b) == 1 {
-			// A lone outcome's op goes as a string, as each op did before
-			// they were packed (a constant: no allocation), so that a
-			// hook can still tell a lone retry's call by its "r".
-			a[j] = Op(pk.ops.b[0]).arg()
-		}
 	})
 	if large > 0 {
 		// The large records, after each call's partitions, in the order

@@ -940,7 +940,7 @@ func TestArgBuffersReleasedClean(t *testing.T) {
 		a := c.args[0]
 		for i, k := range keys {
 			b, j := c.item(i)
-			b[j], b[j+1], b[j+2], b[j+3], b[j+4] = Ack.arg(), k, RevBytes(1), int64(7), []byte("record")
+			b[j], b[j+1], b[j+2], b[j+3], b[j+4] = "a", k, RevBytes(1), int64(7), []byte("record")
 		}
 		// Heads: EVALSHA, sha, the number of keys, the keys of partitions
 		// 0 and 2, now; then per partition its token, its count, its items.
