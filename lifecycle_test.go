@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -132,6 +133,17 @@ func TestLifecycleShape(t *testing.T) {
 					require.NoError(t, r.Stop(ctx))
 				}
 		},
+	}
+	if runtime.GOOS == "linux" && runtime.GOMAXPROCS(0) >= 2 {
+		// Two runners, one on a locked thread in a blocking read.
+		cases["wheel.Scheduler with Backup"] = func() (func(), func()) {
+			s, err := wheel.NewScheduler(wheel.SchedulerConfig{Backup: true}, func([]wheel.Fired) {})
+			require.NoError(t, err)
+			return func() {
+				s.Start()
+				_, _ = s.Add("x", time.Now().Add(time.Hour))
+			}, s.Stop
+		}
 	}
 	for name, newComponent := range cases {
 		t.Run(name, func(t *testing.T) { leakcheck.Lifecycle(t, pkg, newComponent) })

@@ -3,8 +3,10 @@
 package wheel
 
 import (
+	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -131,4 +133,64 @@ func (s *timerfdSleeper) Close() error {
 		}
 	})
 	return err
+}
+
+// blockingSleeper waits in a blocking read(2) of a timerfd of its own, on
+// the thread of the goroutine that calls Sleep (the backup runner, which
+// locks itself to its thread). The kernel wakes that thread on its own,
+// apart from the network poller's one waiting thread: see
+// SchedulerConfig.Backup. While it waits it holds a P.
+type blockingSleeper struct {
+	fd     int
+	woken  atomic.Bool
+	closed atomic.Bool
+	buf    [8]byte
+}
+
+func (realClock) newBackupSleeper() (Sleeper, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("%w: timerfd_create: %v", ErrNoBackup, err)
+	}
+	return &blockingSleeper{fd: fd}, nil
+}
+
+// Sleep arms the timerfd and blocks in read(2) until it expires.
+func (s *blockingSleeper) Sleep(deadline time.Time) {
+	var spec unix.ItimerSpec
+	if !deadline.IsZero() {
+		r := time.Until(deadline)
+		if r <= 0 {
+			return
+		}
+		spec.Value = unix.NsecToTimespec(int64(r))
+	}
+	if err := unix.TimerfdSettime(s.fd, 0, &spec, nil); err != nil {
+		// Not seen; a spurious return, but not a busy loop.
+		time.Sleep(time.Millisecond)
+		return
+	}
+	// A Wake before the arming above set woken first; one after it set
+	// the timer to expire at once.
+	if s.woken.Swap(false) || s.closed.Load() {
+		return
+	}
+	_, _ = unix.Read(s.fd, s.buf[:])
+}
+
+// Wake makes the timerfd expire at once, so that a read in progress
+// returns, and tells a Sleep about to block not to.
+func (s *blockingSleeper) Wake() {
+	s.woken.Store(true)
+	spec := unix.ItimerSpec{Value: unix.Timespec{Nsec: 1}}
+	_ = unix.TimerfdSettime(s.fd, 0, &spec, nil)
+}
+
+// Close releases the timerfd. It must come after the last Sleep returned
+// (the Scheduler stops its runners first).
+func (s *blockingSleeper) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return unix.Close(s.fd)
 }

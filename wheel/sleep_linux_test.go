@@ -3,6 +3,12 @@
 package wheel
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,4 +60,152 @@ func TestPreciseSleeperAllocatesNothing(t *testing.T) {
 		s.Sleep(time.Time{}) // takes the Wake
 	})
 	require.Less(t, wakes, 1.0, "allocations per Wake and Sleep")
+}
+
+// deafClock is the real clock whose network-poller sleeper hears only
+// Wake, never its deadline: a first runner stalled at every deadline.
+type deafClock struct{ realClock }
+
+func (deafClock) NewSleeper() Sleeper { return deafSleeper{newPreciseSleeper()} }
+
+type deafSleeper struct{ Sleeper }
+
+func (s deafSleeper) Sleep(time.Time) { s.Sleeper.Sleep(time.Time{}) }
+
+// TestBackupFiresWhenTheFirstRunnerIsLate: with the first runner deaf to
+// its deadlines, the backup runner alone fires every entry, on time and
+// in due order. Without Backup the same scheduler fires nothing (the
+// control: it is the backup that fires them).
+func TestBackupFiresWhenTheFirstRunnerIsLate(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("Backup needs GOMAXPROCS >= 2")
+	}
+	t.Parallel()
+	for _, backup := range []bool{false, true} {
+		rec := newRecorder(RealClock())
+		s, err := NewScheduler(SchedulerConfig{Clock: deafClock{}, Backup: backup}, rec.fire)
+		require.NoError(t, err)
+		s.Start()
+		t0 := time.Now()
+		const n = 200
+		for i := range n {
+			_, err := s.Add(fmt.Sprint("e", i), t0.Add(50*time.Millisecond+time.Duration(n-i)*time.Millisecond))
+			require.NoError(t, err)
+		}
+		if !backup {
+			time.Sleep(400 * time.Millisecond) // every entry was due by t0+250ms
+			require.Empty(t, rec.ids(), "the deaf first runner fired")
+			s.Stop()
+			continue
+		}
+		for range n {
+			select {
+			case <-rec.ch:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("fired %d of %d", len(rec.ids()), n)
+			}
+		}
+		s.Stop()
+		fired, at := rec.snapshot()
+		require.Len(t, fired, n)
+		for i, f := range fired {
+			require.False(t, at[i].Before(f.Due), "%s fired early", f.ID)
+			if i > 0 {
+				require.False(t, f.Due.Before(fired[i-1].Due), "out of due order at %d", i)
+			}
+		}
+	}
+}
+
+// TestBackupRunnersTakeTurns: with both runners live, each entry fires
+// once, never early, in due order, with the callback never running twice
+// at once, while entries are added, cancelled and moved meanwhile (also
+// from the callback).
+func TestBackupRunnersTakeTurns(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("Backup needs GOMAXPROCS >= 2")
+	}
+	t.Parallel()
+	var (
+		mu       sync.Mutex
+		inside   atomic.Int32
+		overlaps atomic.Int32 // callbacks that began while one ran
+		last     time.Time
+		fired    = map[string]int{}
+		problems []string
+		s        *Scheduler
+	)
+	s, err := NewScheduler(SchedulerConfig{Backup: true}, func(batch []Fired) {
+		if inside.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		defer inside.Add(-1)
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, f := range batch {
+			if now.Before(f.Due) {
+				problems = append(problems, f.ID+" early")
+			}
+			if f.Due.Before(last) {
+				problems = append(problems, f.ID+" out of order")
+			}
+			last = f.Due
+			fired[f.ID]++
+			if strings.HasPrefix(f.ID, "a") { // chains a follower from the callback
+				if _, err := s.Add("f"+f.ID, now.Add(time.Millisecond)); err != nil {
+					problems = append(problems, err.Error())
+				}
+			}
+		}
+	})
+	require.NoError(t, err)
+	s.Start()
+	defer s.Stop()
+	r := rand.New(rand.NewPCG(3, 4))
+	t0 := time.Now()
+	const n = 3000
+	cancelled := map[string]bool{}
+	for i := range n {
+		id := fmt.Sprint("a", i)
+		due := t0.Add(20*time.Millisecond + time.Duration(r.Int64N(int64(300*time.Millisecond))).Truncate(time.Millisecond)) // ties
+		_, err := s.Add(id, due)
+		require.NoError(t, err)
+		switch i % 10 {
+		case 0:
+			if s.Cancel(id) {
+				cancelled[id] = true
+			}
+		case 1:
+			_, err := s.Reschedule(id, due.Add(-10*time.Millisecond))
+			require.NoError(t, err)
+		}
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(fired) == 2*(n-len(cancelled))
+	}, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // nothing more comes
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, problems)
+	require.Zero(t, overlaps.Load(), "callbacks ran at once")
+	require.Len(t, fired, 2*(n-len(cancelled)))
+	for id, k := range fired {
+		require.Equal(t, 1, k, id)
+		require.False(t, cancelled[strings.TrimPrefix(id, "f")], "%s fired after Cancel", id)
+	}
+}
+
+// TestBackupNeeds: Backup with a clock that is not the real one, or with
+// GOMAXPROCS 1, fails with ErrNoBackup. Not parallel: it sets GOMAXPROCS.
+func TestBackupNeeds(t *testing.T) {
+	for _, c := range []Clock{RuntimeClock(), NewFakeClock(time.Now())} {
+		_, err := NewScheduler(SchedulerConfig{Clock: c, Backup: true}, func([]Fired) {})
+		require.ErrorIs(t, err, ErrNoBackup)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	_, err := NewScheduler(SchedulerConfig{Backup: true}, func([]Fired) {})
+	require.ErrorIs(t, err, ErrNoBackup)
 }

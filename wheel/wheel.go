@@ -19,6 +19,10 @@ var (
 	ErrTooFar = errors.New("wheel: due time beyond the maximum delay")
 	// ErrStopped is returned by a Scheduler that has been stopped.
 	ErrStopped = errors.New("wheel: scheduler stopped")
+	// ErrNoBackup is returned by NewScheduler when SchedulerConfig.Backup
+	// is set but cannot be had: a clock other than RealClock, a system
+	// other than Linux, or GOMAXPROCS below 2.
+	ErrNoBackup = errors.New("wheel: no backup runner")
 )
 
 // Defaults for Config.

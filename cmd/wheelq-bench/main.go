@@ -44,6 +44,7 @@ type config struct {
 	redisAddr  string
 	quick      bool
 	wakes      time.Duration // precision: report the wheel's sleeper's wakes this late
+	backup     bool          // precision: the wheel with SchedulerConfig.Backup
 }
 
 var workloads = []workload{
@@ -63,6 +64,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 0, "override the workload's size")
 	flag.StringVar(&cfg.redisAddr, "redis", "", "use this Redis (host:port) instead of starting one")
 	flag.BoolVar(&cfg.quick, "quick", false, "smaller sizes, for a smoke test")
+	flag.BoolVar(&cfg.backup, "backup", false, "precision: the wheel with wheel.SchedulerConfig.Backup (a second runner on a thread of its own; Linux, GOMAXPROCS >= 2; not with -wakes)")
 	flag.DurationVar(&cfg.wakes, "wakes", 0, "precision: print to stderr each wake of the wheel's sleeper at least this late, with the thread's run-queue wait and the machine's CPU pressure meanwhile (Linux)")
 	flag.DurationVar(&cfg.claimLead, "claim-lead", 0, "burst: Config.ClaimLead (0: the default, 5ms)")
 	flag.IntVar(&cfg.history, "history", 0, "burst: Config.History.Count (0: the default, 100,000; -1: no run history)")

@@ -95,7 +95,7 @@ func runPrecision(ctx context.Context, cfg *config, emit func(result)) error {
 			clock = wc
 		}
 		var s *wheel.Scheduler
-		s, err := wheel.NewScheduler(wheel.SchedulerConfig{Clock: clock}, func(batch []wheel.Fired) {
+		s, err := wheel.NewScheduler(wheel.SchedulerConfig{Clock: clock, Backup: cfg.backup}, func(batch []wheel.Fired) {
 			now := time.Now()
 			for _, f := range batch {
 				lat.record(index[f.ID], f.Due, now)
@@ -124,6 +124,7 @@ func runPrecision(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 		r := lat.result("precision", "wheel", n)
 		r["cpu_ms"] = round(float64(cpu) / 1e6)
+		r["backup"] = cfg.backup
 		emit(r)
 	}
 
