@@ -13,6 +13,15 @@
 //	_, _ = h.Queue().Schedule(ctx, "order.expire", []byte("o-1"), wheelq.ID("o-1"), wheelq.After(30*time.Minute))
 //	require.NoError(t, h.Advance(30*time.Minute))
 //
+// # Paused topics
+//
+// A topic paused with Queue.Pause keeps its jobs pending, as it does in
+// production: Advance, Restart and RunNow do not wait for them (they are
+// not unfinished work) and Advance does not stop at their due times.
+// Scheduled and ExpectScheduled still see them; after Queue.Resume, the
+// next Advance (Advance(0) for those already due) runs them. A paused
+// job that has not run is no violation for Check.
+//
 // # Crash points
 //
 // CrashAt and CrashAtJob arm a crash at a named point of the engine (a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -379,6 +380,14 @@ func (h *Harness) Crashed() bool {
 // it only moves the clock: time passes while the process is down.
 // Advance(0) runs what is due now (a job scheduled in the past, say). It
 // returns ErrNotSettled if due jobs do not settle within Options.Timeout.
+//
+// The jobs of a paused topic (Queue.Pause) are not waited for, and
+// Advance does not stop at their due times: they stay pending in Redis
+// (Scheduled and ExpectScheduled see them at their due times) and do not
+// run, as in production. After Resume, the next Advance (Advance(0) for
+// the jobs already due) runs them, oldest first, at the present; a topic
+// that a handler resumes within an Advance has its due jobs run at that
+// step.
 func (h *Harness) Advance(d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("%w: Advance(%v)", ErrNegative, d)
@@ -409,8 +418,8 @@ func (h *Harness) Advance(d time.Duration) error {
 // Restart stops the current queue as a SIGKILL would (if a crash point has
 // not stopped it already) and starts a new one on the same Redis and the
 // same clock, with the same handlers; it returns once the new queue has
-// reloaded and run what is due (see Advance), or crashed again at an armed
-// point.
+// reloaded and run what is due (see Advance; a paused topic's jobs stay
+// pending, the pause being in Redis), or crashed again at an armed point.
 func (h *Harness) Restart() error {
 	h.mu.Lock()
 	if h.closed {
@@ -428,8 +437,9 @@ func (h *Harness) Restart() error {
 
 // settle waits until the queue is idle: its wheel and poller asleep, no
 // handler running, and no pending job due by the fake clock left in Redis
-// (every due job ran and its outcome is stored). If the queue crashed it
-// kills it (stops every goroutine) and returns nil.
+// (every due job ran and its outcome is stored) but those of paused
+// topics, which are not to run. If the queue crashed it kills it (stops
+// every goroutine) and returns nil.
 func (h *Harness) settle() error {
 	deadline := time.Now().Add(h.opts.Timeout)
 	h.mu.Lock()
@@ -473,12 +483,13 @@ func (h *Harness) quiet() (bool, error) {
 	now := h.clock.Wall().UnixMicro()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.Timeout)
 	defer cancel()
+	var paused pausedTopics
 	for p := range h.cfg.Partitions {
-		es, _, err := h.store.RangePending(ctx, p, minScore, now, persist.Cursor{}, 1)
+		_, due, err := h.firstRunnable(ctx, p, minScore, now, &paused)
 		if err != nil {
 			return false, err
 		}
-		if len(es) > 0 {
+		if due {
 			return false, nil
 		}
 	}
@@ -496,23 +507,79 @@ const (
 	maxScore = 1 << 52
 )
 
-// nextDue returns the earliest due time of a pending job after the fake
-// clock's wall reading.
+// nextDue returns the earliest due time after the fake clock's wall
+// reading of a pending job whose topic is not paused: a paused topic's
+// jobs would not run there, so Advance does not stop for them.
 func (h *Harness) nextDue() (time.Time, bool, error) {
 	now := h.clock.Wall().UnixMicro()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.Timeout)
 	defer cancel()
+	var paused pausedTopics
 	best, ok := int64(0), false
 	for p := range h.cfg.Partitions {
-		es, _, err := h.store.RangePending(ctx, p, now, maxScore, persist.Cursor{}, 1)
+		e, found, err := h.firstRunnable(ctx, p, now, maxScore, &paused)
 		if err != nil {
 			return time.Time{}, false, err
 		}
-		if len(es) > 0 && (!ok || es[0].Due < best) {
-			best, ok = es[0].Due, true
+		if found && (!ok || e.Due < best) {
+			best, ok = e.Due, true
 		}
 	}
 	return time.UnixMicro(best), ok, nil
+}
+
+// pagePaused is how many pending jobs firstRunnable reads at once past
+// the first, which it reads alone (most often the answer).
+const pagePaused = 512
+
+// firstRunnable returns the first pending job of partition p with
+// after < due <= until whose topic is not paused, and whether there is
+// one. It pages past the jobs of paused topics to the end of the range,
+// bounded in time by ctx.
+func (h *Harness) firstRunnable(ctx context.Context, p int, after, until int64, paused *pausedTopics) (persist.Entry, bool, error) {
+	cur, limit := persist.Cursor{}, 1
+	for !cur.Done {
+		es, next, err := h.store.RangePending(ctx, p, after, until, cur, limit)
+		if err != nil {
+			return persist.Entry{}, false, err
+		}
+		for _, e := range es {
+			held, err := paused.holds(ctx, h.store, e.Key)
+			if err != nil {
+				return persist.Entry{}, false, err
+			}
+			if !held {
+				return e, true, nil
+			}
+		}
+		cur, limit = next, pagePaused
+	}
+	return persist.Entry{}, false, nil
+}
+
+// pausedTopics reads the paused topics from Redis once, when first asked
+// about a job: a call of quiet or nextDue that finds no pending job in
+// its range costs no read of them.
+type pausedTopics struct {
+	read   bool
+	topics []string // sorted
+}
+
+// holds reports whether the job key's topic is paused.
+func (pt *pausedTopics) holds(ctx context.Context, s *persist.Store, key string) (bool, error) {
+	if !pt.read {
+		ts, err := s.PausedTopics(ctx)
+		if err != nil {
+			return false, err
+		}
+		pt.read, pt.topics = true, ts
+	}
+	if len(pt.topics) == 0 {
+		return false, nil
+	}
+	topic, _, _ := strings.Cut(key, persist.KeySep)
+	_, ok := slices.BinarySearch(pt.topics, topic)
+	return ok, nil
 }
 
 // Close stops the queue (gracefully if it did not crash: Shutdown) and the
@@ -556,7 +623,7 @@ type ScheduledJob struct {
 }
 
 // Scheduled lists the pending jobs of topic (every topic if ""), in due
-// order, read from Redis.
+// order, read from Redis: those of paused topics too.
 func (h *Harness) Scheduled(topic string) ([]ScheduledJob, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.Timeout)
 	defer cancel()
@@ -637,7 +704,8 @@ func (h *Harness) ExpectScheduled(topic, id string, due time.Time, tolerance tim
 // RunNow runs the pending jobs of topic now, whatever their due times: it
 // moves each to the fake clock's present (wheelq's Reschedule) and waits
 // as Advance does. It returns the runs that started meanwhile. Other
-// topics' jobs do not move.
+// topics' jobs do not move. The jobs of a paused topic are moved but do
+// not run (none of its runs is returned) until Resume and an Advance.
 func (h *Harness) RunNow(topic string) ([]Run, error) {
 	jobs, err := h.Scheduled(topic)
 	if err != nil {

@@ -90,7 +90,8 @@ func (h *Harness) Crashes() []Crash {
 // error wrapping ErrViolation that lists every broken one:
 //
 //   - nothing acknowledged is lost: every job whose write Redis applied
-//     was acked, cancelled or dead-lettered since, or is still stored;
+//     was acked, cancelled or dead-lettered since, or is still stored
+//     (a paused topic's job that has not run, say: that is no violation);
 //   - never early: no run started before its job's due time by the fake
 //     clock;
 //   - cancel wins: no run started after a cancel that deleted the job
