@@ -24,11 +24,11 @@ func ExampleScheduler() {
 	s.Start()
 	defer s.Stop()
 	now := time.Now()
-	_, _ = s.Add("third", now.Add(30*time.Millisecond))
-	_, _ = s.Add("first", now.Add(10*time.Millisecond))
+	_, _ = s.Add("never", now.Add(time.Hour))
 	_, _ = s.Add("second", now.Add(20*time.Millisecond))
-	s.Cancel("third")
-	_, _ = s.Add("last", now.Add(40*time.Millisecond))
+	_, _ = s.Add("first", now.Add(10*time.Millisecond))
+	_, _ = s.Add("last", now.Add(30*time.Millisecond))
+	s.Cancel("never")
 	for range 3 {
 		fmt.Println(<-fired)
 	}

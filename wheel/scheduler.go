@@ -48,20 +48,23 @@ type SchedulerConfig struct {
 	//
 	// It needs RealClock (or a nil Clock), Linux and GOMAXPROCS of at least
 	// 2 when NewScheduler is called; otherwise NewScheduler fails with
-	// ErrNoBackup.
+	// ErrNoBackup. While GOMAXPROCS is lowered below 2 later, the backup
+	// runner stands down (it waits for Add's wake-ups alone, holding no P)
+	// and the first runner keeps every deadline.
 	Backup bool
 }
 
-// Scheduler runs a Wheel on a clock: it owns one goroutine that sleeps until
-// the next entry is due, advances the wheel, and hands the expired entries
-// to a callback. It is safe for concurrent use.
+// Scheduler runs a Wheel on a clock: it owns one goroutine (a runner; two
+// with Backup) that sleeps until the next entry is due, advances the wheel,
+// and hands the expired entries to a callback. It is safe for concurrent
+// use.
 //
 // Guarantees: an entry is handed to the callback at most once per Add, never
 // before its due time on the scheduler's clock, and in due order. The
-// callback runs on the scheduler's goroutine, never concurrently with
-// itself, and never while the scheduler's lock is held, so it may call Add
-// or Cancel; it should return quickly, since nothing else fires while it
-// runs.
+// callback runs on a runner's goroutine (with Backup, either runner's, one
+// of them locked to its OS thread), never concurrently with itself, and
+// never while the scheduler's lock is held, so it may call Add or Cancel;
+// it should return quickly, since nothing else fires while it runs.
 type Scheduler struct {
 	clock   Clock
 	origin  time.Time
@@ -297,9 +300,8 @@ func (s *Scheduler) run(sleeper Sleeper) {
 		expired, _ = s.w.AdvanceMax(now.Sub(s.origin), expired[:0], fireChunk)
 		var deadline time.Time
 		if len(expired) > 0 {
-			// Awake: Add need not wake us. (With Backup, an entry added
-			// now and due before the other runner's deadline is left to
-			// this runner alone.)
+			// Awake: Add need not wake us (this runner computes the
+			// next deadline once its callback returned).
 			s.sleepUntil = -1 << 63
 		} else {
 			idle := now.Sub(s.origin) + maxIdle

@@ -5,8 +5,8 @@ package wheel
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -139,12 +139,17 @@ func (s *timerfdSleeper) Close() error {
 // the thread of the goroutine that calls Sleep (the backup runner, which
 // locks itself to its thread). The kernel wakes that thread on its own,
 // apart from the network poller's one waiting thread: see
-// SchedulerConfig.Backup. While it waits it holds a P.
+// SchedulerConfig.Backup. While it waits it holds a P, so while GOMAXPROCS
+// is below 2 (it can be lowered after NewScheduler), or if the timerfd
+// cannot be armed, it stands down: it waits for Wake alone, on a channel,
+// holding no P, and leaves the deadlines to the first runner.
 type blockingSleeper struct {
-	fd     int
-	woken  atomic.Bool
-	closed atomic.Bool
-	buf    [8]byte
+	fd   int
+	wake chan struct{} // a Wake not yet seen by Sleep
+	buf  [8]byte
+
+	mu     sync.RWMutex // Wake's use of fd against Close
+	closed bool         // guarded by mu
 }
 
 func (realClock) newBackupSleeper() (Sleeper, error) {
@@ -152,10 +157,11 @@ func (realClock) newBackupSleeper() (Sleeper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: timerfd_create: %v", ErrNoBackup, err)
 	}
-	return &blockingSleeper{fd: fd}, nil
+	return &blockingSleeper{fd: fd, wake: make(chan struct{}, 1)}, nil
 }
 
-// Sleep arms the timerfd and blocks in read(2) until it expires.
+// Sleep arms the timerfd and blocks in read(2) until it expires (or stands
+// down: see blockingSleeper).
 func (s *blockingSleeper) Sleep(deadline time.Time) {
 	var spec unix.ItimerSpec
 	if !deadline.IsZero() {
@@ -165,32 +171,44 @@ func (s *blockingSleeper) Sleep(deadline time.Time) {
 		}
 		spec.Value = unix.NsecToTimespec(int64(r))
 	}
-	if err := unix.TimerfdSettime(s.fd, 0, &spec, nil); err != nil {
-		// Not seen; a spurious return, but not a busy loop.
-		time.Sleep(time.Millisecond)
+	if runtime.GOMAXPROCS(0) < 2 || unix.TimerfdSettime(s.fd, 0, &spec, nil) != nil {
+		<-s.wake
 		return
 	}
-	// A Wake before the arming above set woken first; one after it set
-	// the timer to expire at once.
-	if s.woken.Swap(false) || s.closed.Load() {
+	// A Wake before the arming above left its token; one after it set the
+	// timer to expire at once.
+	select {
+	case <-s.wake:
 		return
+	default:
 	}
 	_, _ = unix.Read(s.fd, s.buf[:])
 }
 
 // Wake makes the timerfd expire at once, so that a read in progress
-// returns, and tells a Sleep about to block not to.
+// returns, and leaves a token, so that a Sleep about to block does not.
 func (s *blockingSleeper) Wake() {
-	s.woken.Store(true)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return // the fd may be another's now
+	}
 	spec := unix.ItimerSpec{Value: unix.Timespec{Nsec: 1}}
 	_ = unix.TimerfdSettime(s.fd, 0, &spec, nil)
 }
 
 // Close releases the timerfd. It must come after the last Sleep returned
-// (the Scheduler stops its runners first).
+// (the Scheduler stops its runners first); a Wake after it does nothing.
 func (s *blockingSleeper) Close() error {
-	if s.closed.Swap(true) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
 		return nil
 	}
+	s.closed = true
 	return unix.Close(s.fd)
 }

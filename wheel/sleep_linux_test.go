@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // TestSleeperIgnoresStaleExpiry: when the runtime timer ends a wait first,
@@ -73,7 +74,7 @@ type deafSleeper struct{ Sleeper }
 func (s deafSleeper) Sleep(time.Time) { s.Sleeper.Sleep(time.Time{}) }
 
 // TestBackupFiresWhenTheFirstRunnerIsLate: with the first runner deaf to
-// its deadlines, the backup runner alone fires every entry, on time and
+// its deadlines, the backup runner alone fires every entry, none early,
 // in due order. Without Backup the same scheduler fires nothing (the
 // control: it is the backup that fires them).
 func TestBackupFiresWhenTheFirstRunnerIsLate(t *testing.T) {
@@ -208,4 +209,57 @@ func TestBackupNeeds(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	_, err := NewScheduler(SchedulerConfig{Backup: true}, func([]Fired) {})
 	require.ErrorIs(t, err, ErrNoBackup)
+}
+
+// TestBackupSleeperWakeAfterClose: a Wake that comes after Close (an Add
+// that released the scheduler's lock just before Stop, say) must not touch
+// the closed timerfd's number, which a new timerfd may have taken. It
+// did: the new timer, armed for an hour, was set to expire at once.
+func TestBackupSleeperWakeAfterClose(t *testing.T) {
+	old, err := realClock{}.newBackupSleeper()
+	require.NoError(t, err)
+	fd := old.(*blockingSleeper).fd
+	require.NoError(t, old.Close())
+	other, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(other)
+	if other != fd {
+		t.Skipf("the fd number was not reused (%d, then %d)", fd, other)
+	}
+	hour := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(time.Hour))}
+	require.NoError(t, unix.TimerfdSettime(other, 0, &hour, nil))
+	old.Wake()
+	var cur unix.ItimerSpec
+	require.NoError(t, unix.TimerfdGettime(other, &cur))
+	require.Greater(t, time.Duration(cur.Value.Nano()), 59*time.Minute, "the late Wake re-armed another's timer")
+}
+
+// TestBackupSleeperStandsDown: with GOMAXPROCS lowered to 1 after the
+// scheduler was made, the backup sleeper does not block in read(2) (it
+// would hold the only P): it ignores its deadline and waits for Wake on a
+// channel. Not parallel: it sets GOMAXPROCS.
+func TestBackupSleeperStandsDown(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs GOMAXPROCS >= 2 to make the sleeper")
+	}
+	sl, err := realClock{}.newBackupSleeper()
+	require.NoError(t, err)
+	defer sl.Close()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	returned := make(chan struct{})
+	go func() {
+		sl.Sleep(time.Now().Add(time.Millisecond))
+		close(returned)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("the backup sleeper kept its deadline with GOMAXPROCS 1")
+	case <-time.After(100 * time.Millisecond):
+	}
+	sl.Wake()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wake did not end the stood-down sleep")
+	}
 }
