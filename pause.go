@@ -41,6 +41,19 @@ type pauseStage struct {
 	// overflow holds the topics that had jobs not parked for want of
 	// room: their resume reads them from Redis. Guarded by mu.
 	overflow map[string]bool
+	// known holds the topics this process knows to be paused, kept only
+	// with RunWhileRedisDown: a claim that cannot reach Redis parks their
+	// jobs instead of running them unverified (parkIfKnownPaused). It is
+	// set by this process's Pause (before the write) and cleared by its
+	// Resume (after it), by the subscription's messages both ways, and
+	// replaced by every read of the paused topics from Redis (at Start
+	// and by the watcher every pauseRecheck). At most the topics paused
+	// in Redis, and those changed since the last read. Guarded by mu.
+	known map[string]bool
+	// knownGen counts the changes of known by a Pause, a Resume or a
+	// message: a read of Redis sent before one of them (a reply that
+	// may be older than the change) only adds to known. Guarded by mu.
+	knownGen uint64
 	resumed  chan string // topics resumed, from the subscription
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the watcher returned
@@ -52,7 +65,11 @@ type pauseStage struct {
 // pause reached Redis goes on (a job is claimed ClaimLead before its due
 // time). Jobs may still be scheduled, cancelled and rescheduled. Pausing a
 // paused topic does nothing. Pause returns once every partition has the
-// pause; an error means some may not: call it again.
+// pause; an error means some may not: call it again. With
+// Config.RunWhileRedisDown, a process that cannot reach Redis holds the
+// topic's jobs only if it knew of the pause (it made it, got its message
+// or read it; see that field): one made by another process just before
+// Redis became unreachable from there may not hold there.
 func (q *Queue) Pause(ctx context.Context, topic string) error {
 	return q.setPaused(ctx, "pause", topic, true)
 }
@@ -76,12 +93,89 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 	if err := q.checkLayout(ctx); err != nil {
 		return fmt.Errorf("wheelq: %s: %w", op, err)
 	}
+	if paused {
+		// Known here at once, whatever the write's outcome: a pause
+		// that failed half-way holds here while Redis is unreachable,
+		// until a read of Redis says otherwise.
+		q.notePaused(topic, true)
+	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	if err := q.store.SetPaused(ctx, topic, paused); err != nil {
 		return fmt.Errorf("wheelq: %s %s: %w", op, topic, err)
 	}
+	if !paused {
+		q.notePaused(topic, false)
+	}
 	return nil
+}
+
+// notePaused records that topic was paused or resumed (by this process,
+// or by a message from another) in the known-paused set, with
+// RunWhileRedisDown (see pauseStage.known).
+func (q *Queue) notePaused(topic string, paused bool) {
+	if !q.cfg.RunWhileRedisDown {
+		return
+	}
+	ps := &q.pauses
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.knownGen++
+	if !paused {
+		delete(ps.known, topic)
+		return
+	}
+	if ps.known == nil {
+		ps.known = map[string]bool{}
+	}
+	ps.known[topic] = true
+}
+
+// readPaused reads the paused topics from Redis (sorted) and, with
+// RunWhileRedisDown, makes them the known-paused set: the whole of it,
+// unless a Pause, a Resume or a message changed it while the read was on
+// its way (then the read only adds to it; the next read settles it).
+func (q *Queue) readPaused(ctx context.Context) ([]string, error) {
+	ps := &q.pauses
+	ps.mu.Lock()
+	gen := ps.knownGen
+	ps.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	paused, err := q.store.PausedTopics(ctx)
+	cancel()
+	if err != nil || !q.cfg.RunWhileRedisDown {
+		return paused, err
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.knownGen == gen {
+		clear(ps.known)
+	}
+	if ps.known == nil && len(paused) > 0 {
+		ps.known = map[string]bool{}
+	}
+	for _, t := range paused {
+		ps.known[t] = true
+	}
+	return paused, nil
+}
+
+// parkIfKnownPaused parks a job whose claim could not reach Redis (with
+// RunWhileRedisDown, which would run it from the cache unverified) when
+// its topic is known here to be paused, or has jobs parked here, and
+// reports whether it did. due is the job's due time (unix µs). Like any
+// parked job it is armed again when the topic is resumed, which this
+// process learns once Redis is reachable again.
+func (q *Queue) parkIfKnownPaused(key string, due int64) bool {
+	topic, _, _ := strings.Cut(key, persist.KeySep)
+	ps := &q.pauses
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.known[topic] && ps.parked[topic] == nil && !ps.overflow[topic] {
+		return false
+	}
+	ps.parkLocked(topic, key, due)
+	return true
 }
 
 // Paused returns the paused topics, sorted.
@@ -173,7 +267,9 @@ func (q *Queue) stopPauseWatch() {
 // watchPauses runs until ctx ends: it subscribes to pause changes (again
 // after a broken subscription), and re-arms the parked jobs of a topic
 // resumed, told by the subscription or, every pauseRecheck while jobs are
-// parked, by the paused topics read from Redis.
+// parked, by the paused topics read from Redis. With RunWhileRedisDown it
+// also keeps the known-paused set: from the messages (both ways), and
+// from a read of Redis every pauseRecheck whether jobs are parked or not.
 func (q *Queue) watchPauses(ctx context.Context) {
 	ps := &q.pauses
 	var subs sync.WaitGroup
@@ -181,6 +277,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 	subs.Go(func() {
 		for ctx.Err() == nil {
 			err := q.store.WatchPaused(ctx, func(topic string, paused bool) {
+				q.notePaused(topic, paused)
 				if !paused {
 					select {
 					case ps.resumed <- topic:
@@ -207,12 +304,10 @@ func (q *Queue) watchPauses(ctx context.Context) {
 			q.unpark(ctx, topic)
 		case <-tick.C:
 			topics := q.parkedTopics()
-			if len(topics) == 0 {
-				continue
+			if len(topics) == 0 && !q.cfg.RunWhileRedisDown {
+				continue // with RunWhileRedisDown, the read keeps the known-paused set
 			}
-			cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-			paused, err := q.store.PausedTopics(cctx)
-			cancel()
+			paused, err := q.readPaused(ctx)
 			if err != nil {
 				continue // Redis unreachable: parked jobs wait, the next tick looks again
 			}
