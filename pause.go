@@ -27,6 +27,10 @@ import (
 // maxParked bounds the jobs of paused topics kept in memory.
 const maxParked = 10000
 
+// resumePage bounds the entries a resume past the parking bound holds in
+// memory at once (see unparkFromRedis).
+const resumePage = 2000
+
 // pauseRecheck is how often the watcher reads the paused topics from
 // Redis while jobs are parked: the fallback for a resume message missed
 // (a subscription broken meanwhile).
@@ -38,6 +42,7 @@ type pauseStage struct {
 	parked map[string]map[string]int64 // guarded by mu: topic -> job key -> due (unix µs)
 	n      int                         // guarded by mu: jobs in parked
 	max    int                         // guarded by mu: bound of n (maxParked; tests lower it)
+	page   int                         // guarded by mu: the most entries a resume past the bound holds (resumePage; tests lower it)
 	// overflow holds the topics that had jobs not parked for want of
 	// room: their resume reads them from Redis. Guarded by mu.
 	overflow map[string]bool
@@ -340,8 +345,9 @@ func (q *Queue) parkedTopics() []string {
 
 // unpark arms the parked jobs of a resumed topic again, in due order; if
 // some were not parked for want of room, it reads the topic's jobs due
-// within the loaded window of every owned partition from Redis instead.
-// A job of a topic paused again meanwhile is parked again by its claim.
+// within the loaded window of every owned partition from Redis instead
+// (unparkFromRedis). A job of a topic paused again meanwhile is parked
+// again by its claim.
 func (q *Queue) unpark(ctx context.Context, topic string) {
 	ps := &q.pauses
 	ps.mu.Lock()
@@ -349,42 +355,99 @@ func (q *Queue) unpark(ctx context.Context, topic string) {
 	delete(ps.parked, topic)
 	delete(ps.overflow, topic)
 	ps.n -= len(m)
+	page := cmp.Or(ps.page, resumePage)
 	ps.mu.Unlock()
+	if over {
+		// The parked ones are pending in Redis too, and read with the rest.
+		q.unparkFromRedis(ctx, topic, page)
+		return
+	}
 	es := make([]persist.Entry, 0, len(m))
 	for k, due := range m {
 		es = append(es, persist.Entry{Key: k, Due: due})
 	}
-	if over {
-		es = es[:0]
-		for p := range q.cfg.Partitions {
-			until := q.recov.LoadedUntil(p)
-			if until == recovery.NotOwned {
-				continue
-			}
-			var cur persist.Cursor
-			for !cur.Done && ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-				page, next, err := q.store.RangeWindow(cctx, p, false, -1<<62, until, cur, 2000)
-				cancel()
-				if err != nil {
-					// The sweep re-arms overdue jobs in a while anyway.
-					q.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", topic, "partition", p, "err", err)
-					break
-				}
-				for _, e := range page {
-					if strings.HasPrefix(e.Key, topic+persist.KeySep) {
-						es = append(es, e)
-					}
-				}
-				cur = next
-			}
+	slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
+	for _, e := range es {
+		q.armUnparked(e)
+	}
+}
+
+// resumeScan is one owned partition's window being read by
+// unparkFromRedis.
+type resumeScan struct {
+	p     int
+	until int64          // the end of the window: the partition's loaded time when the resume began
+	cur   persist.Cursor // where the next read goes on
+	buf   []persist.Entry
+}
+
+// unparkFromRedis arms the jobs of topic due within the loaded window of
+// every owned partition, read from Redis, in due order over all of them
+// (so that the topic's overdue jobs run oldest first, as parked ones do),
+// holding at most page entries at once (one per owned partition, if they
+// are more): the partitions' windows are merged, each read page/(owned
+// partitions) entries at a time, and each entry armed as the merge
+// reaches it. Armed a page of a partition at a time instead, overdue jobs
+// would run partition by partition: each page's fire at once, before the
+// next partition's is read. A partition whose read fails is left out
+// (the sweep re-arms its overdue jobs in a while).
+func (q *Queue) unparkFromRedis(ctx context.Context, topic string, page int) {
+	var scans []*resumeScan
+	for p := range q.cfg.Partitions {
+		if until := q.recov.LoadedUntil(p); until != recovery.NotOwned {
+			scans = append(scans, &resumeScan{p: p, until: until})
 		}
 	}
-	slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
-	now, wall := wheel.Readings(q.clock)
-	for _, e := range es {
-		if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {
-			q.armAt(e.Key, max(e.Due, 0), now, wall)
+	if len(scans) == 0 {
+		return
+	}
+	chunk := max(page/len(scans), 1)
+	prefix := topic + persist.KeySep
+	for ctx.Err() == nil {
+		var first *resumeScan
+		live := scans[:0]
+		for _, s := range scans {
+			if !q.refill(ctx, s, prefix, chunk) {
+				continue // read whole, or failed
+			}
+			live = append(live, s)
+			if first == nil || posOf(s.buf[0]).compare(posOf(first.buf[0])) < 0 {
+				first = s
+			}
 		}
+		scans = live
+		if first == nil {
+			return
+		}
+		q.armUnparked(first.buf[0])
+		first.buf = first.buf[1:]
+	}
+}
+
+// refill reads s's next entries whose key begins with prefix, chunk
+// entries at a time, when it has none left, until some are found or the
+// window is read whole; it reports whether s has entries left.
+func (q *Queue) refill(ctx context.Context, s *resumeScan, prefix string, chunk int) bool {
+	for len(s.buf) == 0 && !s.cur.Done && ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+		es, next, err := q.store.RangeWindow(cctx, s.p, false, -1<<62, s.until, s.cur, chunk)
+		cancel()
+		if err != nil {
+			// The sweep re-arms overdue jobs in a while anyway.
+			q.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", strings.TrimSuffix(prefix, persist.KeySep), "partition", s.p, "err", err)
+			return false
+		}
+		s.buf = slices.DeleteFunc(es, func(e persist.Entry) bool { return !strings.HasPrefix(e.Key, prefix) })
+		s.cur = next
+	}
+	return len(s.buf) > 0
+}
+
+// armUnparked arms a job of a resumed topic, if its partition is still
+// owned here and the job due within its loaded window.
+func (q *Queue) armUnparked(e persist.Entry) {
+	if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {
+		now, wall := wheel.Readings(q.clock)
+		q.armAt(e.Key, max(e.Due, 0), now, wall)
 	}
 }

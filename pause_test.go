@@ -107,11 +107,13 @@ func TestPauseSurvivesRestart(t *testing.T) {
 // topic's jobs are not kept in memory, and its resume reads them again
 // from Redis: every job runs, in due order. A resume missed by the
 // subscription (written to Redis behind the queue's back) is found by the
-// periodic look at the paused topics.
+// periodic look at the paused topics. No sweep runs meanwhile: it would
+// re-arm a job the resume lost.
 func TestPauseParkingIsBounded(t *testing.T) {
 	t.Parallel()
 	eachDeployment(t, func(t *testing.T, d deployment) {
-		b := d.setup(t, Config{Concurrency: 1}) // one worker: runs start in the order recorded
+		// One worker: runs start in the order recorded.
+		b := d.setup(t, Config{Concurrency: 1, test: testHooks{sweepInterval: time.Hour}})
 		b.q.pauses.mu.Lock()
 		b.q.pauses.max = 3
 		b.q.pauses.mu.Unlock()
@@ -148,6 +150,52 @@ func TestPauseParkingIsBounded(t *testing.T) {
 		}
 		require.Equal(t, "late", r.next(t).ID)
 	})
+}
+
+// TestPauseResumePastBoundReadsPages: a resume past the parking bound
+// reads the topic's jobs from Redis a few at a time (a page of 8 over 4
+// partitions: 2 entries per read), merged over the partitions, among the
+// jobs of another paused topic interleaved with them in due time (reads
+// that find none of the topic's): every job of the resumed topic runs,
+// once, in due order, and the other topic's stay pending. No sweep runs
+// meanwhile: it would re-arm a job this path lost.
+func TestPauseResumePastBoundReadsPages(t *testing.T) {
+	t.Parallel()
+	// One worker: runs start in the order recorded.
+	b := setup(t, Config{Concurrency: 1, test: testHooks{sweepInterval: time.Hour}})
+	b.q.pauses.mu.Lock()
+	b.q.pauses.max, b.q.pauses.page = 1, 8
+	b.q.pauses.mu.Unlock()
+	r, other := recordRuns(t, b.q, "p"), recordRuns(t, b.q, "o")
+	require.NoError(t, b.q.Pause(b.ctx, "p"))
+	require.NoError(t, b.q.Pause(b.ctx, "o"))
+	base := time.Now()
+	var want []string
+	for i := range 40 {
+		// Three of p, then one of o, in due order: reads find two of p,
+		// one, or none.
+		topic, id := "p", fmt.Sprintf("j%02d", i)
+		if i%4 == 3 {
+			topic = "o"
+		} else {
+			want = append(want, id)
+		}
+		_, err := b.q.Schedule(b.ctx, topic, nil, ID(id), At(base.Add(time.Duration(i)*time.Millisecond)))
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool {
+		b.q.pauses.mu.Lock()
+		defer b.q.pauses.mu.Unlock()
+		return b.q.pauses.n == 1 && b.q.pauses.overflow["p"] && b.q.pauses.overflow["o"]
+	}, "one parked, the rest left in Redis")
+	r.none(t, 100*time.Millisecond)
+	require.NoError(t, b.q.Resume(b.ctx, "p"))
+	require.Equal(t, want, runOrder(t, r, 30), "every job of the resumed topic, in due order")
+	r.none(t, 300*time.Millisecond)
+	other.none(t, 0)
+	counts, err := b.q.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []TopicCounts{{Topic: "o", Pending: 10, Paused: true}}, counts)
 }
 
 // TestPauseTwoWorkers: two started workers share the partitions; a pause

@@ -172,14 +172,15 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		member = cfg.InstanceID
 	}
 	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
-		Token:        token,
-		Member:       member,
-		Horizon:      cfg.Horizon,
-		PollInterval: cfg.PollInterval,
-		LeaseTTL:     cfg.LeaseTTL,
-		CallTimeout:  min(cfg.WriteTimeout, cfg.LeaseTTL/3),
-		Clock:        pollClock,
-		Logger:       cfg.Logger,
+		Token:         token,
+		Member:        member,
+		Horizon:       cfg.Horizon,
+		PollInterval:  cfg.PollInterval,
+		LeaseTTL:      cfg.LeaseTTL,
+		CallTimeout:   min(cfg.WriteTimeout, cfg.LeaseTTL/3),
+		Clock:         pollClock,
+		Logger:        cfg.Logger,
+		SweepInterval: cfg.test.sweepInterval,
 	})
 	if err != nil {
 		return nil, err
