@@ -340,13 +340,20 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		q.log.Warn("wheelq: claim failed; running cached jobs unverified (RunWhileRedisDown)", "err", err, "jobs", len(owned))
 		now, wall := wheel.Readings(q.clock)
 		for i, f := range owned {
+			due := wall.Add(f.due.Sub(now)) // f.due is on the wheel's timeline
+			if q.parkIfKnownPaused(f.key, due.UnixMicro()) {
+				// Its topic is known here to be paused: armed again on
+				// resume (pause.go), which this process learns once Redis
+				// is back.
+				notRun(f.key)
+				continue
+			}
 			if cached[i] == nil {
 				notRun(f.key)
 				retry = append(retry, f)
 				continue
 			}
 			p := q.store.PartitionOf(f.key)
-			due := wall.Add(f.due.Sub(now)) // f.due is on the wheel's timeline
 			toHold = append(toHold, q.newTask(f.key, cached[i], due, p, epochs[i], false))
 		}
 		return retry

@@ -117,6 +117,14 @@ type Config struct {
 	// or rescheduled (both returned nil) shortly before Redis became
 	// unreachable from here may still run at its old time, and a run whose
 	// ack cannot be stored before the lease lapses runs again elsewhere.
+	// A paused topic's jobs do not run this way when this process knows
+	// of the pause: it made it itself (even by a Pause that returned an
+	// error), got its message, read it from Redis (at Start, then every
+	// second), or holds jobs of the topic parked; they are parked, and
+	// run after Resume once Redis is back. But a topic that another
+	// process paused shortly before Redis became unreachable from here,
+	// a pause this process neither got as a message nor read yet, may
+	// still run.
 	RunWhileRedisDown bool
 	// History is the run history's retention: a job that finished (its
 	// handler succeeded, or it was cancelled) keeps its outcome, finish

@@ -27,6 +27,10 @@ import (
 // maxParked bounds the jobs of paused topics kept in memory.
 const maxParked = 10000
 
+// resumePage bounds the entries a resume past the parking bound holds in
+// memory at once (see unparkFromRedis).
+const resumePage = 2000
+
 // pauseRecheck is how often the watcher reads the paused topics from
 // Redis while jobs are parked: the fallback for a resume message missed
 // (a subscription broken meanwhile).
@@ -38,9 +42,23 @@ type pauseStage struct {
 	parked map[string]map[string]int64 // guarded by mu: topic -> job key -> due (unix µs)
 	n      int                         // guarded by mu: jobs in parked
 	max    int                         // guarded by mu: bound of n (maxParked; tests lower it)
+	page   int                         // guarded by mu: the most entries a resume past the bound holds (resumePage; tests lower it)
 	// overflow holds the topics that had jobs not parked for want of
 	// room: their resume reads them from Redis. Guarded by mu.
 	overflow map[string]bool
+	// known holds the topics this process knows to be paused, kept only
+	// with RunWhileRedisDown: a claim that cannot reach Redis parks their
+	// jobs instead of running them unverified (parkIfKnownPaused). It is
+	// set by this process's Pause (before the write) and cleared by its
+	// Resume (after it), by the subscription's messages both ways, and
+	// replaced by every read of the paused topics from Redis (at Start
+	// and by the watcher every pauseRecheck). At most the topics paused
+	// in Redis, and those changed since the last read. Guarded by mu.
+	known map[string]bool
+	// knownGen counts the changes of known by a Pause, a Resume or a
+	// message: a read of Redis sent before one of them (a reply that
+	// may be older than the change) only adds to known. Guarded by mu.
+	knownGen uint64
 	resumed  chan string // topics resumed, from the subscription
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the watcher returned
@@ -52,7 +70,11 @@ type pauseStage struct {
 // pause reached Redis goes on (a job is claimed ClaimLead before its due
 // time). Jobs may still be scheduled, cancelled and rescheduled. Pausing a
 // paused topic does nothing. Pause returns once every partition has the
-// pause; an error means some may not: call it again.
+// pause; an error means some may not: call it again. With
+// Config.RunWhileRedisDown, a process that cannot reach Redis holds the
+// topic's jobs only if it knew of the pause (it made it, got its message
+// or read it; see that field): one made by another process just before
+// Redis became unreachable from there may not hold there.
 func (q *Queue) Pause(ctx context.Context, topic string) error {
 	return q.setPaused(ctx, "pause", topic, true)
 }
@@ -76,12 +98,89 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 	if err := q.checkLayout(ctx); err != nil {
 		return fmt.Errorf("wheelq: %s: %w", op, err)
 	}
+	if paused {
+		// Known here at once, whatever the write's outcome: a pause
+		// that failed half-way holds here while Redis is unreachable,
+		// until a read of Redis says otherwise.
+		q.notePaused(topic, true)
+	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	if err := q.store.SetPaused(ctx, topic, paused); err != nil {
 		return fmt.Errorf("wheelq: %s %s: %w", op, topic, err)
 	}
+	if !paused {
+		q.notePaused(topic, false)
+	}
 	return nil
+}
+
+// notePaused records that topic was paused or resumed (by this process,
+// or by a message from another) in the known-paused set, with
+// RunWhileRedisDown (see pauseStage.known).
+func (q *Queue) notePaused(topic string, paused bool) {
+	if !q.cfg.RunWhileRedisDown {
+		return
+	}
+	ps := &q.pauses
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.knownGen++
+	if !paused {
+		delete(ps.known, topic)
+		return
+	}
+	if ps.known == nil {
+		ps.known = map[string]bool{}
+	}
+	ps.known[topic] = true
+}
+
+// readPaused reads the paused topics from Redis (sorted) and, with
+// RunWhileRedisDown, makes them the known-paused set: the whole of it,
+// unless a Pause, a Resume or a message changed it while the read was on
+// its way (then the read only adds to it; the next read settles it).
+func (q *Queue) readPaused(ctx context.Context) ([]string, error) {
+	ps := &q.pauses
+	ps.mu.Lock()
+	gen := ps.knownGen
+	ps.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	paused, err := q.store.PausedTopics(ctx)
+	cancel()
+	if err != nil || !q.cfg.RunWhileRedisDown {
+		return paused, err
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.knownGen == gen {
+		clear(ps.known)
+	}
+	if ps.known == nil && len(paused) > 0 {
+		ps.known = map[string]bool{}
+	}
+	for _, t := range paused {
+		ps.known[t] = true
+	}
+	return paused, nil
+}
+
+// parkIfKnownPaused parks a job whose claim could not reach Redis (with
+// RunWhileRedisDown, which would run it from the cache unverified) when
+// its topic is known here to be paused, or has jobs parked here, and
+// reports whether it did. due is the job's due time (unix µs). Like any
+// parked job it is armed again when the topic is resumed, which this
+// process learns once Redis is reachable again.
+func (q *Queue) parkIfKnownPaused(key string, due int64) bool {
+	topic, _, _ := strings.Cut(key, persist.KeySep)
+	ps := &q.pauses
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.known[topic] && ps.parked[topic] == nil && !ps.overflow[topic] {
+		return false
+	}
+	ps.parkLocked(topic, key, due)
+	return true
 }
 
 // Paused returns the paused topics, sorted.
@@ -173,7 +272,9 @@ func (q *Queue) stopPauseWatch() {
 // watchPauses runs until ctx ends: it subscribes to pause changes (again
 // after a broken subscription), and re-arms the parked jobs of a topic
 // resumed, told by the subscription or, every pauseRecheck while jobs are
-// parked, by the paused topics read from Redis.
+// parked, by the paused topics read from Redis. With RunWhileRedisDown it
+// also keeps the known-paused set: from the messages (both ways), and
+// from a read of Redis every pauseRecheck whether jobs are parked or not.
 func (q *Queue) watchPauses(ctx context.Context) {
 	ps := &q.pauses
 	var subs sync.WaitGroup
@@ -181,6 +282,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 	subs.Go(func() {
 		for ctx.Err() == nil {
 			err := q.store.WatchPaused(ctx, func(topic string, paused bool) {
+				q.notePaused(topic, paused)
 				if !paused {
 					select {
 					case ps.resumed <- topic:
@@ -207,12 +309,10 @@ func (q *Queue) watchPauses(ctx context.Context) {
 			q.unpark(ctx, topic)
 		case <-tick.C:
 			topics := q.parkedTopics()
-			if len(topics) == 0 {
-				continue
+			if len(topics) == 0 && !q.cfg.RunWhileRedisDown {
+				continue // with RunWhileRedisDown, the read keeps the known-paused set
 			}
-			cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-			paused, err := q.store.PausedTopics(cctx)
-			cancel()
+			paused, err := q.readPaused(ctx)
 			if err != nil {
 				continue // Redis unreachable: parked jobs wait, the next tick looks again
 			}
@@ -245,8 +345,9 @@ func (q *Queue) parkedTopics() []string {
 
 // unpark arms the parked jobs of a resumed topic again, in due order; if
 // some were not parked for want of room, it reads the topic's jobs due
-// within the loaded window of every owned partition from Redis instead.
-// A job of a topic paused again meanwhile is parked again by its claim.
+// within the loaded window of every owned partition from Redis instead
+// (unparkFromRedis). A job of a topic paused again meanwhile is parked
+// again by its claim.
 func (q *Queue) unpark(ctx context.Context, topic string) {
 	ps := &q.pauses
 	ps.mu.Lock()
@@ -254,42 +355,99 @@ func (q *Queue) unpark(ctx context.Context, topic string) {
 	delete(ps.parked, topic)
 	delete(ps.overflow, topic)
 	ps.n -= len(m)
+	page := cmp.Or(ps.page, resumePage)
 	ps.mu.Unlock()
+	if over {
+		// The parked ones are pending in Redis too, and read with the rest.
+		q.unparkFromRedis(ctx, topic, page)
+		return
+	}
 	es := make([]persist.Entry, 0, len(m))
 	for k, due := range m {
 		es = append(es, persist.Entry{Key: k, Due: due})
 	}
-	if over {
-		es = es[:0]
-		for p := range q.cfg.Partitions {
-			until := q.recov.LoadedUntil(p)
-			if until == recovery.NotOwned {
-				continue
-			}
-			var cur persist.Cursor
-			for !cur.Done && ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-				page, next, err := q.store.RangeWindow(cctx, p, false, -1<<62, until, cur, 2000)
-				cancel()
-				if err != nil {
-					// The sweep re-arms overdue jobs in a while anyway.
-					q.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", topic, "partition", p, "err", err)
-					break
-				}
-				for _, e := range page {
-					if strings.HasPrefix(e.Key, topic+persist.KeySep) {
-						es = append(es, e)
-					}
-				}
-				cur = next
-			}
+	slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
+	for _, e := range es {
+		q.armUnparked(e)
+	}
+}
+
+// resumeScan is one owned partition's window being read by
+// unparkFromRedis.
+type resumeScan struct {
+	p     int
+	until int64          // the end of the window: the partition's loaded time when the resume began
+	cur   persist.Cursor // where the next read goes on
+	buf   []persist.Entry
+}
+
+// unparkFromRedis arms the jobs of topic due within the loaded window of
+// every owned partition, read from Redis, in due order over all of them
+// (so that the topic's overdue jobs run oldest first, as parked ones do),
+// holding at most page entries at once (one per owned partition, if they
+// are more): the partitions' windows are merged, each read page/(owned
+// partitions) entries at a time, and each entry armed as the merge
+// reaches it. Armed a page of a partition at a time instead, overdue jobs
+// would run partition by partition: each page's fire at once, before the
+// next partition's is read. A partition whose read fails is left out
+// (the sweep re-arms its overdue jobs in a while).
+func (q *Queue) unparkFromRedis(ctx context.Context, topic string, page int) {
+	var scans []*resumeScan
+	for p := range q.cfg.Partitions {
+		if until := q.recov.LoadedUntil(p); until != recovery.NotOwned {
+			scans = append(scans, &resumeScan{p: p, until: until})
 		}
 	}
-	slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
-	now, wall := wheel.Readings(q.clock)
-	for _, e := range es {
-		if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {
-			q.armAt(e.Key, max(e.Due, 0), now, wall)
+	if len(scans) == 0 {
+		return
+	}
+	chunk := max(page/len(scans), 1)
+	prefix := topic + persist.KeySep
+	for ctx.Err() == nil {
+		var first *resumeScan
+		live := scans[:0]
+		for _, s := range scans {
+			if !q.refill(ctx, s, prefix, chunk) {
+				continue // read whole, or failed
+			}
+			live = append(live, s)
+			if first == nil || posOf(s.buf[0]).compare(posOf(first.buf[0])) < 0 {
+				first = s
+			}
 		}
+		scans = live
+		if first == nil {
+			return
+		}
+		q.armUnparked(first.buf[0])
+		first.buf = first.buf[1:]
+	}
+}
+
+// refill reads s's next entries whose key begins with prefix, chunk
+// entries at a time, when it has none left, until some are found or the
+// window is read whole; it reports whether s has entries left.
+func (q *Queue) refill(ctx context.Context, s *resumeScan, prefix string, chunk int) bool {
+	for len(s.buf) == 0 && !s.cur.Done && ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+		es, next, err := q.store.RangeWindow(cctx, s.p, false, -1<<62, s.until, s.cur, chunk)
+		cancel()
+		if err != nil {
+			// The sweep re-arms overdue jobs in a while anyway.
+			q.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", strings.TrimSuffix(prefix, persist.KeySep), "partition", s.p, "err", err)
+			return false
+		}
+		s.buf = slices.DeleteFunc(es, func(e persist.Entry) bool { return !strings.HasPrefix(e.Key, prefix) })
+		s.cur = next
+	}
+	return len(s.buf) > 0
+}
+
+// armUnparked arms a job of a resumed topic, if its partition is still
+// owned here and the job due within its loaded window.
+func (q *Queue) armUnparked(e persist.Entry) {
+	if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {
+		now, wall := wheel.Readings(q.clock)
+		q.armAt(e.Key, max(e.Due, 0), now, wall)
 	}
 }

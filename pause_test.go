@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/redistest"
 )
 
 // recordRuns registers a handler of topic that records each run.
@@ -106,11 +107,13 @@ func TestPauseSurvivesRestart(t *testing.T) {
 // topic's jobs are not kept in memory, and its resume reads them again
 // from Redis: every job runs, in due order. A resume missed by the
 // subscription (written to Redis behind the queue's back) is found by the
-// periodic look at the paused topics.
+// periodic look at the paused topics. No sweep runs meanwhile: it would
+// re-arm a job the resume lost.
 func TestPauseParkingIsBounded(t *testing.T) {
 	t.Parallel()
 	eachDeployment(t, func(t *testing.T, d deployment) {
-		b := d.setup(t, Config{Concurrency: 1}) // one worker: runs start in the order recorded
+		// One worker: runs start in the order recorded.
+		b := d.setup(t, Config{Concurrency: 1, test: testHooks{sweepInterval: time.Hour}})
 		b.q.pauses.mu.Lock()
 		b.q.pauses.max = 3
 		b.q.pauses.mu.Unlock()
@@ -147,6 +150,52 @@ func TestPauseParkingIsBounded(t *testing.T) {
 		}
 		require.Equal(t, "late", r.next(t).ID)
 	})
+}
+
+// TestPauseResumePastBoundReadsPages: a resume past the parking bound
+// reads the topic's jobs from Redis a few at a time (a page of 8 over 4
+// partitions: 2 entries per read), merged over the partitions, among the
+// jobs of another paused topic interleaved with them in due time (reads
+// that find none of the topic's): every job of the resumed topic runs,
+// once, in due order, and the other topic's stay pending. No sweep runs
+// meanwhile: it would re-arm a job this path lost.
+func TestPauseResumePastBoundReadsPages(t *testing.T) {
+	t.Parallel()
+	// One worker: runs start in the order recorded.
+	b := setup(t, Config{Concurrency: 1, test: testHooks{sweepInterval: time.Hour}})
+	b.q.pauses.mu.Lock()
+	b.q.pauses.max, b.q.pauses.page = 1, 8
+	b.q.pauses.mu.Unlock()
+	r, other := recordRuns(t, b.q, "p"), recordRuns(t, b.q, "o")
+	require.NoError(t, b.q.Pause(b.ctx, "p"))
+	require.NoError(t, b.q.Pause(b.ctx, "o"))
+	base := time.Now()
+	var want []string
+	for i := range 40 {
+		// Three of p, then one of o, in due order: reads find two of p,
+		// one, or none.
+		topic, id := "p", fmt.Sprintf("j%02d", i)
+		if i%4 == 3 {
+			topic = "o"
+		} else {
+			want = append(want, id)
+		}
+		_, err := b.q.Schedule(b.ctx, topic, nil, ID(id), At(base.Add(time.Duration(i)*time.Millisecond)))
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool {
+		b.q.pauses.mu.Lock()
+		defer b.q.pauses.mu.Unlock()
+		return b.q.pauses.n == 1 && b.q.pauses.overflow["p"] && b.q.pauses.overflow["o"]
+	}, "one parked, the rest left in Redis")
+	r.none(t, 100*time.Millisecond)
+	require.NoError(t, b.q.Resume(b.ctx, "p"))
+	require.Equal(t, want, runOrder(t, r, 30), "every job of the resumed topic, in due order")
+	r.none(t, 300*time.Millisecond)
+	other.none(t, 0)
+	counts, err := b.q.Counts(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []TopicCounts{{Topic: "o", Pending: 10, Paused: true}}, counts)
 }
 
 // TestPauseTwoWorkers: two started workers share the partitions; a pause
@@ -195,4 +244,121 @@ func TestArmParksJobsOfPausedTopic(t *testing.T) {
 	b.q.pauses.mu.Lock()
 	defer b.q.pauses.mu.Unlock()
 	require.Contains(t, b.q.pauses.parked["mail"], "mail/2")
+}
+
+// TestPauseHoldsWhileRedisDown: with RunWhileRedisDown on, a topic this
+// process knows to be paused does not start while Redis is unreachable:
+// its job that comes due meanwhile is parked, while another topic's job
+// due with it runs from the payload cache (so the claims did fail and
+// took the unverified path). Once Redis is back and the topic is resumed,
+// the paused job runs, once, and the topic is no longer known as paused.
+// Each subtest is a way to learn of the pause (and of the resume): this
+// process's own Pause, another process's (a message, or the watcher's
+// read), a pause written behind the queues' back (no message: the
+// watcher's read), and one made before Start (Start's read).
+func TestPauseHoldsWhileRedisDown(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"own", "other", "behind", "start"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.Options{AOF: true})
+			srv.RequireReal(t)
+			b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+			q := b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute, RunWhileRedisDown: true})
+			paused, other := recordRuns(t, q, "p"), recordRuns(t, q, "o")
+			admin := b.newQueue(t, Config{})
+			behind := func(pause bool) error { // no message
+				for p := range q.cfg.Partitions {
+					k := q.store.Keys(p).Paused
+					cmd := b.rdb.HDel(b.ctx, k, "p")
+					if pause {
+						cmd = b.rdb.HSet(b.ctx, k, "p", "1")
+					}
+					if err := cmd.Err(); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			if how == "start" {
+				require.NoError(t, admin.Pause(b.ctx, "p"))
+			}
+			require.NoError(t, q.Start(b.ctx))
+			<-q.Ready()
+			switch how {
+			case "own":
+				require.NoError(t, q.Pause(b.ctx, "p"))
+			case "other":
+				require.NoError(t, admin.Pause(b.ctx, "p"))
+			case "behind":
+				require.NoError(t, behind(true))
+			case "start":
+				require.True(t, knowsPaused(q, "p"), "read at Start")
+			}
+			eventually(t, func() bool { return knowsPaused(q, "p") }, "the pause known here")
+			due := time.Now().Add(time.Second)
+			for _, topic := range []string{"p", "o"} {
+				// Scheduled here: the payload is in q's cache.
+				_, err := q.Schedule(b.ctx, topic, []byte("x"), ID("j"), At(due))
+				require.NoError(t, err)
+			}
+			srv.Kill()
+			require.True(t, time.Now().Before(due.Add(-q.cfg.ClaimLead)), "Redis was down before the jobs were claimed")
+			require.Equal(t, "j", other.next(t).ID, "the other topic's job runs unverified")
+			paused.none(t, 300*time.Millisecond)
+			eventually(t, func() bool {
+				q.pauses.mu.Lock()
+				defer q.pauses.mu.Unlock()
+				_, ok := q.pauses.parked["p"]["p/j"]
+				return ok
+			}, "the paused topic's job parked")
+
+			require.NoError(t, srv.Restart())
+			switch how {
+			case "own", "start":
+				eventually(t, func() bool { return q.Resume(b.ctx, "p") == nil }, "resumed once Redis is back")
+				require.False(t, knowsPaused(q, "p"), "its own resume clears it")
+			case "other":
+				eventually(t, func() bool { return admin.Resume(b.ctx, "p") == nil }, "resumed once Redis is back")
+			case "behind":
+				eventually(t, func() bool { return behind(false) == nil }, "resumed once Redis is back")
+			}
+			j := paused.next(t)
+			require.Equal(t, "j", j.ID, "the paused job runs after the resume")
+			require.False(t, time.Now().Before(due))
+			eventually(t, func() bool { return !knowsPaused(q, "p") }, "the resume clears the pause here")
+			paused.none(t, 300*time.Millisecond)
+			other.none(t, 0)
+			drained(t, &bundle{q: q, ctx: b.ctx})
+		})
+	}
+}
+
+// knowsPaused reports whether q knows topic to be paused (its
+// pauseStage.known).
+func knowsPaused(q *Queue, topic string) bool {
+	q.pauses.mu.Lock()
+	defer q.pauses.mu.Unlock()
+	return q.pauses.known[topic]
+}
+
+// TestParkIfKnownPaused: a job whose claim could not reach Redis is
+// parked when its topic is known here to be paused, or has jobs parked
+// here (a pause this process learnt from a claim), and not otherwise.
+func TestParkIfKnownPaused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{RunWhileRedisDown: true})
+	now := time.Now().UnixMicro()
+	b.q.park("mail/1", now) // as a claim answered "paused"
+	b.q.notePaused("sms", true)
+	require.True(t, b.q.parkIfKnownPaused("mail/2", now))
+	require.True(t, b.q.parkIfKnownPaused("sms/1", now))
+	require.False(t, b.q.parkIfKnownPaused("other/1", now))
+	b.q.notePaused("sms", false)
+	require.False(t, knowsPaused(b.q, "sms"))
+	b.q.pauses.mu.Lock()
+	defer b.q.pauses.mu.Unlock()
+	require.Contains(t, b.q.pauses.parked["mail"], "mail/2")
+	require.Contains(t, b.q.pauses.parked["sms"], "sms/1")
+	require.NotContains(t, b.q.pauses.parked, "other")
 }

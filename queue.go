@@ -172,14 +172,15 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		member = cfg.InstanceID
 	}
 	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
-		Token:        token,
-		Member:       member,
-		Horizon:      cfg.Horizon,
-		PollInterval: cfg.PollInterval,
-		LeaseTTL:     cfg.LeaseTTL,
-		CallTimeout:  min(cfg.WriteTimeout, cfg.LeaseTTL/3),
-		Clock:        pollClock,
-		Logger:       cfg.Logger,
+		Token:         token,
+		Member:        member,
+		Horizon:       cfg.Horizon,
+		PollInterval:  cfg.PollInterval,
+		LeaseTTL:      cfg.LeaseTTL,
+		CallTimeout:   min(cfg.WriteTimeout, cfg.LeaseTTL/3),
+		Clock:         pollClock,
+		Logger:        cfg.Logger,
+		SweepInterval: cfg.test.sweepInterval,
 	})
 	if err != nil {
 		return nil, err
@@ -241,6 +242,13 @@ func (q *Queue) Start(ctx context.Context) error {
 	}
 	if err := q.checkLayout(ctx); err != nil {
 		return fmt.Errorf("wheelq: start: %w", err)
+	}
+	if q.cfg.RunWhileRedisDown {
+		// The paused topics, known before any job is armed: a claim that
+		// cannot reach Redis parks their jobs (pause.go).
+		if _, err := q.readPaused(ctx); err != nil {
+			q.log.Warn("wheelq: start: reading the paused topics; the watcher reads them again", "err", err)
+		}
 	}
 	q.startPauseWatch()
 	q.sched.Start()

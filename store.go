@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"time"
 
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
@@ -44,4 +45,8 @@ var _ engineStore = (*persist.Store)(nil)
 type testHooks struct {
 	// wrapStore, if set, wraps the store the engine uses.
 	wrapStore func(engineStore) engineStore
+	// sweepInterval, if set, is the recoverer's SweepInterval: a test
+	// of a path that arms jobs sets it long, so that the sweep (the
+	// safety net for lost armings) cannot hide a job that path lost.
+	sweepInterval time.Duration
 }
