@@ -37,7 +37,7 @@ type SchedulerConfig struct {
 	// queued on is not running: on a 2-vCPU VM, stalls of 1-7 ms several
 	// times a minute, which put the wheel's p99.9 lateness at 0.1-2.4 ms.
 	// Two threads are seldom stalled together: with Backup, p99.9 was
-	// 80-100 µs in most runs (docs/benchmarks.md).
+	// 0.07-0.45 ms in 30 runs, median 0.1 ms (docs/benchmarks.md).
 	//
 	// The cost: while its thread waits in the kernel it holds one of the
 	// process's Ps, which the runtime hands to other goroutines only when
