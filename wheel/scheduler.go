@@ -34,8 +34,9 @@ type SchedulerConfig struct {
 	// wakes first fires what is due, and the other finds it done.
 	//
 	// On a VM one waiting thread is late whenever the virtual CPU it is
-	// queued on is not running: on a 2-vCPU VM, stalls of 1-7 ms several
-	// times a minute, which put the wheel's p99.9 lateness at 0.1-2.4 ms.
+	// queued on is not running: on a 2-vCPU VM, a thread alone was stalled
+	// 1-7 ms in most runs of 2 s, which put the wheel's p99.9 lateness at
+	// 0.1-2.4 ms.
 	// Two threads are seldom stalled together: with Backup, p99.9 was
 	// 0.07-0.45 ms in 30 runs, median 0.1 ms (docs/benchmarks.md).
 	//
