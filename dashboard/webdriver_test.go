@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -180,17 +181,43 @@ func (b *browser) call(method, url string, in, out any) error {
 		return fmt.Errorf("%s %s: %s: %v", method, url, res.Status, err)
 	}
 	if res.StatusCode != http.StatusOK {
-		var e struct {
-			Error   string `json:"error"`
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(env.Value, &e)
-		return fmt.Errorf("%s %s: %s: %s: %s", method, url, res.Status, e.Error, e.Message)
+		e := &webdriverError{Status: res.Status, Request: method + " " + url}
+		_ = json.Unmarshal(env.Value, e)
+		return e
 	}
 	if out != nil {
 		return json.Unmarshal(env.Value, out)
 	}
 	return nil
+}
+
+// webdriverError is an error a WebDriver command answered with; Code is
+// the W3C error code ("stale element reference", ...).
+type webdriverError struct {
+	Status  string
+	Request string
+	Code    string `json:"error"`
+	Message string `json:"message"`
+}
+
+func (e *webdriverError) Error() string {
+	return fmt.Sprintf("%s: %s: %s: %s", e.Request, e.Status, e.Code, e.Message)
+}
+
+// passing reports whether err says the element found a moment ago is not
+// the one on the page any more, or not yet clickable: the page re-rendered
+// (its periodic refresh, an action's reply) between finding and clicking.
+// Finding the element again is the cure.
+func passing(err error) bool {
+	var e *webdriverError
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code {
+	case "stale element reference", "no such element", "element click intercepted", "element not interactable":
+		return true
+	}
+	return false
 }
 
 func (b *browser) must(err error) {
@@ -277,9 +304,22 @@ func (b *browser) text(id string) string {
 	return s
 }
 
+// click clicks the first element matching css. It finds the element anew
+// for each try: one that the page replaced between finding and clicking
+// (a re-render) is found again and clicked, until the browser's timeout.
 func (b *browser) click(css string) {
 	b.t.Helper()
-	b.must(b.call(http.MethodPost, b.base+"/element/"+b.element(css)+"/click", nil, nil))
+	b.waitFor("a click on "+css, func() bool {
+		ids := b.elements(css)
+		if len(ids) == 0 {
+			return false
+		}
+		err := b.call(http.MethodPost, b.base+"/element/"+ids[0]+"/click", nil, nil)
+		if err != nil && !passing(err) {
+			b.must(err)
+		}
+		return err == nil
+	})
 }
 
 func (b *browser) acceptAlert() {

@@ -61,7 +61,12 @@ type SchedulerConfig struct {
 // use.
 //
 // Guarantees: an entry is handed to the callback at most once per Add, never
-// before its due time on the scheduler's clock, and in due order. The
+// before its due time on the scheduler's clock, and in due order among the
+// entries pending together: an entry added (or moved) before its due time
+// is handed out no later than any entry due after it, in an earlier batch
+// or earlier in the same one. An entry whose due time had passed when it was
+// added fires as soon as a runner sees it, after entries due later that
+// had fired meanwhile: the order of what already fired cannot be undone. The
 // callback runs on a runner's goroutine (with Backup, either runner's, one
 // of them locked to its OS thread), never concurrently with itself, and
 // never while the scheduler's lock is held, so it may call Add or Cancel;
