@@ -72,87 +72,34 @@ func TestClaimByteBudget(t *testing.T) {
 		require.LessOrEqual(t, returned, 3, "round %d: the budget holds about three records", round)
 		require.Positive(t, returned, "round %d: at least the first record", round)
 	}
-	// A caller that holds the current revision gets no record: it costs
-	// the budget nothing, so all of them fit.
+	// A caller that holds the current revision gets no record, but Redis
+	// reads each record whole to compare its revision: those reads count
+	// against the budget too, so one call confirms about the budget's
+	// worth and defers the rest (counting only the records returned let a
+	// call read every record of a batch of large ones: a second of Redis's
+	// time for 400 MiB). Every job is confirmed within a few calls.
 	rv, err := DecodeRecord(rec(strings.Repeat("x", 1000)))
 	require.NoError(t, err)
-	var ask []ClaimRequest
-	for _, r := range reqs[:8] {
-		ask = append(ask, ClaimRequest{Key: r.Key, Rev: rv.Rev, HaveRev: true})
-	}
-	res, err := b.store.Claim(b.ctx, []string{""}, ask, nil)
-	require.NoError(t, err)
-	for i, r := range res {
-		require.False(t, r.Deferred, "job %d", i)
-		require.Nil(t, r.Record, "job %d", i)
-	}
-}
-
-// BenchmarkClaimLargeRecords: one claim call of 40 jobs of 1 MiB, none
-// cached by the caller: it returns about MaxClaimBytes of them and defers
-// the rest. (Reading all 40 records before applying the budget took
-// 0.86-1.02 s a call.)
-func BenchmarkClaimLargeRecords(b *testing.B) {
-	bb := setup(b, 1)
-	reqs := writeBig(b, bb, 40, 1<<20)
-	b.ReportAllocs()
-	for b.Loop() {
-		res, err := bb.store.Claim(bb.ctx, []string{""}, reqs, nil)
-		if err != nil {
-			b.Fatal(err)
+	confirmed := map[string]bool{}
+	for round := 0; len(confirmed) < 8; round++ {
+		require.Less(t, round, 10, "claims make progress")
+		var ask []ClaimRequest
+		for _, r := range reqs[:8] {
+			if !confirmed[r.Key] {
+				ask = append(ask, ClaimRequest{Key: r.Key, Rev: rv.Rev, HaveRev: true})
+			}
 		}
-		if res[0].Record == nil || !res[len(res)-1].Deferred {
-			b.Fatal("want the first record returned and the last deferred")
+		res, err := b.store.Claim(b.ctx, []string{""}, ask, nil)
+		require.NoError(t, err)
+		n := 0
+		for i, r := range res {
+			require.Nil(t, r.Record, "round %d, job %s: the caller's revision is current", round, ask[i].Key)
+			if !r.Deferred {
+				confirmed[ask[i].Key] = true
+				n++
+			}
 		}
-	}
-}
-
-// BenchmarkClaimBatch: one claim call of 1024 small jobs spread over 16
-// partitions, whose records the caller has (revision current), as the
-// claimers send in a burst. ns/op is the round trip of the whole batch.
-func BenchmarkClaimBatch(b *testing.B) {
-	bb := setup(b, 16)
-	var ws []Write
-	var reqs []ClaimRequest
-	for i := range 1024 {
-		k := JobKey("burst", fmt.Sprintf("job-%08d", i))
-		ws = append(ws, Write{Key: k, Due: 1000, Record: rec(""), Replace: true})
-		reqs = append(reqs, ClaimRequest{Key: k, Rev: 1, HaveRev: true})
-	}
-	_, err := bb.store.Write(bb.ctx, nil, ws)
-	require.NoError(b, err)
-	tokens := make([]string, 16)
-	b.ReportAllocs()
-	for b.Loop() {
-		res, err := bb.store.Claim(bb.ctx, tokens, reqs, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if res[0].Gone || res[0].Busy || res[0].Record != nil {
-			b.Fatalf("want the first claimed with its revision current, got %+v", res[0])
-		}
-	}
-}
-
-// BenchmarkSettleLargeRecords: one settle call of 8 retries of 1 MiB
-// records to one partition. A settle packs the records into one argument
-// (a copy): B/op is about their size once, the buffer grown to it in one
-// step.
-func BenchmarkSettleLargeRecords(b *testing.B) {
-	bb := setup(b, 1)
-	reqs := writeBig(b, bb, 8, 1<<20)
-	var os []Outcome
-	for _, r := range reqs {
-		os = append(os, Outcome{Op: Retry, Key: r.Key, Rev: 1, Due: 2000, Record: rec(strings.Repeat("y", 1<<20))})
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		applied, err := bb.store.Settle(bb.ctx, nil, 1000, os)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !applied[0] {
-			b.Fatal("want the retry applied")
-		}
+		require.Positive(t, n, "round %d: at least the first", round)
+		require.LessOrEqual(t, n, 4, "round %d: about the budget's worth read (a first chunk of 4)", round)
 	}
 }

@@ -62,7 +62,12 @@ local budget, used = tonumber(ARGV[1]), 0
 -- large records reads about the budget, not the whole batch (40 records
 -- of 1 MiB read whole took a second); once the budget is spent, the jobs
 -- not read yet are deferred unread (or reported gone or busy, which needs
--- no record).
+-- no record). Every record read counts, also one the caller holds already
+-- (status c), which is read whole only to compare its revision: counting
+-- only the records returned let a batch of large jobs that the caller had
+-- cached (a claim whose reply was lost, claimed again) read every record
+-- of up to 1,024 jobs in one call, a second of Redis's time that outlasted
+-- the caller's timeout, so the batch was claimed again and again.
 local readBytes, readCount = 0, 0
 -- A pending job's score as reported: '' when it is the due time its
 -- caller expects.
@@ -91,10 +96,10 @@ for _, pt in ipairs(parts) do
       end
     end
     for j = 1, n do
-      if j > loaded and not (used > 0 and used >= budget) then
+      if j > loaded and (readCount == 0 or readBytes < budget) then
         local size = 4
         if readCount > 0 then
-          size = math.floor((budget - used) / math.max(readBytes / readCount, 1)) + 1
+          size = math.floor((budget - readBytes) / math.max(readBytes / readCount, 1)) + 1
           size = math.max(1, math.min(size, 256))
         end
         local hi = math.min(n, j + size - 1)

@@ -31,6 +31,7 @@ if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
 end
 local n = tonumber(ARGV[5])
+local maxBytes = 1048576 -- of records read by one step
 local out = {ARGV[2], ARGV[3], ARGV[4], 0, 0, 0}
 
 if ARGV[2] ~= 'done' then
@@ -46,16 +47,32 @@ if ARGV[2] ~= 'done' then
   end
 end
 if ARGV[3] ~= 'done' then
-  local r = redis.call('HSCAN', KEYS[2], ARGV[3], 'COUNT', n)
-  out[2] = r[1]
-  for i = 1, #r[2], 2 do
-    local key = r[2][i]
-    if not redis.call('ZSCORE', KEYS[1], key) and not redis.call('ZSCORE', KEYS[3], key) then
-      redis.call('ZADD', KEYS[3], ARGV[6], key)
-      out[5] = out[5] + 1
-      out[#out + 1] = key
+  -- HSCAN returns the records too (NOVALUES is Redis 7.4's): a step of
+  -- n records of 1 MiB copied 200 MiB into Lua, 3 s of Redis's time. The
+  -- walk goes in small scans and stops after n records or about maxBytes
+  -- of them, whichever comes first.
+  -- Each scan's COUNT follows the mean size of the records seen so far
+  -- (the first: 4).
+  local cursor, seen, bytes = ARGV[3], 0, 0
+  repeat
+    local count = 4
+    if seen > 0 then
+      count = math.floor((maxBytes - bytes) / math.max(bytes / seen, 1)) + 1
     end
-  end
+    count = math.max(1, math.min(count, n - seen, 64))
+    local r = redis.call('HSCAN', KEYS[2], cursor, 'COUNT', count)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      local key = r[2][i]
+      seen, bytes = seen + 1, bytes + #r[2][i + 1]
+      if not redis.call('ZSCORE', KEYS[1], key) and not redis.call('ZSCORE', KEYS[3], key) then
+        redis.call('ZADD', KEYS[3], ARGV[6], key)
+        out[5] = out[5] + 1
+        out[#out + 1] = key
+      end
+    end
+  until cursor == '0' or seen >= n or bytes >= maxBytes
+  out[2] = cursor
 end
 if ARGV[4] ~= 'done' then
   local r = redis.call('HSCAN', KEYS[5], ARGV[4], 'COUNT', n)
