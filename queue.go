@@ -102,7 +102,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	pstore, err := persist.New(rdb, persist.Options{Namespace: cfg.Namespace, Partitions: cfg.Partitions,
-		ReplicaAcks: cfg.ReplicaAcks, ReplicaTimeout: cfg.ReplicaTimeout,
+		ReplicaAcks: replicaAcksFor(rdb, cfg.ReplicaAcks), ReplicaTimeout: cfg.ReplicaTimeout,
 		HistoryCount: max(cfg.History.Count, 0), HistoryAge: cfg.History.Age})
 	if err != nil {
 		return nil, err

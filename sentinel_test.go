@@ -23,11 +23,11 @@ var sentinelMeasure = flag.Bool("sentinel.measure", false,
 
 // failoverUnderLoad schedules jobs from 16 goroutines on a queue with
 // ReplicaAcks acks through a failover client of a real Sentinel set (a
-// primary, two replicas, three Sentinels), fails the primary over with
+// primary, replicas replicas, three Sentinels), fails the primary over with
 // SENTINEL FAILOVER while they run, and reports how many jobs Schedule
 // acknowledged and how many of those the new primary does not have.
-func failoverUnderLoad(t *testing.T, acks int) (acked, lost int) {
-	set := redistest.StartSentinelSet(t, 2)
+func failoverUnderLoad(t *testing.T, replicas, acks int) (acked, lost int) {
+	set := redistest.StartSentinelSet(t, replicas)
 	rdb := set.Client(t, redis.FailoverOptions{ContextTimeoutEnabled: true})
 	q, err := New(rdb, Config{Namespace: "fo", ReplicaAcks: acks, WriteTimeout: 2 * time.Second})
 	require.NoError(t, err)
@@ -42,7 +42,7 @@ func failoverUnderLoad(t *testing.T, acks int) (acked, lost int) {
 	// Every acknowledged job must be on the new primary.
 	require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 20*time.Second, 50*time.Millisecond)
 	lost = missingJobs(t, rdb, q, "fo", ids)
-	t.Logf("ReplicaAcks %d: %d acknowledged, %d failed calls, %d acknowledged but lost at the failover", acks, len(ids), failed, lost)
+	t.Logf("%d replicas, ReplicaAcks %d: %d acknowledged, %d failed calls, %d acknowledged but lost at the failover", replicas, acks, len(ids), failed, lost)
 	return len(ids), lost
 }
 
@@ -51,21 +51,56 @@ func failoverUnderLoad(t *testing.T, acks int) (acked, lost int) {
 // thousands of acknowledged jobs (the old primary took writes for seconds
 // after the replica was promoted). With ReplicaAcks equal to the number of
 // replicas, an acknowledgement means every replica has the job, so the
-// promoted one has it: none is lost.
+// promoted one has it: none is lost. DefaultConfig is issue 24's: a
+// primary and one replica, Config{} — which waits for one replica on a
+// Sentinel client — loses none either (with NoReplicaAcks, the old
+// default, the same run lost thousands: -sentinel.measure).
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	redistest.Start(t, redistest.Options{}).RequireReal(t)
 	t.Run("ReplicaAcks=2", func(t *testing.T) {
-		acked, lost := failoverUnderLoad(t, 2)
+		acked, lost := failoverUnderLoad(t, 2, 2)
+		require.Positive(t, acked)
+		require.Zero(t, lost, "acknowledged jobs lost at the failover")
+	})
+	t.Run("DefaultConfig", func(t *testing.T) {
+		acked, lost := failoverUnderLoad(t, 1, 0)
 		require.Positive(t, acked)
 		require.Zero(t, lost, "acknowledged jobs lost at the failover")
 	})
 	if *sentinelMeasure {
-		t.Run("ReplicaAcks=0", func(t *testing.T) {
-			acked, _ := failoverUnderLoad(t, 0)
+		t.Run("NoReplicaAcks", func(t *testing.T) {
+			acked, _ := failoverUnderLoad(t, 1, NoReplicaAcks)
 			require.Positive(t, acked)
 		})
 	}
+}
+
+// TestReplicaAcksDefault: Config.ReplicaAcks's default is one replica on a
+// Sentinel or Cluster client and none on a plain one; NoReplicaAcks opts
+// out; below it is an error.
+func TestReplicaAcksDefault(t *testing.T) {
+	t.Parallel()
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	universal := redis.NewUniversalClient(&redis.UniversalOptions{MasterName: "m", Addrs: []string{"127.0.0.1:1"}})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	for _, c := range []redis.UniversalClient{plain, failover, universal, cluster} {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	for _, c := range []struct {
+		rdb        redis.UniversalClient
+		set, wants int
+	}{
+		{plain, 0, 0}, {failover, 0, 1}, {universal, 0, 1}, {cluster, 0, 1},
+		{failover, NoReplicaAcks, 0}, {cluster, NoReplicaAcks, 0}, {plain, 2, 2}, {failover, 3, 3},
+	} {
+		require.Equal(t, c.wants, replicaAcksFor(c.rdb, c.set), "%T set to %d", c.rdb, c.set)
+	}
+	_, err := New(plain, Config{ReplicaAcks: -2})
+	require.ErrorContains(t, err, "replica acks -2")
+	_, err = New(failover, Config{ReplicaAcks: NoReplicaAcks})
+	require.NoError(t, err)
 }
 
 // BenchmarkScheduleReplicaAcks measures what ReplicaAcks costs: Schedule
@@ -85,7 +120,7 @@ func BenchmarkScheduleReplicaAcks(b *testing.B) {
 		info, err := rdb.Info(ctx, "replication").Result()
 		return err == nil && strings.Count(info, "state=online") == 2
 	}, 20*time.Second, 20*time.Millisecond)
-	for _, acks := range []int{0, 2} {
+	for _, acks := range []int{NoReplicaAcks, 2} {
 		b.Run(fmt.Sprintf("acks=%d", acks), func(b *testing.B) {
 			q, err := New(rdb, Config{Namespace: fmt.Sprintf("ra%d", acks), ReplicaAcks: acks})
 			require.NoError(b, err)
@@ -114,7 +149,7 @@ func BenchmarkScheduleReplicaAcksCluster(b *testing.B) {
 	c := redistest.StartCluster(b)
 	rdb := c.Client(b, redis.ClusterOptions{ContextTimeoutEnabled: true})
 	ctx := context.Background()
-	for _, acks := range []int{0, 1} {
+	for _, acks := range []int{NoReplicaAcks, 1} {
 		b.Run(fmt.Sprintf("acks=%d", acks), func(b *testing.B) {
 			q, err := New(rdb, Config{Namespace: fmt.Sprintf("rc%d", acks), ReplicaAcks: acks})
 			require.NoError(b, err)
