@@ -411,3 +411,50 @@ func TestCorruptRecordsAreDeadLettered(t *testing.T) {
 		}, "no claim mark left")
 	})
 }
+
+// TestZeroTimeRefused (issue 25, item 12): At(time.Time{}) ran the job at
+// once, so an uninitialised time in the caller's code fired a destructive
+// job immediately. The zero time is an ErrInvalidOption wherever a due time
+// is given, and nothing is stored.
+func TestZeroTimeRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	r := newRuns()
+	require.NoError(t, b.q.Handle("del", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+	_, err := b.q.Schedule(b.ctx, "del", nil, ID("z"), At(time.Time{}))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorContains(t, err, "zero time")
+	_, err = b.q.Lookup(b.ctx, "del", "z")
+	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+	_, err = b.q.Schedule(b.ctx, "del", nil, ID("y"), After(time.Hour))
+	require.NoError(t, err)
+	require.ErrorIs(t, b.q.Reschedule(b.ctx, "del", "y", time.Time{}), ErrInvalidOption)
+	require.ErrorIs(t, b.q.Requeue(b.ctx, "del", "y", time.Time{}), ErrInvalidOption)
+	_, err = b.q.RequeueWhere(b.ctx, JobFilter{Topic: "del"}, time.Time{})
+	require.ErrorIs(t, err, ErrInvalidOption)
+	j, err := b.q.Lookup(b.ctx, "del", "y")
+	require.NoError(t, err)
+	require.Equal(t, StatePending, j.State, "not moved")
+	r.none(t, 100*time.Millisecond)
+}
+
+// TestNilContextRefused (issue 25, item 15): Schedule with a nil context
+// panicked (a nil dereference); the public methods that take a context
+// refuse a nil one with ErrInvalidOption.
+func TestNilContextRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	var nilCtx context.Context
+	_, err := b.q.Schedule(nilCtx, "t", nil, After(time.Hour))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorContains(t, err, "nil context")
+	require.ErrorIs(t, b.q.Cancel(nilCtx, "t", "x"), ErrInvalidOption)
+	require.ErrorIs(t, b.q.Reschedule(nilCtx, "t", "x", time.Now()), ErrInvalidOption)
+	_, err = b.q.Lookup(nilCtx, "t", "x")
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, _, err = b.q.List(nilCtx, JobFilter{}, "", 10)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Stats(nilCtx)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorIs(t, b.q.Pause(nilCtx, "t"), ErrInvalidOption)
+}

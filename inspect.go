@@ -94,6 +94,9 @@ func infoOf(r persist.Record, st persist.State) JobInfo {
 // ErrNotFound. A record that cannot be decoded gives an error wrapping
 // ErrCorrupt.
 func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
+	if err := checkCtx(ctx, "Lookup"); err != nil {
+		return JobInfo{}, err
+	}
 	if err := validTopic(topic); err != nil {
 		return JobInfo{}, err
 	}
@@ -133,6 +136,9 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 // cannot be decoded is listed with its error as LastError. A negative
 // limit is an ErrInvalidOption.
 func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
+	if err := checkCtx(ctx, "DeadJobs"); err != nil {
+		return nil, err
+	}
 	if limit < 0 {
 		return nil, fmt.Errorf("%w: DeadJobs limit %d < 0", ErrInvalidOption, limit)
 	}
@@ -155,6 +161,9 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 // attempts reset. A job that is not dead gives ErrNotFound; at more than
 // Config.MaxDelay away gives ErrTooFar.
 func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
+	if err := checkCtx(ctx, "Requeue"); err != nil {
+		return err
+	}
 	key, err := q.moveTo(ctx, "requeue", topic, id, at)
 	if err != nil {
 		return err

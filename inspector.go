@@ -177,6 +177,9 @@ type partPage struct {
 // the claim marks of every partition (a few: bounded by the runs in
 // flight; 0.4 ms).
 func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int) (jobs []JobInfo, next string, err error) {
+	if err := checkCtx(ctx, "List"); err != nil {
+		return nil, "", err
+	}
 	if limit < 0 || limit > MaxListLimit {
 		return nil, "", fmt.Errorf("%w: List limit %d: want 0 to %d", ErrInvalidOption, limit, MaxListLimit)
 	}
@@ -346,6 +349,9 @@ const tallyPage = 5000
 // about 1.4 ms. The counts are not a snapshot:
 // a job that moves while they are read may be counted twice or not at all.
 func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
+	if err := checkCtx(ctx, "Counts"); err != nil {
+		return nil, err
+	}
 	if q.closing() {
 		return nil, ErrClosed
 	}
@@ -411,6 +417,9 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 // one with a run in progress is moved all the same and gives ErrRunning
 // (it runs again). A job of a paused topic waits for Resume.
 func (q *Queue) RunNow(ctx context.Context, topic, id string) error {
+	if err := checkCtx(ctx, "RunNow"); err != nil {
+		return err
+	}
 	_, wall := wheel.Readings(q.clock)
 	return q.Reschedule(ctx, topic, id, wall)
 }
@@ -430,6 +439,9 @@ const (
 // zero JobFilter selects every pending job of every topic. On an error it
 // returns the count so far; calling again carries on with what is left.
 func (q *Queue) CancelWhere(ctx context.Context, f JobFilter) (int, error) {
+	if err := checkCtx(ctx, "CancelWhere"); err != nil {
+		return 0, err
+	}
 	return q.bulk(ctx, "CancelWhere", f, func(j JobInfo) error {
 		err := q.Cancel(ctx, j.Topic, j.ID)
 		if errors.Is(err, ErrRunning) {
@@ -445,6 +457,12 @@ func (q *Queue) CancelWhere(ctx context.Context, f JobFilter) (int, error) {
 // cancelled meanwhile does not count. On an error it returns the count so
 // far; calling again carries on with what is left.
 func (q *Queue) RequeueWhere(ctx context.Context, f JobFilter, at time.Time) (int, error) {
+	if err := checkCtx(ctx, "RequeueWhere"); err != nil {
+		return 0, err
+	}
+	if at.IsZero() {
+		return 0, fmt.Errorf("%w: RequeueWhere: %v", ErrInvalidOption, errZeroTime)
+	}
 	switch f.State {
 	case 0:
 		f.State = StateDead

@@ -33,6 +33,9 @@ const idRunLength = 64
 // while the write was in flight); scheduling again with the same ID is
 // safe.
 func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts ...Option) (string, error) {
+	if err := checkCtx(ctx, "Schedule"); err != nil {
+		return "", err
+	}
 	if err := validTopic(topic); err != nil {
 		return "", err
 	}
@@ -46,6 +49,8 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	switch {
 	case o.hasAt && o.hasAfter:
 		return "", fmt.Errorf("%w: At and After together", ErrInvalidOption)
+	case o.hasAt && o.at.IsZero():
+		return "", fmt.Errorf("%w: %v", ErrInvalidOption, errZeroTime)
 	case o.dup != Reject && o.dup != Replace:
 		return "", fmt.Errorf("%w: OnDuplicate(%d)", ErrInvalidOption, int(o.dup))
 	}
@@ -140,6 +145,9 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 // cancel may still be carried out. Once Shutdown has begun, Cancel returns
 // ErrClosed and changes nothing.
 func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
+	if err := checkCtx(ctx, "Cancel"); err != nil {
+		return err
+	}
 	if err := validTopic(topic); err != nil {
 		return err
 	}
@@ -197,6 +205,9 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 // either way; a claim finds where it really is). Once Shutdown has begun,
 // Reschedule returns ErrClosed and changes nothing.
 func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time) error {
+	if err := checkCtx(ctx, "Reschedule"); err != nil {
+		return err
+	}
 	key, err := q.moveTo(ctx, "reschedule", topic, id, due)
 	if err != nil {
 		return err
@@ -257,6 +268,9 @@ func (q *Queue) moveTo(ctx context.Context, op, topic, id string, due time.Time)
 	if err := validID(id); err != nil {
 		return "", err
 	}
+	if due.IsZero() {
+		return "", fmt.Errorf("%w: %s: %v", ErrInvalidOption, op, errZeroTime)
+	}
 	if _, wall := wheel.Readings(q.clock); due.Sub(wall) > q.cfg.MaxDelay {
 		return "", fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, due.Sub(wall).Round(time.Second), q.cfg.MaxDelay)
 	}
@@ -267,6 +281,18 @@ func (q *Queue) moveTo(ctx context.Context, op, topic, id string, due time.Time)
 		return "", fmt.Errorf("wheelq: %s: %w", op, err)
 	}
 	return persist.JobKey(topic, id), nil
+}
+
+// errZeroTime says why a zero time.Time is refused as a due time.
+var errZeroTime = errors.New("the zero time.Time as a due time (an uninitialised time would run the job at once; pass time.Now() to run it now)")
+
+// checkCtx refuses a nil context with ErrInvalidOption, where using it
+// would panic.
+func checkCtx(ctx context.Context, method string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: %s with a nil context.Context (use context.Background())", ErrInvalidOption, method)
+	}
+	return nil
 }
 
 // ceilMicro returns t in unix microseconds, rounded up, so that a stored

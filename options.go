@@ -357,6 +357,8 @@ func (o dupOpt) String() string {
 
 // At schedules the job at t. A time in the past runs the job at once. At
 // together with After is an ErrInvalidOption.
+// At(time.Time{}), the zero time, is an ErrInvalidOption: an uninitialised
+// time in the caller must not run a job (a deletion, say) at once.
 func At(t time.Time) Option { return atOpt(t) }
 
 // After schedules the job d from now (the default is now). After together

@@ -76,6 +76,9 @@ type pauseStage struct {
 // or read it; see that field): one made by another process just before
 // Redis became unreachable from there may not hold there.
 func (q *Queue) Pause(ctx context.Context, topic string) error {
+	if err := checkCtx(ctx, "Pause"); err != nil {
+		return err
+	}
 	return q.setPaused(ctx, "pause", topic, true)
 }
 
@@ -85,6 +88,9 @@ func (q *Queue) Pause(ctx context.Context, topic string) error {
 // second when they missed the message. Resuming a topic that is not
 // paused does nothing.
 func (q *Queue) Resume(ctx context.Context, topic string) error {
+	if err := checkCtx(ctx, "Resume"); err != nil {
+		return err
+	}
 	return q.setPaused(ctx, "resume", topic, false)
 }
 
@@ -185,6 +191,9 @@ func (q *Queue) parkIfKnownPaused(key string, due int64) bool {
 
 // Paused returns the paused topics, sorted.
 func (q *Queue) Paused(ctx context.Context) ([]string, error) {
+	if err := checkCtx(ctx, "Paused"); err != nil {
+		return nil, err
+	}
 	if q.closing() {
 		return nil, ErrClosed
 	}

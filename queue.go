@@ -232,6 +232,9 @@ func (q *Queue) Handle(topic string, h Handler) error {
 // on in the background; see Ready. Start after Start does nothing; Start
 // after Shutdown returns ErrClosed.
 func (q *Queue) Start(ctx context.Context) error {
+	if err := checkCtx(ctx, "Start"); err != nil {
+		return err
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch q.state {
@@ -338,6 +341,9 @@ func wake(c chan struct{}) {
 // started again; Shutdown after Shutdown waits for the first and returns
 // nil. The Redis client is not closed.
 func (q *Queue) Shutdown(ctx context.Context) error {
+	if err := checkCtx(ctx, "Shutdown"); err != nil {
+		return err
+	}
 	q.mu.Lock()
 	prev := q.state
 	if prev >= stateClosing {

@@ -84,6 +84,9 @@ type Lateness struct {
 // Redis; on a Redis error it returns the in-process figures and the error,
 // and once Shutdown has begun the in-process figures and ErrClosed.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	if err := checkCtx(ctx, "Stats"); err != nil {
+		return Stats{}, err
+	}
 	s := Stats{
 		Scheduled:        q.stats.scheduled.Load(),
 		Fired:            q.stats.fired.Load(),
