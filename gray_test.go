@@ -536,7 +536,7 @@ func TestPausedOwner(t *testing.T) {
 	eventually(t, func() bool { return other.recov.Owned() == 4 }, "the other process took the partitions over")
 	eventually(t, func() bool {
 		info, err := other.Lookup(b.ctx, "c", "x")
-		return err == nil && info.Attempts == 1
+		return err == nil && info.Attempts == 1 && info.State == StatePending
 	}, "c/x failed once in the new owner (no handler) and waits")
 	require.NoError(t, other.Cancel(b.ctx, "c", "x"), "pending, unclaimed: cancelled (nil)")
 	for range n {

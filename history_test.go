@@ -54,7 +54,7 @@ func TestLookupSaysWhatHappened(t *testing.T) {
 			eventually(t, func() bool {
 				var err error
 				info, err = b.q.Lookup(b.ctx, "h", id)
-				return err == nil && info.State != StatePending
+				return err == nil && info.State != StatePending && info.State != StateRunning
 			}, fmt.Sprintf("%s finished", id))
 			return info
 		}

@@ -40,13 +40,15 @@ func TestPastDueTimesRunAtOnce(t *testing.T) {
 		require.NoError(t, b.q.Start(b.ctx))
 		<-b.q.Ready()
 
-		_, err := b.q.Schedule(b.ctx, "past", nil, ID("zero"), At(time.Time{}))
+		// The zero time itself is refused (TestZeroTimeRefused); a time
+		// just after it runs at once.
+		_, err := b.q.Schedule(b.ctx, "past", nil, ID("zero"), At(time.Time{}.Add(time.Microsecond)))
 		require.NoError(t, err)
 		_, err = b.q.Schedule(b.ctx, "past", nil, ID("1900"), At(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)))
 		require.NoError(t, err)
 		_, err = b.q.Schedule(b.ctx, "past", nil, ID("moved"), After(time.Hour))
 		require.NoError(t, err)
-		require.NoError(t, b.q.Reschedule(b.ctx, "past", "moved", time.Time{}))
+		require.NoError(t, b.q.Reschedule(b.ctx, "past", "moved", time.Time{}.Add(time.Microsecond)))
 		ran := map[string]bool{}
 		for range 4 {
 			ran[r.next(t).ID] = true

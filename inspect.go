@@ -83,6 +83,9 @@ func infoOf(r persist.Record, st persist.State) JobInfo {
 		info.Attempts++ // the run that succeeded (the record is its start's)
 	case persist.Cancelled:
 		info.State, info.Finished = StateCancelled, r.Finished
+	case persist.Running:
+		info.State = StateRunning
+		info.Attempts++ // the run in progress (the record is its start's)
 	}
 	return info
 }

@@ -255,6 +255,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 			info := jobInfo(all[i].e, recs[j], qu.dead())
 			if marked[j] && !qu.dead() {
 				info.State = StateRunning
+				info.Attempts++ // the run in progress, as Lookup counts it
 			}
 			infos[i] = &info
 		}

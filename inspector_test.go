@@ -332,3 +332,39 @@ func BenchmarkInspector(b *testing.B) {
 		})
 	}
 }
+
+// TestLookupRunning (issue 25, item 2): Lookup said pending for a job whose
+// handler was running (List, Counts and ls -state running said running),
+// with Attempts 0 during its first run. Both now say running, and the run
+// in progress counts as an attempt.
+func TestLookupRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	started, release := make(chan struct{}), make(chan struct{})
+	require.NoError(t, b.q.Handle("slow", HandlerFunc(func(ctx context.Context, j *Job) error {
+		close(started)
+		<-release
+		return nil
+	})))
+	_, err := b.q.Schedule(b.ctx, "slow", nil, ID("s1"))
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(wait):
+		t.Fatal("the handler did not start")
+	}
+	j, err := b.q.Lookup(b.ctx, "slow", "s1")
+	require.NoError(t, err)
+	require.Equal(t, StateRunning, j.State)
+	require.Equal(t, 1, j.Attempts, "the first run is under way")
+	listed, _, err := b.q.List(b.ctx, JobFilter{Topic: "slow", State: StateRunning}, "", 10)
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, j.State, listed[0].State)
+	require.Equal(t, j.Attempts, listed[0].Attempts, "Lookup and List agree")
+	close(release)
+	eventually(t, func() bool {
+		j, err := b.q.Lookup(b.ctx, "slow", "s1")
+		return err == nil && j.State == StateDone && j.Attempts == 1
+	}, "done after one attempt")
+}

@@ -677,7 +677,9 @@ func TestShutdownDeadlineCancelsHandlers(t *testing.T) {
 		require.ErrorIs(t, b.q.Shutdown(ctx), context.DeadlineExceeded)
 		info, err := b.newQueue(t, Config{}).Lookup(b.ctx, "stuck", "x")
 		require.NoError(t, err, "an interrupted job stays in Redis")
-		require.Equal(t, StatePending, info.State)
+		// Its handler, which ignores its context, still runs in the
+		// stopped process: its claim mark stays until a take-over.
+		require.Contains(t, []JobState{StatePending, StateRunning}, info.State)
 	})
 }
 

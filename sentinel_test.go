@@ -230,8 +230,8 @@ func TestPartitionedPrimaryFailover(t *testing.T) {
 // where none is.
 func partitionedFailover(t *testing.T, acksOn int, run func(t *testing.T, acks int) (acked, lost int)) {
 	redistest.Start(t, redistest.Options{}).RequireReal(t)
-	t.Run("ReplicaAcks=0", func(t *testing.T) {
-		acked, lost := run(t, 0)
+	t.Run("NoReplicaAcks", func(t *testing.T) {
+		acked, lost := run(t, NoReplicaAcks)
 		require.Positive(t, acked)
 		require.Positive(t, lost, "without ReplicaAcks the cut-off primary's acknowledged writes are lost")
 	})

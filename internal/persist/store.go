@@ -1265,6 +1265,7 @@ const (
 	DeadLettered              // in the dead-letter set
 	Done                      // acked: in the run history only
 	Cancelled                 // cancelled: in the run history only
+	Running                   // in the pending set, and a run of it claimed (marked)
 )
 
 // Get reads a job's record and state. The record's Due is its due time
@@ -1276,6 +1277,7 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 	rec := pipe.HGet(ctx, k.Jobs, key)
 	pend := pipe.ZScore(ctx, k.Pending, key)
 	dead := pipe.ZScore(ctx, k.Dead, key)
+	mark := pipe.HExists(ctx, k.Running, key)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Record{}, Missing, wrap(err)
 	}
@@ -1294,6 +1296,9 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 	state := Missing
 	if v, err := pend.Result(); err == nil {
 		state, r.Due = Pending, time.UnixMicro(int64(v))
+		if mark.Val() {
+			state = Running
+		}
 	} else if v, err := dead.Result(); err == nil {
 		state, r.Due = DeadLettered, time.UnixMicro(int64(v))
 	}
