@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/wheelq/wheelq"
+)
+
+// noArgs refuses arguments to a command that takes none.
+func noArgs(args []string) error {
+	if len(args) != 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+// nArgs wants exactly n arguments, named by what.
+func nArgs(args []string, n int, what string) error {
+	if len(args) != n {
+		return usagef("want %s, got %d argument(s)", what, len(args))
+	}
+	return nil
+}
+
+func statsCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	asJSON := fs.Bool("json", false, "print JSON")
+	return func(args []string) (action, error) {
+		if err := noArgs(args); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, c *cli) int { return c.stats(ctx, *asJSON) }, nil
+	}
+}
+
+func (c *cli) stats(ctx context.Context, asJSON bool) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, err := c.q.Stats(cctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		return c.json(map[string]any{"pending": s.Pending, "dead": s.Dead, "overdue": s.Overdue,
+			"oldest_overdue_seconds": s.OldestOverdue.Seconds()})
+	}
+	fmt.Fprintf(c.out, "pending %d  overdue %d (oldest %v)  dead %d\n", s.Pending, s.Overdue, s.OldestOverdue.Round(time.Millisecond), s.Dead)
+	return 0
+}
+
+func watchCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	every := fs.Duration("interval", time.Second, "time between two readings")
+	count := fs.Int("count", 0, "stop after this many readings (0: until interrupted)")
+	return func(args []string) (action, error) {
+		switch {
+		case len(args) != 0:
+			return nil, noArgs(args)
+		case *every <= 0:
+			return nil, usagef("bad -interval %v: want > 0", *every)
+		case *count < 0:
+			return nil, usagef("bad -count %d: want >= 0 (0: until interrupted)", *count)
+		}
+		return func(ctx context.Context, c *cli) int { return c.watch(ctx, *every, *count) }, nil
+	}
+}
+
+func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for i := 0; count == 0 || i < count; i++ {
+		if i > 0 {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return 0
+			}
+		}
+		fmt.Fprintf(c.out, "%s  ", time.Now().Format(time.TimeOnly))
+		if code := c.stats(ctx, false); code != 0 {
+			return code
+		}
+	}
+	return 0
+}
+
+func showCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	asJSON := fs.Bool("json", false, "print JSON")
+	return func(args []string) (action, error) {
+		if err := nArgs(args, 2, "TOPIC ID"); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, c *cli) int { return c.show(ctx, args[0], args[1], *asJSON) }, nil
+	}
+}
+
+func (c *cli) show(ctx context.Context, topic, id string, asJSON bool) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	j, err := c.q.Lookup(cctx, topic, id)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		return c.json(jobJSON(j))
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "topic\t%s\nid\t%s\nstate\t%s\n", j.Topic, j.ID, j.State)
+	if !j.Due.IsZero() { // a finished job's history keeps no due time
+		fmt.Fprintf(tw, "due\t%s\n", j.Due.Format(time.RFC3339Nano))
+	}
+	if !j.Finished.IsZero() {
+		fmt.Fprintf(tw, "finished\t%s\n", j.Finished.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(tw, "created\t%s\n", j.Created.Format(time.RFC3339))
+	fmt.Fprintf(tw, "attempts\t%d of %d\n", j.Attempts, j.MaxAttempts)
+	if j.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", j.LastError)
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.Headers)) {
+		fmt.Fprintf(tw, "header\t%s: %s\n", printable(k), printable(j.Headers[k]))
+	}
+	if j.State == wheelq.StateDone || j.State == wheelq.StateCancelled {
+		fmt.Fprintf(tw, "payload\t(not kept after the job finished)\n")
+	} else {
+		fmt.Fprintf(tw, "payload\t%d bytes: %s\n", len(j.Payload), printable(truncate(j.Payload, 200)))
+	}
+	_ = tw.Flush()
+	return 0
+}
+
+func deadCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	limit := fs.Int("limit", 100, "the most jobs listed")
+	asJSON := fs.Bool("json", false, "print JSON, one object per job")
+	return func(args []string) (action, error) {
+		if err := noArgs(args); err != nil {
+			return nil, err
+		}
+		if *limit < 0 {
+			return nil, usagef("bad -limit %d: want >= 0", *limit)
+		}
+		return func(ctx context.Context, c *cli) int { return c.dead(ctx, *limit, *asJSON) }, nil
+	}
+}
+
+func (c *cli) dead(ctx context.Context, limit int, asJSON bool) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	js, err := c.q.DeadJobs(cctx, limit)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		for _, j := range js {
+			if code := c.json(jobJSON(j)); code != 0 {
+				return code
+			}
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tID\tDIED\tATTEMPTS\tLAST ERROR")
+	for _, j := range js {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", j.Topic, j.ID, j.Due.Format(time.RFC3339), j.Attempts, truncate([]byte(j.LastError), 60))
+	}
+	_ = tw.Flush()
+	return 0
+}
+
+// changeCmd is cancel, requeue or run: of one job (TOPIC ID), or for
+// cancel and requeue of every job that filter flags select.
+func changeCmd(cmd string) func(fs *flag.FlagSet) func([]string) (action, error) {
+	return func(fs *flag.FlagSet) func([]string) (action, error) {
+		var at *string
+		if cmd == "requeue" {
+			at = fs.String("at", "", "the new due time, WHEN (default now)")
+		}
+		var ff *filterFlags
+		if cmd != "run" {
+			ff = addFilterFlags(fs, cmd == "cancel")
+			fs.BoolVar(&ff.all, "all", false, "with no filter flag: act on every job ("+map[bool]string{true: "pending", false: "dead"}[cmd == "cancel"]+")")
+		}
+		return func(args []string) (action, error) {
+			due := time.Now()
+			if at != nil && *at != "" {
+				t, err := parseWhen(*at)
+				if err != nil {
+					return nil, usagef("bad -at: %v", err)
+				}
+				due = t
+			}
+			if ff != nil && (ff.given(fs) || ff.all) {
+				if len(args) != 0 {
+					return nil, usagef("give either TOPIC ID or filter flags, not both")
+				}
+				f, err := ff.filter()
+				if err != nil {
+					return nil, usageError{err.Error()}
+				}
+				return func(ctx context.Context, c *cli) int { return c.bulk(ctx, cmd, f, due) }, nil
+			}
+			if len(args) != 2 {
+				if ff != nil {
+					return nil, usagef("want TOPIC ID, or filter flags (-topic, -state, -after, -before; -all for every job)")
+				}
+				return nil, nArgs(args, 2, "TOPIC ID")
+			}
+			return func(ctx context.Context, c *cli) int { return c.change(ctx, cmd, args[0], args[1], due) }, nil
+		}
+	}
+}
+
+func (c *cli) change(ctx context.Context, cmd, topic, id string, due time.Time) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var err error
+	switch cmd {
+	case "cancel":
+		err = c.q.Cancel(cctx, topic, id)
+	case "requeue":
+		err = c.q.Requeue(cctx, topic, id, due)
+	case "run":
+		err = c.q.RunNow(cctx, topic, id)
+	}
+	switch {
+	case errors.Is(err, wheelq.ErrRunning):
+		fmt.Fprintf(c.out, "%s %s/%s: done; a run of it was in progress and goes on\n", cmd, topic, id)
+		return 0
+	case errors.Is(err, wheelq.ErrNotFound) && cmd == "run":
+		return c.fail(fmt.Errorf("%w (run moves a pending job; for a dead one use requeue)", err))
+	case errors.Is(err, wheelq.ErrNotFound) && cmd == "requeue":
+		return c.fail(fmt.Errorf("%w (requeue moves a dead job; see wheelq show)", err))
+	case err != nil:
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.out, "%s %s/%s: done\n", cmd, topic, id)
+	return 0
+}
+
+// bulk cancels or requeues every job f selects.
+func (c *cli) bulk(ctx context.Context, cmd string, f wheelq.JobFilter, due time.Time) int {
+	// A bulk change runs as long as it takes, page by page (each call is
+	// bounded by -timeout); an interrupt stops it between calls.
+	var n int
+	var err error
+	if cmd == "cancel" {
+		n, err = c.q.CancelWhere(ctx, f)
+	} else {
+		n, err = c.q.RequeueWhere(ctx, f, due)
+	}
+	if err != nil {
+		fmt.Fprintf(c.err, "wheelq: %s: %d done before: %v\n(run it again to carry on)\n", cmd, n, err)
+		return 1
+	}
+	fmt.Fprintf(c.out, "%s: %d jobs\n", cmd, n)
+	return 0
+}
+
+// filterFlags are the flags of a JobFilter.
+type filterFlags struct {
+	topic, state, after, before string
+	all                         bool
+}
+
+func addFilterFlags(fs *flag.FlagSet, withState bool) *filterFlags {
+	ff := &filterFlags{}
+	fs.StringVar(&ff.topic, "topic", "", "only jobs of this topic")
+	if withState {
+		fs.StringVar(&ff.state, "state", "", "pending (default; includes overdue and running), overdue, running or dead")
+	}
+	fs.StringVar(&ff.after, "after", "", "only jobs due (dead: dead-lettered) at or after WHEN")
+	fs.StringVar(&ff.before, "before", "", "only jobs due (dead: dead-lettered) before WHEN")
+	return ff
+}
+
+// given says whether a filter flag was set.
+func (ff *filterFlags) given(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "topic", "state", "after", "before":
+			set = true
+		}
+	})
+	return set
+}
+
+func (ff *filterFlags) filter() (wheelq.JobFilter, error) {
+	f := wheelq.JobFilter{Topic: ff.topic}
+	switch ff.state {
+	case "", "pending":
+	case "overdue":
+		f.Overdue = true
+	case "running":
+		f.State = wheelq.StateRunning
+	case "dead":
+		f.State = wheelq.StateDead
+	default:
+		return f, fmt.Errorf("bad -state %q: want pending, overdue, running or dead", ff.state)
+	}
+	var err error
+	if ff.after != "" {
+		if f.DueAfter, err = parseWhen(ff.after); err != nil {
+			return f, fmt.Errorf("bad -after: %w", err)
+		}
+	}
+	if ff.before != "" {
+		if f.DueBefore, err = parseWhen(ff.before); err != nil {
+			return f, fmt.Errorf("bad -before: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// parseWhen reads a time: RFC 3339, or a duration from now.
+func parseWhen(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want RFC 3339, like 2026-11-24T09:00:00Z, or a duration from now, like -1h or 30m", s)
+}
+
+func lsCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	ff := addFilterFlags(fs, true)
+	limit := fs.Int("limit", wheelq.DefaultListLimit, fmt.Sprintf("the most jobs listed (at most %d)", wheelq.MaxListLimit))
+	cursor := fs.String("cursor", "", "continue where a listing ended (it prints the cursor)")
+	asJSON := fs.Bool("json", false, "print JSON, one object per job")
+	return func(args []string) (action, error) {
+		if err := noArgs(args); err != nil {
+			return nil, err
+		}
+		f, err := ff.filter()
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		if *limit < 1 || *limit > wheelq.MaxListLimit {
+			return nil, usagef("bad -limit %d: want 1 to %d (page on with -cursor)", *limit, wheelq.MaxListLimit)
+		}
+		return func(ctx context.Context, c *cli) int { return c.ls(ctx, f, *cursor, *limit, *asJSON) }, nil
+	}
+}
+
+func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit int, asJSON bool) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	js, next, err := c.q.List(cctx, f, cursor, limit)
+	if errors.Is(err, wheelq.ErrInvalidCursor) {
+		fmt.Fprintf(c.err, "wheelq: %v\n(give -cursor as a listing printed it, or leave it out to start)\n", err)
+		return 2
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		for _, j := range js {
+			if code := c.json(jobJSON(j)); code != 0 {
+				return code
+			}
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tID\tSTATE\tDUE\tATTEMPTS\tLAST ERROR")
+		for _, j := range js {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.Topic, j.ID, j.State, j.Due.Format(time.RFC3339), j.Attempts, truncate([]byte(j.LastError), 60))
+		}
+		_ = tw.Flush()
+	}
+	if next != "" {
+		fmt.Fprintf(c.err, "more: add -cursor %s\n", next)
+	}
+	return 0
+}
+
+func countsCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	asJSON := fs.Bool("json", false, "print JSON, one object per topic")
+	return func(args []string) (action, error) {
+		if err := noArgs(args); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, c *cli) int { return c.counts(ctx, *asJSON) }, nil
+	}
+}
+
+func (c *cli) counts(ctx context.Context, asJSON bool) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	cs, err := c.q.Counts(cctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		for _, t := range cs {
+			if code := c.json(map[string]any{"topic": t.Topic, "pending": t.Pending, "overdue": t.Overdue,
+				"running": t.Running, "dead": t.Dead, "paused": t.Paused}); code != 0 {
+				return code
+			}
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPENDING\tOVERDUE\tRUNNING\tDEAD\tPAUSED")
+	for _, t := range cs {
+		paused := ""
+		if t.Paused {
+			paused = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Pending, t.Overdue, t.Running, t.Dead, paused)
+	}
+	_ = tw.Flush()
+	return 0
+}
+
+// pauseCmd is pause or resume.
+func pauseCmd(cmd string) func(fs *flag.FlagSet) func([]string) (action, error) {
+	return func(fs *flag.FlagSet) func([]string) (action, error) {
+		return func(args []string) (action, error) {
+			if err := nArgs(args, 1, "TOPIC"); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context, c *cli) int { return c.pause(ctx, cmd, args[0]) }, nil
+		}
+	}
+}
+
+func (c *cli) pause(ctx context.Context, cmd, topic string) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var err error
+	if cmd == "pause" {
+		err = c.q.Pause(cctx, topic)
+	} else {
+		err = c.q.Resume(cctx, topic)
+	}
+	if err != nil {
+		return c.fail(fmt.Errorf("%w (nothing is lost by running it again)", err))
+	}
+	fmt.Fprintf(c.out, "%s %s: done\n", cmd, topic)
+	return 0
+}
+
+func (c *cli) json(v any) int {
+	enc := json.NewEncoder(c.out)
+	if err := enc.Encode(v); err != nil {
+		return c.fail(err)
+	}
+	return 0
+}
+
+func jobJSON(j wheelq.JobInfo) map[string]any {
+	m := map[string]any{"topic": j.Topic, "id": j.ID, "state": j.State.String(),
+		"attempts": j.Attempts, "max_attempts": j.MaxAttempts,
+		"created": j.Created.Format(time.RFC3339), "payload": j.Payload}
+	if !j.Due.IsZero() {
+		m["due"] = j.Due.Format(time.RFC3339Nano)
+	}
+	if !j.Finished.IsZero() {
+		m["finished"] = j.Finished.Format(time.RFC3339Nano)
+	}
+	if j.LastError != "" {
+		m["last_error"] = j.LastError
+	}
+	if len(j.Headers) > 0 {
+		m["headers"] = j.Headers
+	}
+	return m
+}
+
+// printable returns s as it is when it is text (valid UTF-8 without
+// control characters, as JSON is), and quoted with escapes otherwise.
+func printable(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// nowhere is a Redis address nothing listens on: a command that reaches
+// for it fails with "cannot reach Redis".
+const nowhere = "redis://127.0.0.1:1"
+
+// runArgs runs the command line as given, with no environment, and
+// returns its exit code, stdout and stderr.
+func runArgs(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runEnv(context.Background(), args, func(string) string { return "" }, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// newNamespace makes the namespace "cli" exist on srv, so that commands
+// get past the connection to their own work.
+func newNamespace(t *testing.T, srv *redistest.Server) *wheelq.Queue {
+	t.Helper()
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	_, err = q.Schedule(ctx, "orders", []byte("x"), wheelq.ID("o-1"), wheelq.After(time.Hour))
+	require.NoError(t, err)
+	return q
+}
+
+// TestFlagsAfterCommand (issue 25, item 1): connection flags work after
+// the command as well as before it, and the command's own value wins; a
+// command never falls back to a server the user did not name.
+func TestFlagsAfterCommand(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	url := "redis://" + srv.Addr
+
+	code, out, errs := runArgs(t, "stats", "-url", url, "-namespace", "cli")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "pending 1")
+
+	// Before the command: an unreachable one; after it: the real one.
+	code, out, errs = runArgs(t, "-url", nowhere, "stats", "-url", url, "-namespace", "cli")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "pending 1")
+
+	code, out, errs = runArgs(t, "-url", url, "ls", "-namespace", "cli", "-topic", "orders")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-1")
+
+	// No server named: refused before connecting, saying how to name one.
+	code, _, errs = runArgs(t, "stats", "-namespace", "cli")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "-url")
+	require.Contains(t, errs, "WHEELQ_URL")
+	require.NotContains(t, errs, "cannot reach", "nothing was dialled")
+
+	// WHEELQ_URL names it; a flag overrides it.
+	env := func(k string) string {
+		if k == "WHEELQ_URL" {
+			return url
+		}
+		return ""
+	}
+	var o, e bytes.Buffer
+	code = runEnv(context.Background(), []string{"stats", "-namespace", "cli"}, env, &o, &e)
+	require.Zero(t, code, e.String())
+	require.Contains(t, o.String(), "pending 1")
+	e.Reset()
+	code = runEnv(context.Background(), []string{"stats", "-url", nowhere, "-namespace", "cli"}, env, &o, &e)
+	require.Equal(t, 1, code)
+	require.Contains(t, e.String(), "cannot reach Redis at 127.0.0.1:1")
+}
+
+// TestHelpWithoutRedis (issue 25, items 1 and 16): help, a mistyped
+// command and bad usage are answered without connecting to Redis.
+func TestHelpWithoutRedis(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"-url", nowhere, "ls", "-h"},
+		{"-url", nowhere, "help", "ls"},
+		{"ls", "-h"},
+	} {
+		code, out, errs := runArgs(t, args...)
+		require.Zero(t, code, "%q: %s", args, errs)
+		require.Contains(t, out, "usage: wheelq ls", args)
+		require.Contains(t, out, "-state", args)
+		require.Contains(t, out, "-url", "%q: the connection flags too", args)
+		require.NotContains(t, out+errs, "cannot reach", args)
+	}
+
+	code, out, errs := runArgs(t, "help")
+	require.Zero(t, code, errs)
+	for _, c := range commands() {
+		require.Contains(t, out, "\n  "+c.name+" ", "the command list has %s", c.name)
+	}
+	code, out, _ = runArgs(t, "-h")
+	require.Zero(t, code)
+	require.Contains(t, out, "usage: wheelq")
+
+	code, _, errs = runArgs(t, "-url", nowhere, "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `unknown command "frobnicate"`)
+	require.Contains(t, errs, "wheelq help")
+	require.NotContains(t, errs, "cannot reach")
+
+	code, _, errs = runArgs(t, "help", "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `unknown command "frobnicate"`)
+
+	code, _, errs = runArgs(t)
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "usage: wheelq")
+}
+
+// TestBadUsageSaysSo (issue 25, item 4): every bad usage exits 2 with a
+// message naming the command's usage, before connecting to Redis.
+func TestBadUsageSaysSo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"stats", "foo"}, "usage: wheelq stats"},
+		{[]string{"counts", "x"}, "usage: wheelq counts"},
+		{[]string{"dead", "x"}, "usage: wheelq dead"},
+		{[]string{"dead", "-limit", "-1"}, "-limit"},
+		{[]string{"ls", "x"}, "usage: wheelq ls"},
+		{[]string{"ls", "-limit", "0"}, "bad -limit 0"},
+		{[]string{"ls", "-state", "sleeping"}, "want pending, overdue, running or dead"},
+		{[]string{"watch", "-interval", "0"}, "-interval"},
+		{[]string{"watch", "-count", "-1"}, "-count"},
+		{[]string{"watch", "x"}, "usage: wheelq watch"},
+		{[]string{"show", "orders"}, "usage: wheelq show"},
+		{[]string{"pause"}, "usage: wheelq pause"},
+		{[]string{"run", "orders"}, "usage: wheelq run"},
+		{[]string{"requeue", "-at", "someday", "orders", "o-1"}, "bad -at"},
+		{[]string{"stats", "-frob"}, "flag provided but not defined: -frob"},
+	} {
+		for _, url := range []string{"redis://" + srv.Addr, nowhere} {
+			code, out, errs := runArgs(t, append([]string{"-url", url, "-namespace", "cli"}, c.args...)...)
+			require.Equal(t, 2, code, "%q at %s: %s", c.args, url, errs)
+			require.Contains(t, errs, c.msg, "%q at %s", c.args, url)
+			require.NotContains(t, errs, "cannot reach", "%q: refused before connecting", c.args)
+			require.Empty(t, out, c.args)
+			require.True(t, strings.HasSuffix(errs, "\n"), c.args)
+		}
+	}
+}
