@@ -45,9 +45,7 @@ func statsCmd(fs *flag.FlagSet) func([]string) (action, error) {
 }
 
 func (c *cli) stats(ctx context.Context, asJSON bool) int {
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	s, err := c.q.Stats(cctx)
+	s, err := c.readStats(ctx)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -55,13 +53,24 @@ func (c *cli) stats(ctx context.Context, asJSON bool) int {
 		return c.json(map[string]any{"pending": s.Pending, "dead": s.Dead, "overdue": s.Overdue,
 			"oldest_overdue_seconds": s.OldestOverdue.Seconds()})
 	}
-	fmt.Fprintf(c.out, "pending %d  overdue %d (oldest %v)  dead %d\n", s.Pending, s.Overdue, s.OldestOverdue.Round(time.Millisecond), s.Dead)
+	fmt.Fprintln(c.out, statsLine(s))
 	return 0
+}
+
+func (c *cli) readStats(ctx context.Context) (wheelq.Stats, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.q.Stats(cctx)
+}
+
+// statsLine is stats's line of figures, without its newline.
+func statsLine(s wheelq.Stats) string {
+	return fmt.Sprintf("pending %d  overdue %d (oldest %v)  dead %d", s.Pending, s.Overdue, s.OldestOverdue.Round(time.Millisecond), s.Dead)
 }
 
 func watchCmd(fs *flag.FlagSet) func([]string) (action, error) {
 	every := fs.Duration("interval", time.Second, "time between two readings")
-	count := fs.Int("count", 0, "stop after this many readings (0: until interrupted)")
+	count := fs.Int("count", 0, "stop after this many readings, failed ones included (0: until interrupted)")
 	return func(args []string) (action, error) {
 		switch {
 		case len(args) != 0:
@@ -75,9 +84,15 @@ func watchCmd(fs *flag.FlagSet) func([]string) (action, error) {
 	}
 }
 
+// watch prints a line of stats every interval, count times (0: until ctx
+// ends). It rides out an outage: the first failed reading prints a line
+// saying so, the next ones nothing, and the first good one after them a
+// line saying Redis is back. Each line is printed whole. The exit code is
+// 1 if the last reading failed.
 func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var downSince time.Time // zero while readings succeed
 	for i := 0; count == 0 || i < count; i++ {
 		if i > 0 {
 			select {
@@ -86,10 +101,26 @@ func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 				return 0
 			}
 		}
-		fmt.Fprintf(c.out, "%s  ", time.Now().Format(time.TimeOnly))
-		if code := c.stats(ctx, false); code != 0 {
-			return code
+		s, err := c.readStats(ctx)
+		now := time.Now()
+		stamp := now.Format(time.TimeOnly)
+		switch {
+		case ctx.Err() != nil:
+			return 0 // interrupted during a reading
+		case err != nil && downSince.IsZero():
+			downSince = now
+			fmt.Fprintf(c.out, "%s  Redis at %s unreachable: %v; trying again every %v\n", stamp, c.where, cleanErr(err), every)
+		case err == nil && !downSince.IsZero():
+			fmt.Fprintf(c.out, "%s  Redis at %s back after %v\n", stamp, c.where, now.Sub(downSince).Round(time.Millisecond))
+			downSince = time.Time{}
 		}
+		if err == nil {
+			fmt.Fprintf(c.out, "%s  %s\n", stamp, statsLine(s))
+		}
+	}
+	if !downSince.IsZero() {
+		fmt.Fprintf(c.err, "wheelq: watch: the last reading failed (Redis at %s unreachable since %s)\n", c.where, downSince.Format(time.TimeOnly))
+		return 1
 	}
 	return 0
 }

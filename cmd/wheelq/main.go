@@ -428,3 +428,6 @@ func (c *cli) fail(err error) int {
 	}
 	return 1
 }
+
+// cleanErr is err's text for the user (see cli.fail).
+func cleanErr(err error) string { return err.Error() }

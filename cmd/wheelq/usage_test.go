@@ -162,3 +162,49 @@ func TestBadUsageSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRidesOutAnOutage (issue 25, item 5): watch says when Redis
+// becomes unreachable, keeps trying at its interval, says when it is
+// back and goes on; it never leaves a half-printed line.
+func TestWatchRidesOutAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	srv.RequireReal(t)
+	newNamespace(t, srv)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var out, errb lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runEnv(ctx, []string{"-url", "redis://" + srv.Addr, "-namespace", "cli", "-timeout", "500ms",
+			"watch", "-interval", "50ms"}, func(string) string { return "" }, &out, &errb)
+	}()
+	waitFor := func(what string, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Count(out.String(), what) >= n },
+			20*time.Second, 10*time.Millisecond, "%q %d times; stdout:\n%s\nstderr:\n%s", what, n, out.String(), errb.String())
+	}
+	waitFor("pending 1", 2)
+	srv.Stop()
+	waitFor("unreachable", 1)
+	before := strings.Count(out.String(), "pending 1")
+	time.Sleep(300 * time.Millisecond) // several readings fail meanwhile
+	select {
+	case code := <-exited:
+		t.Fatalf("watch exited (%d) while Redis was down; stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	default:
+	}
+	require.NoError(t, srv.Restart())
+	waitFor("back", 1)
+	waitFor("pending 1", before+2)
+	stop()
+	require.Zero(t, <-exited, errb.String())
+
+	s := out.String()
+	t.Logf("watch printed:\n%s", s)
+	require.Equal(t, 1, strings.Count(s, "unreachable"), "said once per outage:\n%s", s)
+	require.True(t, strings.HasSuffix(s, "\n"), "no half-printed line:\n%s", s)
+	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		require.Regexp(t, `^\d\d:\d\d:\d\d  (pending \d+ |Redis at .* unreachable|Redis at .* back)`, line, "in:\n%s", s)
+	}
+}
