@@ -214,7 +214,7 @@ func changeCmd(cmd string) func(fs *flag.FlagSet) func([]string) (action, error)
 	return func(fs *flag.FlagSet) func([]string) (action, error) {
 		var at *string
 		if cmd == "requeue" {
-			at = fs.String("at", "", "the new due time, WHEN (default now)")
+			at = fs.String("at", "", "the new due time, WHEN (default now; at most 365 days ahead)")
 		}
 		var ff *filterFlags
 		if cmd != "run" {
@@ -229,6 +229,10 @@ func changeCmd(cmd string) func(fs *flag.FlagSet) func([]string) (action, error)
 					return nil, usagef("bad -at: %v", err)
 				}
 				due = t
+				if ahead := time.Until(due); ahead > maxDelay {
+					return nil, usagef("bad -at: %s is %v ahead; at most %d days ahead (the queue's default MaxDelay)",
+						*at, ahead.Round(time.Hour), maxDelay/(24*time.Hour))
+				}
 			}
 			if ff != nil && (ff.given(fs) || ff.all) {
 				if len(args) != 0 {
@@ -290,11 +294,26 @@ func (c *cli) bulk(ctx context.Context, cmd string, f wheelq.JobFilter, due time
 		n, err = c.q.RequeueWhere(ctx, f, due)
 	}
 	if err != nil {
-		fmt.Fprintf(c.err, "wheelq: %s: %d done before: %v\n(run it again to carry on)\n", cmd, n, err)
+		fmt.Fprintf(c.err, "wheelq: %s: %d jobs done, then: %s\n", cmd, n, cleanErr(err))
+		if transient(err) {
+			fmt.Fprintf(c.err, "(run it again to carry on: the jobs done are not selected again)\n")
+		}
 		return 1
 	}
 	fmt.Fprintf(c.out, "%s: %d jobs\n", cmd, n)
 	return 0
+}
+
+// transient says whether err may pass if the call is made again: it is
+// not a refusal of the call's arguments or of the namespace's layout.
+func transient(err error) bool {
+	for _, e := range []error{wheelq.ErrTooFar, wheelq.ErrInvalidOption, wheelq.ErrInvalidTopic,
+		wheelq.ErrInvalidID, wheelq.ErrLayout, wheelq.ErrClosed} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
 }
 
 // filterFlags are the flags of a JobFilter.

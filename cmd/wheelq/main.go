@@ -48,6 +48,10 @@ func main() {
 // neither -url nor -addrs is given.
 const envURL = "WHEELQ_URL"
 
+// maxDelay is the furthest ahead wheelq's queue takes a due time
+// (requeue -at): Config.MaxDelay's default.
+const maxDelay = 365 * 24 * time.Hour
+
 // A command is one of wheelq's commands. The table of them (commands)
 // gives both the dispatch and the help, and a command line is parsed and
 // checked against it before anything connects to Redis.
@@ -354,7 +358,7 @@ func (cf *connFlags) open(ctx context.Context, stdout, stderr io.Writer) (*cli, 
 	if parts == 0 {
 		parts = n
 	}
-	q, err := wheelq.New(rdb, wheelq.Config{Namespace: cf.namespace, Partitions: parts, WriteTimeout: cf.timeout})
+	q, err := wheelq.New(rdb, wheelq.Config{Namespace: cf.namespace, Partitions: parts, WriteTimeout: cf.timeout, MaxDelay: maxDelay})
 	if err != nil {
 		_ = rdb.Close()
 		fmt.Fprintf(stderr, "wheelq: %v\n", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +208,55 @@ func TestWatchRidesOutAnOutage(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
 		require.Regexp(t, `^\d\d:\d\d:\d\d  (pending \d+ |Redis at .* unreachable|Redis at .* back)`, line, "in:\n%s", s)
 	}
+}
+
+// deadJob makes namespace "cli" on srv hold one dead job, mail/m-1.
+func deadJob(t *testing.T, srv *redistest.Server) *wheelq.Queue {
+	t.Helper()
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4, MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	require.NoError(t, q.Handle("mail", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		return errors.New("smtp: 550 no such user")
+	})))
+	require.NoError(t, q.Start(ctx))
+	_, err = q.Schedule(ctx, "mail", nil, wheelq.ID("m-1"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		j, err := q.Lookup(ctx, "mail", "m-1")
+		return err == nil && j.State == wheelq.StateDead
+	}, 10*time.Second, 10*time.Millisecond)
+	return q
+}
+
+// TestRequeueTooFarSaysWhy (issue 25, item 6): a requeue -at beyond the
+// maximum delay failed on every job alike, yet advised running it again.
+// It is a usage error, refused before anything is done, that says what
+// the limit is; nothing advises a rerun that would fail the same way.
+func TestRequeueTooFarSaysWhy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	q := deadJob(t, srv)
+	for _, args := range [][]string{
+		{"requeue", "-topic", "mail", "-at", "2030-01-01T00:00:00Z"},
+		{"requeue", "-at", "2030-01-01T00:00:00Z", "mail", "m-1"},
+		{"requeue", "-all", "-at", "9000h"},
+	} {
+		for range 2 { // and again: the same answer
+			code, out, errs := wq(t, srv, args...)
+			require.Equal(t, 2, code, "%q: %s", args, errs)
+			require.Empty(t, out)
+			require.Contains(t, errs, "bad -at", args)
+			require.Contains(t, errs, "at most 365 days ahead", args)
+			require.NotContains(t, errs, "run it again", args)
+		}
+	}
+	j, err := q.Lookup(context.Background(), "mail", "m-1")
+	require.NoError(t, err)
+	require.Equal(t, wheelq.StateDead, j.State, "nothing was done")
+
+	code, out, errs := wq(t, srv, "requeue", "-topic", "mail", "-at", "2h")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "requeue: 1 jobs")
 }
