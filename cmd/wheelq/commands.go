@@ -294,7 +294,7 @@ func (c *cli) bulk(ctx context.Context, cmd string, f wheelq.JobFilter, due time
 		n, err = c.q.RequeueWhere(ctx, f, due)
 	}
 	if err != nil {
-		fmt.Fprintf(c.err, "wheelq: %s: %d jobs done, then: %s\n", cmd, n, cleanErr(err))
+		c.fail(fmt.Errorf("%s: %d jobs done, then: %w", cmd, n, err))
 		if transient(err) {
 			fmt.Fprintf(c.err, "(run it again to carry on: the jobs done are not selected again)\n")
 		}
@@ -408,7 +408,7 @@ func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit i
 	defer cancel()
 	js, next, err := c.q.List(cctx, f, cursor, limit)
 	if errors.Is(err, wheelq.ErrInvalidCursor) {
-		fmt.Fprintf(c.err, "wheelq: %v\n(give -cursor as a listing printed it, or leave it out to start)\n", err)
+		fmt.Fprintf(c.err, "wheelq: %s\n(give -cursor as a listing printed it, or leave it out to start)\n", cleanErr(err))
 		return 2
 	}
 	if err != nil {
@@ -494,8 +494,10 @@ func (c *cli) pause(ctx context.Context, cmd, topic string) int {
 	} else {
 		err = c.q.Resume(cctx, topic)
 	}
-	if err != nil {
+	if err != nil && transient(err) {
 		return c.fail(fmt.Errorf("%w (nothing is lost by running it again)", err))
+	} else if err != nil {
+		return c.fail(err)
 	}
 	fmt.Fprintf(c.out, "%s %s: done\n", cmd, topic)
 	return 0

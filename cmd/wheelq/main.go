@@ -351,7 +351,7 @@ func (cf *connFlags) open(ctx context.Context, stdout, stderr io.Writer) (*cli, 
 		return nil, 1
 	case err != nil:
 		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: reading namespace %q at %s: %v\n", cf.namespace, where, err)
+		fmt.Fprintf(stderr, "wheelq: reading namespace %q at %s: %s\n", cf.namespace, where, cleanErr(err))
 		return nil, 1
 	}
 	parts := cf.partitions
@@ -361,7 +361,7 @@ func (cf *connFlags) open(ctx context.Context, stdout, stderr io.Writer) (*cli, 
 	q, err := wheelq.New(rdb, wheelq.Config{Namespace: cf.namespace, Partitions: parts, WriteTimeout: cf.timeout, MaxDelay: maxDelay})
 	if err != nil {
 		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: %v\n", err)
+		fmt.Fprintf(stderr, "wheelq: %s\n", cleanErr(err))
 		return nil, 2
 	}
 	return &cli{q: q, rdb: rdb, out: stdout, err: stderr, timeout: cf.timeout, where: where}, 0
@@ -425,13 +425,31 @@ func (c *cli) close() {
 	_ = c.rdb.Close()
 }
 
+// fail prints err, with a hint where one helps, and returns exit code 1.
 func (c *cli) fail(err error) int {
-	fmt.Fprintf(c.err, "wheelq: %v\n", err)
+	fmt.Fprintf(c.err, "wheelq: %s\n", cleanErr(err))
 	if errors.Is(err, wheelq.ErrLayout) {
 		fmt.Fprintln(c.err, "(give the queue's number of partitions with -partitions)")
 	}
 	return 1
 }
 
-// cleanErr is err's text for the user (see cli.fail).
-func cleanErr(err error) string { return err.Error() }
+// cleanErr is err's text for the user, who reads it after wheelq's own
+// "wheelq: ": without the prefixes of the library's packages ("wheelq: ",
+// "persist: ") that the library's wrapping repeats at each level.
+func cleanErr(err error) string {
+	s := err.Error()
+	for _, p := range []string{"wheelq: ", "persist: "} {
+		s = strings.ReplaceAll(s, ": "+p, ": ")
+		s = strings.ReplaceAll(s, "("+p, "(")
+	}
+	for again := true; again; {
+		again = false
+		for _, p := range []string{"wheelq: ", "persist: "} {
+			if t, ok := strings.CutPrefix(s, p); ok {
+				s, again = t, true
+			}
+		}
+	}
+	return s
+}

@@ -204,6 +204,7 @@ func TestWatchRidesOutAnOutage(t *testing.T) {
 	s := out.String()
 	t.Logf("watch printed:\n%s", s)
 	require.Equal(t, 1, strings.Count(s, "unreachable"), "said once per outage:\n%s", s)
+	require.NotContains(t, s, "persist", "no internal package's name (item 7)")
 	require.True(t, strings.HasSuffix(s, "\n"), "no half-printed line:\n%s", s)
 	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
 		require.Regexp(t, `^\d\d:\d\d:\d\d  (pending \d+ |Redis at .* unreachable|Redis at .* back)`, line, "in:\n%s", s)
@@ -259,4 +260,36 @@ func TestRequeueTooFarSaysWhy(t *testing.T) {
 	code, out, errs := wq(t, srv, "requeue", "-topic", "mail", "-at", "2h")
 	require.Zero(t, code, errs)
 	require.Contains(t, out, "requeue: 1 jobs")
+}
+
+// TestErrorTextIsClean (issue 25, item 7): the CLI's errors carry one
+// "wheelq: " prefix and no internal package's name, and advise a rerun
+// only where one may help.
+func TestErrorTextIsClean(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-partitions", "8", "stats"}, "give the queue's number of partitions with -partitions"},
+		{[]string{"-partitions", "8", "cancel", "orders", "o-1"}, "give the queue's number of partitions with -partitions"},
+		{[]string{"-partitions", "8", "cancel", "-topic", "orders"}, "give the queue's number of partitions with -partitions"},
+		{[]string{"cancel", "orders", "nope"}, "job not found"},
+		{[]string{"requeue", "orders", "nope"}, "job not found"},
+		{[]string{"run", "orders", "nope"}, "job not found"},
+		{[]string{"show", "orders", "nope"}, "job not found"},
+		{[]string{"pause", "a/b"}, "invalid topic"},
+	} {
+		code, _, errs := wq(t, srv, c.args...)
+		require.Equal(t, 1, code, "%q: %s", c.args, errs)
+		require.Contains(t, errs, c.msg, c.args)
+		require.True(t, strings.HasPrefix(errs, "wheelq: "), "%q: %s", c.args, errs)
+		require.Equal(t, 1, strings.Count(errs, "wheelq: "), "%q: one prefix: %s", c.args, errs)
+		require.NotContains(t, errs, "persist", "%q: no internal package: %s", c.args, errs)
+		require.NotContains(t, errs, "again", "%q: a rerun would fail the same way: %s", c.args, errs)
+	}
+	require.Equal(t, "wheelq: job not found: orders/nope",
+		func() string { _, _, e := wq(t, srv, "cancel", "orders", "nope"); return strings.TrimSpace(e) }())
 }
