@@ -146,7 +146,7 @@ func (c *cli) show(ctx context.Context, topic, id string, asJSON bool) int {
 		return c.json(jobJSON(j))
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "topic\t%s\nid\t%s\nstate\t%s\n", j.Topic, j.ID, j.State)
+	fmt.Fprintf(tw, "topic\t%s\nid\t%s\nstate\t%s\n", printable(j.Topic), printable(j.ID), j.State)
 	if !j.Due.IsZero() { // a finished job's history keeps no due time
 		fmt.Fprintf(tw, "due\t%s\n", j.Due.Format(time.RFC3339Nano))
 	}
@@ -156,7 +156,7 @@ func (c *cli) show(ctx context.Context, topic, id string, asJSON bool) int {
 	fmt.Fprintf(tw, "created\t%s\n", j.Created.Format(time.RFC3339))
 	fmt.Fprintf(tw, "attempts\t%d of %d\n", j.Attempts, j.MaxAttempts)
 	if j.LastError != "" {
-		fmt.Fprintf(tw, "last error\t%s\n", j.LastError)
+		fmt.Fprintf(tw, "last error\t%s\n", printable(j.LastError))
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Headers)) {
 		fmt.Fprintf(tw, "header\t%s: %s\n", printable(k), printable(j.Headers[k]))
@@ -202,7 +202,7 @@ func (c *cli) dead(ctx context.Context, limit int, asJSON bool) int {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tID\tDIED\tATTEMPTS\tLAST ERROR")
 	for _, j := range js {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", j.Topic, j.ID, j.Due.Format(time.RFC3339), j.Attempts, truncate([]byte(j.LastError), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", printable(j.Topic), printable(j.ID), j.Due.Format(time.RFC3339), j.Attempts, printable(truncate([]byte(j.LastError), 60)))
 	}
 	_ = tw.Flush()
 	return 0
@@ -269,7 +269,7 @@ func (c *cli) change(ctx context.Context, cmd, topic, id string, due time.Time) 
 	}
 	switch {
 	case errors.Is(err, wheelq.ErrRunning):
-		fmt.Fprintf(c.out, "%s %s/%s: done; a run of it was in progress and goes on\n", cmd, topic, id)
+		fmt.Fprintf(c.out, "%s %s/%s: done; a run of it was in progress and goes on\n", cmd, printable(topic), printable(id))
 		return 0
 	case errors.Is(err, wheelq.ErrNotFound) && cmd == "run":
 		return c.fail(fmt.Errorf("%w (run moves a pending job; for a dead one use requeue)", err))
@@ -278,7 +278,7 @@ func (c *cli) change(ctx context.Context, cmd, topic, id string, due time.Time) 
 	case err != nil:
 		return c.fail(err)
 	}
-	fmt.Fprintf(c.out, "%s %s/%s: done\n", cmd, topic, id)
+	fmt.Fprintf(c.out, "%s %s/%s: done\n", cmd, printable(topic), printable(id))
 	return 0
 }
 
@@ -424,7 +424,7 @@ func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit i
 		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TOPIC\tID\tSTATE\tDUE\tATTEMPTS\tLAST ERROR")
 		for _, j := range js {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", j.Topic, j.ID, j.State, j.Due.Format(time.RFC3339), j.Attempts, truncate([]byte(j.LastError), 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", printable(j.Topic), printable(j.ID), j.State, j.Due.Format(time.RFC3339), j.Attempts, printable(truncate([]byte(j.LastError), 60)))
 		}
 		_ = tw.Flush()
 	}
@@ -467,7 +467,7 @@ func (c *cli) counts(ctx context.Context, asJSON bool) int {
 		if t.Paused {
 			paused = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Pending, t.Overdue, t.Running, t.Dead, paused)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", printable(t.Topic), t.Pending, t.Overdue, t.Running, t.Dead, paused)
 	}
 	_ = tw.Flush()
 	return 0
@@ -499,7 +499,7 @@ func (c *cli) pause(ctx context.Context, cmd, topic string) int {
 	} else if err != nil {
 		return c.fail(err)
 	}
-	fmt.Fprintf(c.out, "%s %s: done\n", cmd, topic)
+	fmt.Fprintf(c.out, "%s %s: done\n", cmd, printable(topic))
 	return 0
 }
 
@@ -530,18 +530,28 @@ func jobJSON(j wheelq.JobInfo) map[string]any {
 	return m
 }
 
-// printable returns s as it is when it is text (valid UTF-8 without
-// control characters, as JSON is), and quoted with escapes otherwise.
+// printable returns s as it is when it is plain text (valid UTF-8 without
+// control characters, as JSON is, and not starting with a quote), and
+// quoted with Go's escapes otherwise, so that any byte a topic, id, header
+// or error may hold shows safely and stays on its row.
 func printable(s string) string {
-	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) || strings.HasPrefix(s, `"`) {
 		return strconv.Quote(s)
 	}
 	return s
 }
 
+// truncate returns b as a string of at most n bytes and a "…", cut at a
+// character's start when b is UTF-8.
 func truncate(b []byte, n int) string {
 	if len(b) <= n {
 		return string(b)
+	}
+	for i := n; i > n-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(b[i]) {
+			n = i
+			break
+		}
 	}
 	return string(b[:n]) + "…"
 }

@@ -293,3 +293,53 @@ func TestErrorTextIsClean(t *testing.T) {
 	require.Equal(t, "wheelq: job not found: orders/nope",
 		func() string { _, _, e := wq(t, srv, "cancel", "orders", "nope"); return strings.TrimSpace(e) }())
 }
+
+// TestOddNamesStayOnTheirRow (issue 25, item 13): topics, ids and errors
+// with newlines or other control characters are shown escaped, each job
+// or topic on its own row.
+func TestOddNamesStayOnTheirRow(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4, MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	const odd = "news\nfake 9 9 9 9"
+	require.NoError(t, q.Handle(odd, wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		return errors.New("line one\nline two")
+	})))
+	require.NoError(t, q.Start(ctx))
+	_, err = q.Schedule(ctx, odd, nil, wheelq.ID("dies\r"))
+	require.NoError(t, err)
+	_, err = q.Schedule(ctx, "mail\x1b[2J", nil, wheelq.ID("id\twith tab"), wheelq.After(time.Hour))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := q.DeadJobs(ctx, 10)
+		return err == nil && len(d) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	rows := func(args ...string) string {
+		t.Helper()
+		code, out, errs := wq(t, srv, args...)
+		require.Zero(t, code, errs)
+		require.NotContains(t, out, "\x1b", args)
+		require.NotContains(t, out, "\r", args)
+		return out
+	}
+	out := rows("counts")
+	require.Equal(t, 3, strings.Count(out, "\n"), "a header and two topics:\n%s", out)
+	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
+	require.Contains(t, out, `"mail\x1b[2J"`)
+	out = rows("ls")
+	require.Equal(t, 2, strings.Count(out, "\n"), "a header and one pending job:\n%s", out)
+	require.Contains(t, out, `"id\twith tab"`)
+	for _, args := range [][]string{{"ls", "-state", "dead"}, {"dead"}} {
+		out = rows(args...)
+		require.Equal(t, 2, strings.Count(out, "\n"), "a header and one dead job:\n%s", out)
+		require.Contains(t, out, `"dies\r"`)
+		require.Contains(t, out, `"line one\nline two"`)
+	}
+	out = rows("show", odd, "dies\r")
+	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
+	require.Contains(t, out, `"line one\nline two"`)
+}
