@@ -146,7 +146,11 @@ func (c *cli) show(ctx context.Context, topic, id string, asJSON bool) int {
 		return c.json(jobJSON(j))
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "topic\t%s\nid\t%s\nstate\t%s\n", printable(j.Topic), printable(j.ID), j.State)
+	state, now := j.State.String(), time.Now()
+	if stateOf(j, now) == "overdue" {
+		state += ", overdue by " + now.Sub(j.Due).Round(time.Second).String()
+	}
+	fmt.Fprintf(tw, "topic\t%s\nid\t%s\nstate\t%s\n", printable(j.Topic), printable(j.ID), state)
 	if !j.Due.IsZero() { // a finished job's history keeps no due time
 		fmt.Fprintf(tw, "due\t%s\n", j.Due.Format(time.RFC3339Nano))
 	}
@@ -421,10 +425,11 @@ func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit i
 			}
 		}
 	} else {
+		now := time.Now()
 		tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TOPIC\tID\tSTATE\tDUE\tATTEMPTS\tLAST ERROR")
 		for _, j := range js {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", printable(j.Topic), printable(j.ID), j.State, j.Due.Format(time.RFC3339), j.Attempts, printable(truncate([]byte(j.LastError), 60)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", printable(j.Topic), printable(j.ID), stateOf(j, now), j.Due.Format(time.RFC3339), j.Attempts, printable(truncate([]byte(j.LastError), 60)))
 		}
 		_ = tw.Flush()
 	}
@@ -432,6 +437,16 @@ func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit i
 		fmt.Fprintf(c.err, "more: add -cursor %s\n", next)
 	}
 	return 0
+}
+
+// stateOf is a job's state as ls shows it: a pending job more than
+// wheelq.OverdueAfter past its due time (as Stats and Counts count them)
+// is "overdue".
+func stateOf(j wheelq.JobInfo, now time.Time) string {
+	if j.State == wheelq.StatePending && now.Sub(j.Due) > wheelq.OverdueAfter {
+		return "overdue"
+	}
+	return j.State.String()
 }
 
 func countsCmd(fs *flag.FlagSet) func([]string) (action, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -342,4 +343,37 @@ func TestOddNamesStayOnTheirRow(t *testing.T) {
 	out = rows("show", odd, "dies\r")
 	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
 	require.Contains(t, out, `"line one\nline two"`)
+}
+
+// TestSmallerThings (issue 25, item 15, CLI part): ls calls an overdue
+// job overdue, stats's help promises nothing it does not print, and the
+// README's list of commands names every command.
+func TestSmallerThings(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	q := newNamespace(t, srv) // o-1, due in an hour
+	_, err := q.Schedule(context.Background(), "orders", nil, wheelq.ID("late-1"), wheelq.At(time.Now().Add(-time.Hour)))
+	require.NoError(t, err) // no worker runs: it stays overdue
+
+	code, out, errs := wq(t, srv, "ls", "-state", "overdue")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^orders\s+late-1\s+overdue\s`, out)
+	code, out, errs = wq(t, srv, "ls")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^orders\s+late-1\s+overdue\s`, out)
+	require.Regexp(t, `(?m)^orders\s+o-1\s+pending\s`, out)
+	code, out, errs = wq(t, srv, "show", "orders", "late-1")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `state +pending, overdue by 1h`, out)
+
+	code, out, errs = runArgs(t, "help", "stats")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "lateness", "stats prints no lateness")
+	require.NotContains(t, out, "process figures", "stats prints no process figures")
+
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	for _, c := range commands() {
+		require.Contains(t, string(readme), "`"+c.name, "the README names %s", c.name)
+	}
 }
