@@ -125,8 +125,9 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	code, _, _ = wq(t, srv, "frobnicate")
-	require.Equal(t, 1, code, "no namespace is checked first")
+	code, _, errs = wq(t, srv, "frobnicate")
+	require.Equal(t, 2, code, "the command is checked before the namespace")
+	require.Contains(t, errs, `unknown command "frobnicate"`)
 	errb.Reset()
 	code = run(context.Background(), []string{"-url", "redis://x", "-cluster", "stats"}, &out, &errb)
 	require.Equal(t, 2, code)

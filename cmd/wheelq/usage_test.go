@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// nowhere is a Redis address nothing listens on: a command that reaches
+// for it fails with "cannot reach Redis".
+const nowhere = "redis://127.0.0.1:1"
+
+// runArgs runs the command line as given, with no environment, and
+// returns its exit code, stdout and stderr.
+func runArgs(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runEnv(context.Background(), args, func(string) string { return "" }, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// newNamespace makes the namespace "cli" exist on srv, so that commands
+// get past the connection to their own work.
+func newNamespace(t *testing.T, srv *redistest.Server) *wheelq.Queue {
+	t.Helper()
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	_, err = q.Schedule(ctx, "orders", []byte("x"), wheelq.ID("o-1"), wheelq.After(time.Hour))
+	require.NoError(t, err)
+	return q
+}
+
+// TestFlagsAfterCommand (issue 25, item 1): connection flags work after
+// the command as well as before it, and the command's own value wins; a
+// command never falls back to a server the user did not name.
+func TestFlagsAfterCommand(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	url := "redis://" + srv.Addr
+
+	code, out, errs := runArgs(t, "stats", "-url", url, "-namespace", "cli")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "pending 1")
+
+	// Before the command: an unreachable one; after it: the real one.
+	code, out, errs = runArgs(t, "-url", nowhere, "stats", "-url", url, "-namespace", "cli")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "pending 1")
+
+	code, out, errs = runArgs(t, "-url", url, "ls", "-namespace", "cli", "-topic", "orders")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-1")
+
+	// No server named: refused before connecting, saying how to name one.
+	code, _, errs = runArgs(t, "stats", "-namespace", "cli")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "-url")
+	require.Contains(t, errs, "WHEELQ_URL")
+	require.NotContains(t, errs, "cannot reach", "nothing was dialled")
+
+	// WHEELQ_URL names it; a flag overrides it.
+	env := func(k string) string {
+		if k == "WHEELQ_URL" {
+			return url
+		}
+		return ""
+	}
+	var o, e bytes.Buffer
+	code = runEnv(context.Background(), []string{"stats", "-namespace", "cli"}, env, &o, &e)
+	require.Zero(t, code, e.String())
+	require.Contains(t, o.String(), "pending 1")
+	e.Reset()
+	code = runEnv(context.Background(), []string{"stats", "-url", nowhere, "-namespace", "cli"}, env, &o, &e)
+	require.Equal(t, 1, code)
+	require.Contains(t, e.String(), "cannot reach Redis at 127.0.0.1:1")
+}
+
+// TestHelpWithoutRedis (issue 25, items 1 and 16): help, a mistyped
+// command and bad usage are answered without connecting to Redis.
+func TestHelpWithoutRedis(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"-url", nowhere, "ls", "-h"},
+		{"-url", nowhere, "help", "ls"},
+		{"ls", "-h"},
+	} {
+		code, out, errs := runArgs(t, args...)
+		require.Zero(t, code, "%q: %s", args, errs)
+		require.Contains(t, out, "usage: wheelq ls", args)
+		require.Contains(t, out, "-state", args)
+		require.Contains(t, out, "-url", "%q: the connection flags too", args)
+		require.NotContains(t, out+errs, "cannot reach", args)
+	}
+
+	code, out, errs := runArgs(t, "help")
+	require.Zero(t, code, errs)
+	for _, c := range commands() {
+		require.Contains(t, out, "\n  "+c.name+" ", "the command list has %s", c.name)
+	}
+	code, out, _ = runArgs(t, "-h")
+	require.Zero(t, code)
+	require.Contains(t, out, "usage: wheelq")
+
+	code, _, errs = runArgs(t, "-url", nowhere, "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `unknown command "frobnicate"`)
+	require.Contains(t, errs, "wheelq help")
+	require.NotContains(t, errs, "cannot reach")
+
+	code, _, errs = runArgs(t, "help", "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, `unknown command "frobnicate"`)
+
+	code, _, errs = runArgs(t)
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "usage: wheelq")
+}
+
+// TestBadUsageSaysSo (issue 25, item 4): every bad usage exits 2 with a
+// message naming the command's usage, before connecting to Redis.
+func TestBadUsageSaysSo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"stats", "foo"}, "usage: wheelq stats"},
+		{[]string{"counts", "x"}, "usage: wheelq counts"},
+		{[]string{"dead", "x"}, "usage: wheelq dead"},
+		{[]string{"dead", "-limit", "-1"}, "-limit"},
+		{[]string{"ls", "x"}, "usage: wheelq ls"},
+		{[]string{"ls", "-limit", "0"}, "bad -limit 0"},
+		{[]string{"ls", "-state", "sleeping"}, "want pending, overdue, running or dead"},
+		{[]string{"watch", "-interval", "0"}, "-interval"},
+		{[]string{"watch", "-count", "-1"}, "-count"},
+		{[]string{"watch", "x"}, "usage: wheelq watch"},
+		{[]string{"show", "orders"}, "usage: wheelq show"},
+		{[]string{"pause"}, "usage: wheelq pause"},
+		{[]string{"run", "orders"}, "usage: wheelq run"},
+		{[]string{"requeue", "-at", "someday", "orders", "o-1"}, "bad -at"},
+		{[]string{"stats", "-frob"}, "flag provided but not defined: -frob"},
+	} {
+		for _, url := range []string{"redis://" + srv.Addr, nowhere} {
+			code, out, errs := runArgs(t, append([]string{"-url", url, "-namespace", "cli"}, c.args...)...)
+			require.Equal(t, 2, code, "%q at %s: %s", c.args, url, errs)
+			require.Contains(t, errs, c.msg, "%q at %s", c.args, url)
+			require.NotContains(t, errs, "cannot reach", "%q: refused before connecting", c.args)
+			require.Empty(t, out, c.args)
+			require.True(t, strings.HasSuffix(errs, "\n"), c.args)
+		}
+	}
+}
+
+// TestWatchRidesOutAnOutage (issue 25, item 5): watch says when Redis
+// becomes unreachable, keeps trying at its interval, says when it is
+// back and goes on; it never leaves a half-printed line.
+func TestWatchRidesOutAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	srv.RequireReal(t)
+	newNamespace(t, srv)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var out, errb lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runEnv(ctx, []string{"-url", "redis://" + srv.Addr, "-namespace", "cli", "-timeout", "500ms",
+			"watch", "-interval", "50ms"}, func(string) string { return "" }, &out, &errb)
+	}()
+	waitFor := func(what string, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Count(out.String(), what) >= n },
+			20*time.Second, 10*time.Millisecond, "%q %d times; stdout:\n%s\nstderr:\n%s", what, n, out.String(), errb.String())
+	}
+	waitFor("pending 1", 2)
+	srv.Stop()
+	waitFor("unreachable", 1)
+	before := strings.Count(out.String(), "pending 1")
+	time.Sleep(300 * time.Millisecond) // several readings fail meanwhile
+	select {
+	case code := <-exited:
+		t.Fatalf("watch exited (%d) while Redis was down; stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	default:
+	}
+	require.NoError(t, srv.Restart())
+	waitFor("back", 1)
+	waitFor("pending 1", before+2)
+	stop()
+	require.Zero(t, <-exited, errb.String())
+
+	s := out.String()
+	t.Logf("watch printed:\n%s", s)
+	require.Equal(t, 1, strings.Count(s, "unreachable"), "said once per outage:\n%s", s)
+	require.NotContains(t, s, "persist", "no internal package's name (item 7)")
+	require.True(t, strings.HasSuffix(s, "\n"), "no half-printed line:\n%s", s)
+	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		require.Regexp(t, `^\d\d:\d\d:\d\d  (pending \d+ |Redis at .* unreachable|Redis at .* back)`, line, "in:\n%s", s)
+	}
+}
+
+// deadJob makes namespace "cli" on srv hold one dead job, mail/m-1.
+func deadJob(t *testing.T, srv *redistest.Server) *wheelq.Queue {
+	t.Helper()
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4, MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	require.NoError(t, q.Handle("mail", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		return errors.New("smtp: 550 no such user")
+	})))
+	require.NoError(t, q.Start(ctx))
+	_, err = q.Schedule(ctx, "mail", nil, wheelq.ID("m-1"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		j, err := q.Lookup(ctx, "mail", "m-1")
+		return err == nil && j.State == wheelq.StateDead
+	}, 10*time.Second, 10*time.Millisecond)
+	return q
+}
+
+// TestRequeueTooFarSaysWhy (issue 25, item 6): a requeue -at beyond the
+// maximum delay failed on every job alike, yet advised running it again.
+// It is a usage error, refused before anything is done, that says what
+// the limit is; nothing advises a rerun that would fail the same way.
+func TestRequeueTooFarSaysWhy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	q := deadJob(t, srv)
+	for _, args := range [][]string{
+		{"requeue", "-topic", "mail", "-at", "2030-01-01T00:00:00Z"},
+		{"requeue", "-at", "2030-01-01T00:00:00Z", "mail", "m-1"},
+		{"requeue", "-all", "-at", "9000h"},
+	} {
+		for range 2 { // and again: the same answer
+			code, out, errs := wq(t, srv, args...)
+			require.Equal(t, 2, code, "%q: %s", args, errs)
+			require.Empty(t, out)
+			require.Contains(t, errs, "bad -at", args)
+			require.Contains(t, errs, "at most 365 days ahead", args)
+			require.NotContains(t, errs, "run it again", args)
+		}
+	}
+	j, err := q.Lookup(context.Background(), "mail", "m-1")
+	require.NoError(t, err)
+	require.Equal(t, wheelq.StateDead, j.State, "nothing was done")
+
+	code, out, errs := wq(t, srv, "requeue", "-topic", "mail", "-at", "2h")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "requeue: 1 jobs")
+}
+
+// TestErrorTextIsClean (issue 25, item 7): the CLI's errors carry one
+// "wheelq: " prefix and no internal package's name, and advise a rerun
+// only where one may help.
+func TestErrorTextIsClean(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-partitions", "8", "stats"}, "give the queue's number of partitions with -partitions"},
+		{[]string{"-partitions", "8", "cancel", "orders", "o-1"}, "give the queue's number of partitions with -partitions"},
+		{[]string{"-partitions", "8", "cancel", "-topic", "orders"}, "give the queue's number of partitions with -partitions"},
+		{[]string{"cancel", "orders", "nope"}, "job not found"},
+		{[]string{"requeue", "orders", "nope"}, "job not found"},
+		{[]string{"run", "orders", "nope"}, "job not found"},
+		{[]string{"show", "orders", "nope"}, "job not found"},
+		{[]string{"pause", "a/b"}, "invalid topic"},
+	} {
+		code, _, errs := wq(t, srv, c.args...)
+		require.Equal(t, 1, code, "%q: %s", c.args, errs)
+		require.Contains(t, errs, c.msg, c.args)
+		require.True(t, strings.HasPrefix(errs, "wheelq: "), "%q: %s", c.args, errs)
+		require.Equal(t, 1, strings.Count(errs, "wheelq: "), "%q: one prefix: %s", c.args, errs)
+		require.NotContains(t, errs, "persist", "%q: no internal package: %s", c.args, errs)
+		require.NotContains(t, errs, "again", "%q: a rerun would fail the same way: %s", c.args, errs)
+	}
+	require.Equal(t, "wheelq: job not found: orders/nope",
+		func() string { _, _, e := wq(t, srv, "cancel", "orders", "nope"); return strings.TrimSpace(e) }())
+}
+
+// TestOddNamesStayOnTheirRow (issue 25, item 13): topics, ids and errors
+// with newlines or other control characters are shown escaped, each job
+// or topic on its own row.
+func TestOddNamesStayOnTheirRow(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4, MaxAttempts: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	const odd = "news\nfake 9 9 9 9"
+	require.NoError(t, q.Handle(odd, wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		return errors.New("line one\nline two")
+	})))
+	require.NoError(t, q.Start(ctx))
+	_, err = q.Schedule(ctx, odd, nil, wheelq.ID("dies\r"))
+	require.NoError(t, err)
+	_, err = q.Schedule(ctx, "mail\x1b[2J", nil, wheelq.ID("id\twith tab"), wheelq.After(time.Hour))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := q.DeadJobs(ctx, 10)
+		return err == nil && len(d) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	rows := func(args ...string) string {
+		t.Helper()
+		code, out, errs := wq(t, srv, args...)
+		require.Zero(t, code, errs)
+		require.NotContains(t, out, "\x1b", args)
+		require.NotContains(t, out, "\r", args)
+		return out
+	}
+	out := rows("counts")
+	require.Equal(t, 3, strings.Count(out, "\n"), "a header and two topics:\n%s", out)
+	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
+	require.Contains(t, out, `"mail\x1b[2J"`)
+	out = rows("ls")
+	require.Equal(t, 2, strings.Count(out, "\n"), "a header and one pending job:\n%s", out)
+	require.Contains(t, out, `"id\twith tab"`)
+	for _, args := range [][]string{{"ls", "-state", "dead"}, {"dead"}} {
+		out = rows(args...)
+		require.Equal(t, 2, strings.Count(out, "\n"), "a header and one dead job:\n%s", out)
+		require.Contains(t, out, `"dies\r"`)
+		require.Contains(t, out, `"line one\nline two"`)
+	}
+	out = rows("show", odd, "dies\r")
+	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
+	require.Contains(t, out, `"line one\nline two"`)
+}
+
+// TestSmallerThings (issue 25, item 15, CLI part): ls calls an overdue
+// job overdue, stats's help promises nothing it does not print, and the
+// README's list of commands names every command.
+func TestSmallerThings(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	q := newNamespace(t, srv) // o-1, due in an hour
+	_, err := q.Schedule(context.Background(), "orders", nil, wheelq.ID("late-1"), wheelq.At(time.Now().Add(-time.Hour)))
+	require.NoError(t, err) // no worker runs: it stays overdue
+
+	code, out, errs := wq(t, srv, "ls", "-state", "overdue")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^orders\s+late-1\s+overdue\s`, out)
+	code, out, errs = wq(t, srv, "ls")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `(?m)^orders\s+late-1\s+overdue\s`, out)
+	require.Regexp(t, `(?m)^orders\s+o-1\s+pending\s`, out)
+	code, out, errs = wq(t, srv, "show", "orders", "late-1")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `state +pending, overdue by 1h`, out)
+
+	code, out, errs = runArgs(t, "help", "stats")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "lateness", "stats prints no lateness")
+	require.NotContains(t, out, "process figures", "stats prints no process figures")
+
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	for _, c := range commands() {
+		require.Contains(t, string(readme), "`"+c.name, "the README names %s", c.name)
+	}
+}
