@@ -34,14 +34,22 @@ func nArgs(args []string, n int, what string) error {
 	return nil
 }
 
-func statsCmd(fs *flag.FlagSet) func([]string) (action, error) {
-	asJSON := fs.Bool("json", false, "print JSON")
-	return func(args []string) (action, error) {
-		if err := noArgs(args); err != nil {
-			return nil, err
+// jsonOnlyCmd is the setup of a command that takes no arguments and only
+// -json (described by help), and runs run.
+func jsonOnlyCmd(help string, run func(*cli, context.Context, bool) int) func(*flag.FlagSet) func([]string) (action, error) {
+	return func(fs *flag.FlagSet) func([]string) (action, error) {
+		asJSON := fs.Bool("json", false, help)
+		return func(args []string) (action, error) {
+			if err := noArgs(args); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context, c *cli) int { return run(c, ctx, *asJSON) }, nil
 		}
-		return func(ctx context.Context, c *cli) int { return c.stats(ctx, *asJSON) }, nil
 	}
+}
+
+func statsCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	return jsonOnlyCmd("print JSON", (*cli).stats)(fs)
 }
 
 func (c *cli) stats(ctx context.Context, asJSON bool) int {
@@ -450,13 +458,7 @@ func stateOf(j wheelq.JobInfo, now time.Time) string {
 }
 
 func countsCmd(fs *flag.FlagSet) func([]string) (action, error) {
-	asJSON := fs.Bool("json", false, "print JSON, one object per topic")
-	return func(args []string) (action, error) {
-		if err := noArgs(args); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, c *cli) int { return c.counts(ctx, *asJSON) }, nil
-	}
+	return jsonOnlyCmd("print JSON, one object per topic", (*cli).counts)(fs)
 }
 
 func (c *cli) counts(ctx context.Context, asJSON bool) int {
