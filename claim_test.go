@@ -55,3 +55,13 @@ func TestLingerFor(t *testing.T) {
 		require.Equal(t, c.want, lingerFor(c.queued, c.untilDue, lead), "%d queued, due in %v", c.queued, c.untilDue)
 	}
 }
+
+func TestNextBatchLimit(t *testing.T) {
+	// Deferred past the byte budget: what the budget held, at least one.
+	require.Equal(t, 4, nextBatchLimit(maxClaim, 400, 396))
+	require.Equal(t, 1, nextBatchLimit(4, 4, 4))
+	// Nothing deferred: back towards maxClaim, doubling.
+	require.Equal(t, 8, nextBatchLimit(4, 4, 0))
+	require.Equal(t, maxClaim, nextBatchLimit(maxClaim, 10, 0))
+	require.Equal(t, maxClaim, nextBatchLimit(700, 700, 0))
+}
