@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wheelq/wheelq/internal/persist"
@@ -111,7 +112,24 @@ type task struct {
 type jobRun struct {
 	job Job
 	ctx runCtx
+
+	// Set by the worker before the handler is called (stuck.go reads them
+	// once it has loaded the run from its slot).
+	t       *task
+	attempt int
+	began   time.Time
+	// state is runRunning until the handler returns (runDone, set by the
+	// worker) or the run is abandoned (runAbandoned, set by the stuck
+	// watcher); whichever moves it settles the run.
+	state atomic.Int32
 }
+
+// A jobRun's states.
+const (
+	runRunning int32 = iota
+	runDone
+	runAbandoned
+)
 
 // newTask returns the task of a claimed job, a recycled one when there is
 // one (see freeTask).

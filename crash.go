@@ -2,10 +2,10 @@ package wheelq
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
+	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 )
 
@@ -48,7 +48,7 @@ func newCrashStore(s engineStore, h *crashpoint.Hooks) engineStore {
 
 func (c *crashStore) dead() error {
 	if c.h.Dead() {
-		return fmt.Errorf("wheelq: store: %w", crashpoint.ErrCrashed)
+		return errs.Errorf("wheelq: store: %w", crashpoint.ErrCrashed)
 	}
 	return nil
 }
@@ -60,11 +60,11 @@ func (c *crashStore) Init(ctx context.Context) error {
 	return c.engineStore.Init(ctx)
 }
 
-func (c *crashStore) LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration) ([]bool, error) {
+func (c *crashStore) LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration, dead ...string) ([]bool, error) {
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
-	return c.engineStore.LeaseAll(ctx, parts, op, token, ttl)
+	return c.engineStore.LeaseAll(ctx, parts, op, token, ttl, dead...)
 }
 
 func (c *crashStore) PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []persist.PollRequest, out []persist.PollReply) ([]persist.PollReply, error) {

@@ -18,10 +18,12 @@ var (
 	// and id exists (pending or dead) and Replace was not given.
 	ErrDuplicate = errors.New("wheelq: job already exists")
 	// ErrInvalidTopic is returned for an empty topic, one longer than 256
-	// bytes, or one containing '/'.
+	// bytes, or one containing '/', a control character or bytes that
+	// are not UTF-8.
 	ErrInvalidTopic = errors.New("wheelq: invalid topic")
-	// ErrInvalidID is returned for an empty id (ID("")) or one longer
-	// than 512 bytes, by Schedule and by the calls that name a job by id.
+	// ErrInvalidID is returned for an empty id (ID("")), one longer than
+	// 512 bytes, or one with a control character or bytes that are not
+	// UTF-8, by Schedule and by the calls that name a job by id.
 	ErrInvalidID = errors.New("wheelq: invalid job id")
 	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayload.
 	ErrPayloadTooLarge = errors.New("wheelq: payload too large")
@@ -33,6 +35,9 @@ var (
 	// together with After, a nil Option, an unknown DuplicatePolicy; and
 	// by DeadJobs for a negative limit.
 	ErrInvalidOption = errors.New("wheelq: invalid option")
+	// ErrInvalidConfig is returned by New for a Config field out of its
+	// range (the message names it), and for a nil client.
+	ErrInvalidConfig = errors.New("wheelq: invalid config")
 )
 
 // Errors of Cancel, Reschedule and Requeue.
@@ -46,6 +51,10 @@ var (
 	// cancelled job is not retried and a rescheduled one runs again at its
 	// new time. Treat it as success plus a warning.
 	ErrRunning = errors.New("wheelq: job is running")
+	// ErrPaused is returned by RunNow when the job was made due now but its
+	// topic is paused: it runs on Resume, not now. Like ErrRunning, the
+	// change was made.
+	ErrPaused = errors.New("wheelq: topic is paused")
 )
 
 // ErrUnavailable is returned by Schedule, Cancel, Reschedule and Requeue,

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 )
 
@@ -110,7 +111,7 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 		return JobInfo{}, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)
+		return JobInfo{}, errs.Errorf("wheelq: lookup: %w", err)
 	}
 	key := persist.JobKey(topic, id)
 	r, st, err := q.store.Get(ctx, key)
@@ -129,7 +130,7 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("wheelq: lookup: %w", err)
+		return JobInfo{}, errs.Errorf("wheelq: lookup: %w", err)
 	}
 	return infoOf(r, st), nil
 }
@@ -149,7 +150,7 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 	for cursor := ""; len(out) < limit; {
 		jobs, next, err := q.List(ctx, JobFilter{State: StateDead}, cursor, min(limit-len(out), MaxListLimit))
 		if err != nil {
-			return nil, fmt.Errorf("wheelq: dead jobs: %w", err)
+			return nil, errs.Errorf("wheelq: dead jobs: %w", err)
 		}
 		out = append(out, jobs...)
 		if next == "" {
@@ -175,7 +176,7 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	defer cancel()
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
-		return fmt.Errorf("wheelq: requeue %s: %w", key, err)
+		return errs.Errorf("wheelq: requeue %s: %w", key, err)
 	}
 	r, st, err := q.store.Get(ctx, key)
 	q.reach.note(err, probe, q.clock)
@@ -183,7 +184,7 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 		return fmt.Errorf("%w: no dead job %s", ErrNotFound, key)
 	}
 	if err != nil {
-		return fmt.Errorf("wheelq: requeue %s: %w", key, err)
+		return errs.Errorf("wheelq: requeue %s: %w", key, err)
 	}
 	oldRev := r.Rev
 	r.Rev, r.Attempt, r.LastError = rand.Uint32(), 0, ""
@@ -192,7 +193,7 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	ok, err := q.store.Requeue(ctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
 	q.reach.note(err, false, q.clock)
 	if err != nil {
-		return fmt.Errorf("wheelq: requeue %s: %w", key, uncertain(err))
+		return errs.Errorf("wheelq: requeue %s: %w", key, uncertain(err))
 	}
 	if !ok {
 		return fmt.Errorf("%w: dead job %s changed meanwhile", ErrNotFound, key)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -200,7 +201,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 		return nil, "", ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, "", fmt.Errorf("wheelq: list: %w", err)
+		return nil, "", errs.Errorf("wheelq: list: %w", err)
 	}
 	type found struct {
 		e persist.Entry
@@ -211,7 +212,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 	for p := range q.cfg.Partitions {
 		pg, err := q.readPart(ctx, qu, p, from, limit)
 		if err != nil {
-			return nil, "", fmt.Errorf("wheelq: list: %w", err)
+			return nil, "", errs.Errorf("wheelq: list: %w", err)
 		}
 		for _, e := range pg.es {
 			all = append(all, found{e, p})
@@ -246,7 +247,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 		}
 		recs, marked, err := q.store.Details(ctx, p, keys)
 		if err != nil {
-			return nil, "", fmt.Errorf("wheelq: list: %w", err)
+			return nil, "", errs.Errorf("wheelq: list: %w", err)
 		}
 		for j, i := range idx {
 			if recs[j] == nil {
@@ -357,7 +358,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 		return nil, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, fmt.Errorf("wheelq: counts: %w", err)
+		return nil, errs.Errorf("wheelq: counts: %w", err)
 	}
 	_, wall := wheel.Readings(q.clock)
 	before := wall.Add(-OverdueAfter).UnixMicro()
@@ -375,7 +376,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 			for start := int64(0); start >= 0; {
 				ts, next, err := q.store.TallyTopics(ctx, p, dead, start, tallyPage, before)
 				if err != nil {
-					return nil, fmt.Errorf("wheelq: counts: %w", err)
+					return nil, errs.Errorf("wheelq: counts: %w", err)
 				}
 				for _, t := range ts {
 					c := of(t.Topic)
@@ -391,7 +392,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 		}
 		es, err := q.store.Running(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("wheelq: counts: %w", err)
+			return nil, errs.Errorf("wheelq: counts: %w", err)
 		}
 		for _, e := range es {
 			topic, _, _ := strings.Cut(e.Key, persist.KeySep)
@@ -400,7 +401,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 	}
 	paused, err := q.store.PausedTopics(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("wheelq: counts: %w", err)
+		return nil, errs.Errorf("wheelq: counts: %w", err)
 	}
 	for _, t := range paused {
 		of(t).Paused = true
@@ -416,13 +417,28 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 // RunNow makes a pending job due now: Reschedule to the current time. A
 // job that is not pending gives ErrNotFound (a dead one: see Requeue);
 // one with a run in progress is moved all the same and gives ErrRunning
-// (it runs again). A job of a paused topic waits for Resume.
+// (it runs again). A job of a paused topic is moved all the same, waits
+// for Resume, and gives ErrPaused.
 func (q *Queue) RunNow(ctx context.Context, topic, id string) error {
 	if err := checkCtx(ctx, "RunNow"); err != nil {
 		return err
 	}
 	_, wall := wheel.Readings(q.clock)
-	return q.Reschedule(ctx, topic, id, wall)
+	err := q.Reschedule(ctx, topic, id, wall)
+	if err != nil && !errors.Is(err, ErrRunning) {
+		return err
+	}
+	paused, perr := q.store.PausedTopics(ctx)
+	if perr != nil {
+		return errs.Errorf("wheelq: run now %s: made due now; reading the paused topics: %w", persist.JobKey(topic, id), perr)
+	}
+	if slices.Contains(paused, topic) {
+		if err != nil {
+			return errs.Errorf("wheelq: run now %s: made due now, but %w (it runs on Resume); %w", persist.JobKey(topic, id), ErrPaused, err)
+		}
+		return errs.Errorf("wheelq: run now %s: made due now, but %w (it runs on Resume)", persist.JobKey(topic, id), ErrPaused)
+	}
+	return err
 }
 
 // bulkPage is the page size of CancelWhere and RequeueWhere, and
@@ -487,7 +503,7 @@ func (q *Queue) bulk(ctx context.Context, op string, f JobFilter, do func(JobInf
 	for cursor := ""; ; {
 		jobs, next, err := q.List(ctx, f, cursor, bulkPage)
 		if err != nil {
-			return done, fmt.Errorf("wheelq: %s: %w", op, err)
+			return done, errs.Errorf("wheelq: %s: %w", op, err)
 		}
 		var (
 			mu       sync.Mutex
@@ -513,7 +529,7 @@ func (q *Queue) bulk(ctx context.Context, op string, f JobFilter, do func(JobInf
 		}
 		wg.Wait()
 		if firstErr != nil {
-			return done, fmt.Errorf("wheelq: %s: %w", op, firstErr)
+			return done, errs.Errorf("wheelq: %s: %w", op, firstErr)
 		}
 		if next == "" {
 			return done, nil

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/wheelq/wheelq/internal/batch"
+	"github.com/wheelq/wheelq/internal/errs"
 	"maps"
 	"math/rand/v2"
 	"time"
@@ -94,7 +95,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return "", fmt.Errorf("wheelq: schedule: %w", err)
+		return "", errs.Errorf("wheelq: schedule: %w", err)
 	}
 	// The record keeps the caller's payload only until it is encoded; the
 	// cache gets a copy, and only when the job is armed.
@@ -110,7 +111,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	// the wait. A random id is new (66 random bits): it takes the plain write.
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
-		return "", fmt.Errorf("wheelq: schedule %s: %w", key, err)
+		return "", errs.Errorf("wheelq: schedule %s: %w", key, err)
 	}
 	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || !o.hasID, Fresh: !o.hasID})
 	q.reach.note(err, probe, q.clock)
@@ -121,13 +122,13 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		// The write may have reached Redis with its reply lost. Arm it
 		// anyway, uncached: the claim runs it only if Redis has it.
 		q.arm(key, dueUs, nil)
-		return "", fmt.Errorf("wheelq: schedule %s: %w", key, uncertain(err))
+		return "", errs.Errorf("wheelq: schedule %s: %w", key, uncertain(err))
 	}
 	if res == persist.Duplicate {
 		return "", fmt.Errorf("%w: %s", ErrDuplicate, key)
 	}
 	if q.crashAt(crashpoint.AfterWrite, key) {
-		return "", fmt.Errorf("wheelq: schedule %s: %w", key, crashpoint.ErrCrashed)
+		return "", errs.Errorf("wheelq: schedule %s: %w", key, crashpoint.ErrCrashed)
 	}
 	q.stats.scheduled.Add(1)
 	q.observeScheduled(topic)
@@ -158,13 +159,13 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return fmt.Errorf("wheelq: cancel: %w", err)
+		return errs.Errorf("wheelq: cancel: %w", err)
 	}
 	key := persist.JobKey(topic, id)
 	// Concurrent cancels share a round trip, as Schedule calls do.
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
-		return fmt.Errorf("wheelq: cancel %s: %w", key, err)
+		return errs.Errorf("wheelq: cancel %s: %w", key, err)
 	}
 	ch, err := q.cancels.Do(ctx, key)
 	q.reach.note(err, probe, q.clock)
@@ -172,7 +173,7 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return ErrClosed
 	}
 	if err != nil {
-		return fmt.Errorf("wheelq: cancel %s: %w", key, uncertain(err))
+		return errs.Errorf("wheelq: cancel %s: %w", key, uncertain(err))
 	}
 	q.sched.Cancel(key)
 	q.cache.Remove(key)
@@ -218,7 +219,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	// Concurrent reschedules share a round trip, as cancels do.
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
-		return fmt.Errorf("wheelq: reschedule %s: %w", key, err)
+		return errs.Errorf("wheelq: reschedule %s: %w", key, err)
 	}
 	ch, err := q.moves.Do(ctx, persist.Move{Key: key, Due: dueUs, Rev: rev})
 	q.reach.note(err, probe, q.clock)
@@ -229,7 +230,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		// It may have moved: be armed at the new time too; the claim
 		// re-arms it at its stored time if it did not.
 		q.arm(key, dueUs, nil)
-		return fmt.Errorf("wheelq: reschedule %s: %w", key, uncertain(err))
+		return errs.Errorf("wheelq: reschedule %s: %w", key, uncertain(err))
 	}
 	if ch == persist.NotFound {
 		q.sched.Cancel(key)
@@ -278,7 +279,7 @@ func (q *Queue) moveTo(ctx context.Context, op, topic, id string, due time.Time)
 		return "", ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return "", fmt.Errorf("wheelq: %s: %w", op, err)
+		return "", errs.Errorf("wheelq: %s: %w", op, err)
 	}
 	return persist.JobKey(topic, id), nil
 }

@@ -13,13 +13,17 @@ import (
 // Partitions returns the number of partitions the namespace was created
 // with in Redis (by the first queue that used it), so that a tool that
 // inspects a namespace can make its Config to match. It writes nothing. A
-// namespace never used gives an error wrapping ErrNotFound.
+// namespace never used gives an error wrapping ErrNotFound, a name no
+// namespace may have (see Config.Namespace) one wrapping ErrInvalidConfig.
 func Partitions(ctx context.Context, rdb redis.UniversalClient, namespace string) (int, error) {
 	if rdb == nil {
-		return 0, errors.New("wheelq: nil redis client")
+		return 0, fmt.Errorf("%w: nil redis client", ErrInvalidConfig)
 	}
 	if namespace == "" {
 		namespace = defaultNamespace
+	}
+	if err := validNamespace(namespace); err != nil {
+		return 0, err
 	}
 	n, err := persist.ReadLayout(ctx, rdb, namespace)
 	if errors.Is(err, persist.ErrNotFound) {

@@ -226,9 +226,9 @@ func (s *observedStore) PollMany(ctx context.Context, loaded int64, ttl time.Dur
 	return r, err
 }
 
-func (s *observedStore) LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration) ([]bool, error) {
+func (s *observedStore) LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration, dead ...string) ([]bool, error) {
 	t0 := time.Now()
-	r, err := s.engineStore.LeaseAll(ctx, parts, op, token, ttl)
+	r, err := s.engineStore.LeaseAll(ctx, parts, op, token, ttl, dead...)
 	s.obs.RoundTrip(OpLease, time.Since(t0), len(parts), err)
 	return r, err
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,7 +21,8 @@ import (
 // comment; New rejects values that make no sense.
 type Config struct {
 	// Namespace separates independent queues on one Redis. Default
-	// "default". It may not contain '{', '}' or ':'.
+	// "default". 1 to 64 bytes of ASCII letters, digits, '.', '_' and '-';
+	// any other is an ErrInvalidConfig.
 	Namespace string
 	// Partitions is the number of partitions of the namespace; every
 	// process of a namespace must use the same: the first to use the
@@ -37,7 +39,11 @@ type Config struct {
 	// delay scaled by a random factor in [0.75, 1.25).
 	Backoff func(attempt int, err error) time.Duration
 	// HandlerTimeout bounds one run of a handler through its context.
-	// Default 1 minute.
+	// A handler that ignores its context and runs StuckGrace longer has
+	// its run abandoned: logged, counted in Stats.Stuck, its job settled
+	// as a failed run (ErrHandlerStuck; it may run again while the
+	// handler goes on), so that neither hand-overs nor Shutdown wait for
+	// it. Default 1 minute.
 	HandlerTimeout time.Duration
 	// MaxPayload is the largest payload Schedule accepts. Default 1 MiB.
 	MaxPayload int
@@ -70,6 +76,13 @@ type Config struct {
 	// loaded job fires without reading Redis for its payload, and fires even
 	// while Redis is down. Default 100,000.
 	CacheSize int
+	// CacheBytes bounds the same records by weight: their payloads,
+	// headers and keys, plus about 200 bytes each. Past either bound the
+	// records kept longest are dropped; a job whose record was dropped
+	// fires all the same, its record read by its claim (a job not cached
+	// does not run while Redis is down, even with RunWhileRedisDown).
+	// Default 128 MiB.
+	CacheBytes int
 	// Logger receives warnings and errors. Default: none.
 	Logger *slog.Logger
 	// Observer, if set, is told of the queue's events (jobs scheduled,
@@ -123,6 +136,19 @@ type Config struct {
 	// process's partitions. At most 128 bytes, no '#'. Default empty
 	// (leases always lapse before another process takes them).
 	InstanceID string
+	// LockDir is where a started queue keeps its lock file (on Unix; see
+	// below), in a directory per namespace. Without an InstanceID, a
+	// process killed and restarted on the same host would wait up to
+	// LeaseTTL for its former incarnation's leases to lapse; a lock file
+	// (flock(2), which the kernel drops when its process ends, however it
+	// ends, and never while it lives, stopped or not) proves that
+	// incarnation gone, and the new process takes its leases and roster
+	// place over at once. It tells only of processes on this host (or
+	// sharing the directory): a process restarted elsewhere still waits.
+	// The directory must be local to the host (not a network file system
+	// whose locks are not the kernel's). Default: a directory under
+	// os.TempDir(); "-" keeps no lock file.
+	LockDir string
 	// RunWhileRedisDown is an availability mode, off by default. Off, a job
 	// starts only after Redis confirmed its claim, so every promise holds
 	// whatever fails. On, a job whose claim cannot reach Redis (an error or
@@ -183,12 +209,19 @@ func (c *Config) fill() error {
 	if c.Namespace == "" {
 		c.Namespace = defaultNamespace
 	}
+	if err := validNamespace(c.Namespace); err != nil {
+		return err
+	}
 	def(&c.Partitions, 16)
 	def(&c.Concurrency, 64)
 	def(&c.MaxAttempts, 10)
 	def(&c.MaxPayload, 1<<20)
 	def(&c.MaxBatch, 256)
 	def(&c.CacheSize, 100_000)
+	def(&c.CacheBytes, 128<<20)
+	if c.LockDir == "" {
+		c.LockDir = defaultLockDir()
+	}
 	defd(&c.HandlerTimeout, time.Minute)
 	defd(&c.MaxDelay, 365*24*time.Hour)
 	defd(&c.Horizon, time.Minute)
@@ -210,33 +243,35 @@ func (c *Config) fill() error {
 	}
 	switch {
 	case c.Concurrency < 1:
-		return fmt.Errorf("wheelq: concurrency %d < 1", c.Concurrency)
+		return fmt.Errorf("%w: concurrency %d < 1", ErrInvalidConfig, c.Concurrency)
 	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:
-		return fmt.Errorf("wheelq: max attempts %d outside [1, 2^31-1]", c.MaxAttempts)
+		return fmt.Errorf("%w: max attempts %d outside [1, 2^31-1]", ErrInvalidConfig, c.MaxAttempts)
 	case c.MaxPayload < 1:
-		return fmt.Errorf("wheelq: max payload %d < 1", c.MaxPayload)
+		return fmt.Errorf("%w: max payload %d < 1", ErrInvalidConfig, c.MaxPayload)
 	case c.MaxBatch < 1:
-		return fmt.Errorf("wheelq: max batch %d < 1", c.MaxBatch)
+		return fmt.Errorf("%w: max batch %d < 1", ErrInvalidConfig, c.MaxBatch)
 	case c.CacheSize < 1:
-		return fmt.Errorf("wheelq: cache size %d < 1", c.CacheSize)
+		return fmt.Errorf("%w: cache size %d < 1", ErrInvalidConfig, c.CacheSize)
+	case c.CacheBytes < 1:
+		return fmt.Errorf("%w: cache bytes %d < 1", ErrInvalidConfig, c.CacheBytes)
 	case c.ReplicaAcks < NoReplicaAcks:
-		return fmt.Errorf("wheelq: replica acks %d: want NoReplicaAcks (-1), 0 (the default) or a count of replicas", c.ReplicaAcks)
+		return fmt.Errorf("%w: replica acks %d: want NoReplicaAcks (-1), 0 (the default) or a count of replicas", ErrInvalidConfig, c.ReplicaAcks)
 	case c.ClaimLead < 0 || c.ClaimLead > time.Second:
-		return fmt.Errorf("wheelq: claim lead %v outside [0, 1s]", c.ClaimLead)
+		return fmt.Errorf("%w: claim lead %v outside [0, 1s]", ErrInvalidConfig, c.ClaimLead)
 	case c.HandlerTimeout < 0 || c.WriteTimeout < 0:
-		return fmt.Errorf("wheelq: negative timeout")
+		return fmt.Errorf("%w: negative timeout", ErrInvalidConfig)
 	case c.MaxDelay < time.Second || c.MaxDelay > 10*365*24*time.Hour:
-		return fmt.Errorf("wheelq: max delay %v outside [1s, 10 years]", c.MaxDelay)
+		return fmt.Errorf("%w: max delay %v outside [1s, 10 years]", ErrInvalidConfig, c.MaxDelay)
 	case c.Horizon < time.Second || c.Horizon > c.MaxDelay:
-		return fmt.Errorf("wheelq: horizon %v outside [1s, max delay]", c.Horizon)
+		return fmt.Errorf("%w: horizon %v outside [1s, max delay]", ErrInvalidConfig, c.Horizon)
 	case c.PollInterval < time.Millisecond || 2*c.PollInterval > c.Horizon:
-		return fmt.Errorf("wheelq: poll interval %v outside [1ms, horizon/2]", c.PollInterval)
+		return fmt.Errorf("%w: poll interval %v outside [1ms, horizon/2]", ErrInvalidConfig, c.PollInterval)
 	case c.History.Age < 0:
-		return fmt.Errorf("wheelq: history age %v < 0", c.History.Age)
+		return fmt.Errorf("%w: history age %v < 0", ErrInvalidConfig, c.History.Age)
 	case c.LeaseTTL < time.Second:
-		return fmt.Errorf("wheelq: lease TTL %v < 1s", c.LeaseTTL)
+		return fmt.Errorf("%w: lease TTL %v < 1s", ErrInvalidConfig, c.LeaseTTL)
 	case len(c.InstanceID) > 128 || strings.Contains(c.InstanceID, "#"):
-		return fmt.Errorf("wheelq: instance id %q: at most 128 bytes, no '#'", c.InstanceID)
+		return fmt.Errorf("%w: instance id %q: at most 128 bytes, no '#'", ErrInvalidConfig, c.InstanceID)
 	}
 	return nil
 }
@@ -427,23 +462,57 @@ func checkHeaders(h map[string]string) error {
 	return nil
 }
 
-// validID checks a job id given by the caller.
-func validID(id string) error {
-	if id == "" || len(id) > 512 {
-		return fmt.Errorf("%w: %d bytes, want 1 to 512", ErrInvalidID, len(id))
+// validNamespace checks Config.Namespace: 1 to 64 bytes of ASCII
+// letters, digits, '.', '_' and '-' (a namespace is part of every Redis
+// key and of command lines; ':', '{' and '}' would break the keys' hash
+// tags).
+func validNamespace(ns string) error {
+	if ns == "" || len(ns) > 64 {
+		return fmt.Errorf("%w: namespace %q: want 1 to 64 bytes", ErrInvalidConfig, ns)
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: namespace %q: only ASCII letters, digits, '.', '_' and '-'", ErrInvalidConfig, ns)
+		}
 	}
 	return nil
 }
 
-// validTopic checks a topic.
+// printable reports whether s is valid UTF-8 without control characters
+// (C0, DEL, C1): a name that prints on one line of any listing.
+func printable(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || r < 0x20 || (r >= 0x7f && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validID checks a job id given by the caller: 1 to 512 bytes of UTF-8
+// without control characters.
+func validID(id string) error {
+	if id == "" || len(id) > 512 {
+		return fmt.Errorf("%w: %d bytes, want 1 to 512", ErrInvalidID, len(id))
+	}
+	if !printable(id) {
+		return fmt.Errorf("%w: %q: want UTF-8 without control characters", ErrInvalidID, id)
+	}
+	return nil
+}
+
+// validTopic checks a topic: 1 to 256 bytes of UTF-8 without control
+// characters or '/'.
 func validTopic(topic string) error {
 	if topic == "" || len(topic) > 256 {
 		return fmt.Errorf("%w: %q must have 1 to 256 bytes", ErrInvalidTopic, topic)
 	}
-	for i := 0; i < len(topic); i++ {
-		if topic[i] == persist.KeySep[0] {
-			return fmt.Errorf("%w: %q contains %q", ErrInvalidTopic, topic, persist.KeySep)
-		}
+	if strings.Contains(topic, persist.KeySep) {
+		return fmt.Errorf("%w: %q contains %q", ErrInvalidTopic, topic, persist.KeySep)
+	}
+	if !printable(topic) {
+		return fmt.Errorf("%w: %q: want UTF-8 without control characters", ErrInvalidTopic, topic)
 	}
 	return nil
 }

@@ -13,12 +13,12 @@ package wheelq
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
 	"github.com/wheelq/wheelq/wheel"
@@ -64,6 +64,30 @@ type pauseStage struct {
 	done     chan struct{} // closed when the watcher returned
 }
 
+// pausedHere returns the topics this process knows to be paused (sorted):
+// those whose jobs it parked or left in Redis for want of room, and those
+// it keeps track of with RunWhileRedisDown.
+func (q *Queue) pausedHere() []string {
+	s := &q.pauses
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, set := range []map[string]bool{s.overflow, s.known} {
+		for t, on := range set {
+			if on && !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	for t := range s.parked {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Pause pauses a topic in every process of the namespace, durably: its
 // jobs that come due stay pending (none is lost) and do not start until
 // Resume; jobs of other topics run as before. A run claimed before the
@@ -102,7 +126,7 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 		return ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return fmt.Errorf("wheelq: %s: %w", op, err)
+		return errs.Errorf("wheelq: %s: %w", op, err)
 	}
 	if paused {
 		// Known here at once, whatever the write's outcome: a pause
@@ -113,7 +137,7 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	if err := q.store.SetPaused(ctx, topic, paused); err != nil {
-		return fmt.Errorf("wheelq: %s %s: %w", op, topic, err)
+		return errs.Errorf("wheelq: %s %s: %w", op, topic, err)
 	}
 	if !paused {
 		q.notePaused(topic, false)
@@ -198,11 +222,11 @@ func (q *Queue) Paused(ctx context.Context) ([]string, error) {
 		return nil, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, fmt.Errorf("wheelq: paused: %w", err)
+		return nil, errs.Errorf("wheelq: paused: %w", err)
 	}
 	ts, err := q.store.PausedTopics(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("wheelq: paused: %w", err)
+		return nil, errs.Errorf("wheelq: paused: %w", err)
 	}
 	return ts, nil
 }

@@ -362,3 +362,41 @@ func TestParkIfKnownPaused(t *testing.T) {
 	require.Contains(t, b.q.pauses.parked["sms"], "sms/1")
 	require.NotContains(t, b.q.pauses.parked, "other")
 }
+
+// TestRunNowOnPausedTopic (issue 25, item 11): "run now" on a paused
+// topic printed done while the job stayed pending. RunNow makes the job
+// due now all the same, and says with ErrPaused that it waits for Resume;
+// on Resume it runs.
+func TestRunNowOnPausedTopic(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{Partitions: 2})
+	ran := make(chan string, 4)
+	require.NoError(t, q.Handle("hook", HandlerFunc(func(_ context.Context, j *Job) error {
+		ran <- j.ID
+		return nil
+	})))
+	require.NoError(t, q.Start(b.ctx))
+	require.NoError(t, q.Pause(b.ctx, "hook"))
+	_, err := q.Schedule(b.ctx, "hook", nil, ID("h0"), After(time.Hour))
+	require.NoError(t, err)
+	err = q.RunNow(b.ctx, "hook", "h0")
+	require.ErrorIs(t, err, ErrPaused)
+	require.EqualError(t, err, `wheelq: run now hook/h0: made due now, but topic is paused (it runs on Resume)`)
+	info, err := q.Lookup(b.ctx, "hook", "h0")
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), info.Due, 5*time.Second, "made due now")
+	select {
+	case id := <-ran:
+		t.Fatalf("%s ran while its topic was paused", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, q.Resume(b.ctx, "hook"))
+	select {
+	case id := <-ran:
+		require.Equal(t, "h0", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not run on Resume")
+	}
+}

@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wheelq/wheelq/internal/batch"
+	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
 	"github.com/wheelq/wheelq/wheel"
@@ -40,7 +40,7 @@ type Queue struct {
 	sched   *wheel.Scheduler // jobs, fired ClaimLead before their due time (arm.go)
 	starts  *wheel.Scheduler // claimed tasks, fired at their due time (gate.go)
 	recov   *recovery.Recoverer
-	cache   *lru.Cache[string, *persist.Record]
+	cache   *recordCache
 	writes  *batch.Batcher[persist.Write, persist.WriteResult]
 	cancels *batch.Batcher[string, persist.Change]
 	moves   *batch.Batcher[persist.Move, persist.Change] // reschedules
@@ -59,6 +59,9 @@ type Queue struct {
 	gate     startGate   // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
 	pauses   pauseStage  // pause.go: jobs of paused topics, parked
+	// lock is this process's lock file (lockfile_unix.go): set by Start
+	// before the recoverer starts, released by Shutdown after it stopped.
+	lock *lockFile
 
 	work         chan *task    // tasks whose time came, for the workers
 	tasks        sync.Pool     // of *task: recycled once their run is over (newTask, freeTask)
@@ -73,8 +76,15 @@ type Queue struct {
 	isClosing atomic.Bool // set once Shutdown begins; read on the Schedule path
 	reach     reach       // whether Redis was found unreachable (fail fast)
 	running   atomic.Int64
-	stats     counters
-	late      latency
+	stuck     atomic.Int64 // handlers of abandoned runs that have not returned (stuck.go)
+	// stuckWatch is the stuck watcher (stuck.go): started by Start,
+	// stopped by Shutdown.
+	stuckWatch struct {
+		stop chan struct{}
+		done chan struct{}
+	}
+	stats counters
+	late  latency
 
 	// layoutOK says the namespace's layout in Redis was found to be ours
 	// (see checkLayout); layoutMu lets one caller check at a time.
@@ -96,7 +106,7 @@ type Queue struct {
 // no I/O; Start (or a producer's first call) checks the namespace.
 func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if rdb == nil {
-		return nil, errors.New("wheelq: nil redis client")
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidConfig)
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -117,7 +127,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if cfg.Testing != nil {
 		store = newCrashStore(store, cfg.Testing) // refuses every call once crashed
 	}
-	cache, err := lru.New[string, *persist.Record](cfg.CacheSize)
+	cache, err := newRecordCache(cfg.CacheSize, int64(cfg.CacheBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +191,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		Clock:         pollClock,
 		Logger:        cfg.Logger,
 		SweepInterval: cfg.test.sweepInterval,
+		PausedTopics:  q.pausedHere,
+		DeadTokens:    q.goneTokens,
 	})
 	if err != nil {
 		return nil, err
@@ -244,7 +256,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return fmt.Errorf("wheelq: start: %w", err)
+		return errs.Errorf("wheelq: start: %w", err)
 	}
 	if q.cfg.RunWhileRedisDown {
 		// The paused topics, known before any job is armed: a claim that
@@ -253,6 +265,7 @@ func (q *Queue) Start(ctx context.Context) error {
 			q.log.Warn("wheelq: start: reading the paused topics; the watcher reads them again", "err", err)
 		}
 	}
+	q.takeLock()
 	q.startPauseWatch()
 	q.sched.Start()
 	q.starts.Start()
@@ -266,6 +279,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		q.dispatchers.Go(func() { q.dispatch(&q.calls.slots[i]) })
 	}
 	go q.starter()
+	q.startStuckWatch()
 	q.recov.Start(ctx)
 	q.state = stateStarted
 	return nil
@@ -404,16 +418,33 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 				break drain
 			}
 		}
+		//    A handler that ignores its context is not waited for past
+		//    HandlerTimeout and its grace: its run is abandoned (stuck.go),
+		//    and once only such handlers are left, Shutdown goes on.
 		done := make(chan struct{})
 		go func() { q.workers.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			// Hard stop: handlers are told to return; one that ignores its
-			// context finishes on its own, and its outcome is dropped (the
-			// job stays pending and runs again).
-			q.runs.cancelAll()
-			errs = append(errs, ctx.Err())
+		tick := time.NewTicker(20 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			case <-tick.C:
+				if q.running.Load() == 0 && q.stuck.Load() > 0 && len(q.work) == 0 {
+					break wait // only abandoned runs' handlers are left
+				}
+			case <-ctx.Done():
+				// Hard stop: handlers are told to return; one that ignores
+				// its context finishes on its own, and its outcome is
+				// dropped (the job stays pending and runs again).
+				q.runs.cancelAll()
+				errs = append(errs, ctx.Err())
+				break wait
+			}
+		}
+		tick.Stop()
+		if left := q.stuckRuns(); len(left) > 0 {
+			errs = append(errs, &StuckRunsError{Runs: left})
 		}
 	}
 	// 5. Settling: the outcomes are stored (while the leases are still
@@ -432,11 +463,42 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	}
 	cancel()
 	// 7. Contexts: every handler's context ends; the watchdogs stop.
+	q.stopStuckWatch()
 	q.runs.cancelAll()
 	q.runs.stop()
 	q.calls.stop()
+	// 8. The lock file: this process no longer acts on the namespace.
+	if err := q.lock.release(); err != nil {
+		q.log.Warn("wheelq: removing the lock file", "err", err)
+	}
 	q.mu.Lock()
 	q.state = stateClosed
 	q.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// takeLock makes and locks this process's lock file (see lockfile_unix.go).
+// Not with an InstanceID (a former
+// incarnation's leases are taken over by that) or LockDir "-". Start
+// calls it, with q.mu held, before the recoverer starts.
+func (q *Queue) takeLock() {
+	if q.cfg.InstanceID != "" || q.cfg.LockDir == "-" {
+		return
+	}
+	f, err := takeLock(q.cfg.LockDir, q.cfg.Namespace, q.fence[0])
+	if err != nil {
+		q.log.Warn("wheelq: no lock file: a restart of this process will wait up to LeaseTTL for its leases to lapse (set Config.LockDir, or InstanceID)",
+			"dir", q.cfg.LockDir, "err", err)
+		return
+	}
+	q.lock = f
+}
+
+// goneTokens is the recoverer's DeadTokens: the tokens of the processes of
+// the namespace on this host that are gone (their lock files are free).
+func (q *Queue) goneTokens() []string {
+	if q.lock == nil {
+		return nil
+	}
+	return q.lock.gone()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,4 +86,76 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 		require.False(t, held, "worker-2 took worker-1's live lease of partition %d", p)
 		require.Positive(t, wait)
 	}
+}
+
+// TestRestartDefaultConfigTakesOver (issue 25, item 8): with the default
+// Config (no InstanceID) a process killed with -9 and restarted on the
+// same host stalled every job for up to LeaseTTL (p50 6.2 s late). Its
+// former incarnation's lock file (Config.LockDir) proves that process
+// dead, so the restarted one takes its leases and roster place over at
+// once: the leases never lapse in Redis.
+func TestRestartDefaultConfigTakesOver(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	tmp := "TMPDIR=" + t.TempDir() // the processes' host: a lock directory of their own
+	lease := func(p int) string {
+		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
+		return v
+	}
+	first := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
+	t.Cleanup(first.kill)
+	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first incarnation owns both partitions")
+	old0, old1 := lease(0), lease(1)
+	first.kill()
+	start := time.Now()
+	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
+	t.Cleanup(second.kill)
+	for {
+		l0, l1 := lease(0), lease(1)
+		require.NotEmpty(t, l0, "partition 0's lease lapsed: the restart waited for it")
+		require.NotEmpty(t, l1, "partition 1's lease lapsed: the restart waited for it")
+		if l0 != old0 && l1 != old1 {
+			break
+		}
+		require.Less(t, time.Since(start), 2*time.Second, "no take-over before the leases (3 s) lapse")
+		time.Sleep(5 * time.Millisecond)
+	}
+	members, err := rdb.ZRange(ctx, "wq:{restart}:members", 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, members, 1, "the dead incarnation left the roster: %v", members)
+}
+
+// TestPausedProcessNotTakenOver: a process stopped with SIGSTOP is alive:
+// its lock stays held, and a new process on its host waits for its leases
+// to lapse as for any other live owner's.
+func TestPausedProcessNotTakenOver(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	tmp := "TMPDIR=" + t.TempDir()
+	lease := func(p int) string {
+		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
+		return v
+	}
+	first := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
+	t.Cleanup(first.kill)
+	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first process owns both partitions")
+	old0 := lease(0)
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGSTOP))
+	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
+	t.Cleanup(second.kill)
+	// Its lease (3 s TTL) was renewed at most a second before the stop: for
+	// the next 1.5 s it is still the stopped process's.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		require.Equal(t, old0, lease(0), "a live (stopped) owner's lease was taken")
+		time.Sleep(10 * time.Millisecond)
+	}
+	eventually(t, func() bool { l := lease(0); return l != "" && l != old0 }, "taken once it lapsed")
+	_ = first.cmd.Process.Signal(syscall.SIGCONT)
 }

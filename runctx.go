@@ -44,6 +44,10 @@ type runSlot struct {
 	// dl is the active run's deadline (nanoseconds after owner.base), 0
 	// between runs: the watchdog reads it without the lock.
 	dl atomic.Int64
+
+	// current is the run whose handler the worker is in (nil between
+	// runs), for the stuck watcher (stuck.go).
+	current atomic.Pointer[jobRun]
 }
 
 type slotFunc struct {

@@ -2,12 +2,12 @@ package wheelq
 
 import (
 	"context"
-	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -37,6 +37,11 @@ type Stats struct {
 	InMemory int
 	// Running is the number of handlers running.
 	Running int
+	// Stuck is the number of handlers that ignored their context past
+	// HandlerTimeout and its grace (StuckGrace) and have not returned:
+	// their runs were abandoned (each logged at Warn, its job settled as
+	// failed); each holds its worker until it returns.
+	Stuck int
 	// UnstoredOutcomes is the number of acks, retries and dead-letterings
 	// waiting for Redis (non-zero while Redis is unreachable).
 	UnstoredOutcomes int
@@ -99,6 +104,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		RedisErrors:      q.stats.redisErrors.Load(),
 		InMemory:         q.sched.Len() + q.starts.Len(),
 		Running:          int(q.running.Load()),
+		Stuck:            int(q.stuck.Load()),
 		UnstoredOutcomes: q.settles.Pending() + q.corrupts.Pending(),
 		OwnedPartitions:  q.recov.Owned(),
 		Members:          q.recov.Members(),
@@ -111,7 +117,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return s, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return s, fmt.Errorf("wheelq: stats: %w", err)
+		return s, errs.Errorf("wheelq: stats: %w", err)
 	}
 	_, wall := wheel.Readings(q.clock)
 	c, err := q.store.Census(ctx, wall.Add(-OverdueAfter).UnixMicro())

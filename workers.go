@@ -46,7 +46,6 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		return
 	}
 	q.running.Add(1)
-	defer q.running.Add(-1)
 	q.late.record(wall.Sub(t.due))
 	q.stats.fired.Add(1)
 	obs := q.cfg.Observer // nil: one check here and two after the run
@@ -76,9 +75,18 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		if obs != nil {
 			began = time.Now()
 		}
+		r.t, r.attempt, r.began = t, attempt, time.Now()
+		slot.current.Store(r)
 		err = call(ctx, h, job)
+		slot.current.Store(nil)
 		slot.finish(r.ctx.gen)
+		if !r.state.CompareAndSwap(runRunning, runDone) {
+			// Abandoned (stuck.go): settled already; t is not ours.
+			q.stuck.Add(-1)
+			return
+		}
 	}
+	q.running.Add(-1)
 	if q.crashAt(crashpoint.AfterRun, t.key) {
 		return
 	}

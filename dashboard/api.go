@@ -127,7 +127,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 			"oldestOverdueMs": ms(s.OldestOverdue),
 			"scheduled":       s.Scheduled, "fired": s.Fired, "succeeded": s.Succeeded,
 			"retried": s.Retried, "deadLettered": s.DeadLettered, "cancelled": s.Cancelled,
-			"running": s.Running, "inMemory": s.InMemory, "ownedPartitions": s.OwnedPartitions,
+			"running": s.Running, "stuck": s.Stuck, "inMemory": s.InMemory, "ownedPartitions": s.OwnedPartitions,
 			"members": s.Members, "unstoredOutcomes": s.UnstoredOutcomes,
 		},
 		"lateness": map[string]any{
@@ -426,6 +426,9 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 			return
 		case errors.Is(err, wheelq.ErrNotFound) && k == KindRun:
 			h.fail(w, fmt.Errorf("%w (run moves a pending job; requeue a dead one)", err))
+			return
+		case errors.Is(err, wheelq.ErrPaused):
+			h.fail(w, err) // 409: made due, but it waits for Resume
 			return
 		case err != nil:
 			h.fail(w, err)

@@ -265,7 +265,7 @@ func errorStatus(err error) int {
 	case errors.Is(err, wheelq.ErrInvalidTopic), errors.Is(err, wheelq.ErrInvalidID), errors.Is(err, wheelq.ErrInvalidCursor),
 		errors.Is(err, wheelq.ErrInvalidOption), errors.Is(err, wheelq.ErrTooFar):
 		return http.StatusBadRequest
-	case errors.Is(err, wheelq.ErrLayout):
+	case errors.Is(err, wheelq.ErrLayout), errors.Is(err, wheelq.ErrPaused):
 		return http.StatusConflict
 	case errors.Is(err, wheelq.ErrUnavailable), errors.Is(err, wheelq.ErrClosed):
 		return http.StatusServiceUnavailable

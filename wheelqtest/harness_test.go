@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestCrashPoints(t *testing.T) {
 						h, l = newHarness(t, nil)
 					} else {
 						// One server, a namespace per case.
-						h = wheelqtest.New(t, wheelqtest.Options{Redis: rdb, Config: wheelq.Config{Namespace: "t-" + name}})
+						h = wheelqtest.New(t, wheelqtest.Options{Redis: rdb, Config: wheelq.Config{Namespace: "t-" + strings.ReplaceAll(name, "/", "-")}})
 						l = &ledger{done: map[string]int{}}
 						require.NoError(t, h.Handle("job", l.handler()))
 					}

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/errs"
 )
 
 // noArgs refuses arguments to a command that takes none.
@@ -283,6 +284,9 @@ func (c *cli) change(ctx context.Context, cmd, topic, id string, due time.Time) 
 	case errors.Is(err, wheelq.ErrRunning):
 		fmt.Fprintf(c.out, "%s %s/%s: done; a run of it was in progress and goes on\n", cmd, printable(topic), printable(id))
 		return 0
+	case errors.Is(err, wheelq.ErrPaused):
+		fmt.Fprintf(c.err, "wheelq: %s (wheelq resume %s)\n", cleanErr(err), printable(topic))
+		return 1
 	case errors.Is(err, wheelq.ErrNotFound) && cmd == "run":
 		return c.fail(fmt.Errorf("%w (run moves a pending job; for a dead one use requeue)", err))
 	case errors.Is(err, wheelq.ErrNotFound) && cmd == "requeue":
@@ -306,7 +310,7 @@ func (c *cli) bulk(ctx context.Context, cmd string, f wheelq.JobFilter, due time
 		n, err = c.q.RequeueWhere(ctx, f, due)
 	}
 	if err != nil {
-		c.fail(fmt.Errorf("%s: %d jobs done, then: %w", cmd, n, err))
+		c.fail(errs.Errorf("wheelq: %s: %d jobs done, then: %w", cmd, n, err))
 		if transient(err) {
 			fmt.Fprintf(c.err, "(run it again to carry on: the jobs done are not selected again)\n")
 		}

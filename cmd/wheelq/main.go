@@ -39,10 +39,20 @@ import (
 )
 
 func main() {
+	// The command owns its output: it says itself when Redis cannot be
+	// reached (watch and serve ride an outage out and say so), so the
+	// client library's own log lines (a "failed to dial" per pool
+	// connection) would only repeat it, out of turn.
+	redis.SetLogger(silentClient{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// silentClient drops go-redis's log lines (see main).
+type silentClient struct{}
+
+func (silentClient) Printf(context.Context, string, ...any) {}
 
 // envURL names the environment variable that gives the Redis URL when
 // neither -url nor -addrs is given.
@@ -345,6 +355,10 @@ func (cf *connFlags) open(ctx context.Context, stdout, stderr io.Writer) (*cli, 
 	n, err := wheelq.Partitions(lctx, rdb, cf.namespace)
 	cancel()
 	switch {
+	case errors.Is(err, wheelq.ErrInvalidConfig):
+		_ = rdb.Close()
+		fmt.Fprintf(stderr, "wheelq: -namespace: %s\n", cleanErr(err))
+		return nil, 2
 	case errors.Is(err, wheelq.ErrNotFound):
 		_ = rdb.Close()
 		fmt.Fprintf(stderr, "wheelq: no namespace %q at %s (give the queue's namespace with -namespace)\n", cf.namespace, where)
@@ -434,22 +448,8 @@ func (c *cli) fail(err error) int {
 	return 1
 }
 
-// cleanErr is err's text for the user, who reads it after wheelq's own
-// "wheelq: ": without the prefixes of the library's packages ("wheelq: ",
-// "persist: ") that the library's wrapping repeats at each level.
+// cleanErr is err's text for the user, who reads it after the CLI's own
+// "wheelq: ": the library's errors say "wheelq: " once, at their start.
 func cleanErr(err error) string {
-	s := err.Error()
-	for _, p := range []string{"wheelq: ", "persist: "} {
-		s = strings.ReplaceAll(s, ": "+p, ": ")
-		s = strings.ReplaceAll(s, "("+p, "(")
-	}
-	for again := true; again; {
-		again = false
-		for _, p := range []string{"wheelq: ", "persist: "} {
-			if t, ok := strings.CutPrefix(s, p); ok {
-				s, again = t, true
-			}
-		}
-	}
-	return s
+	return strings.TrimPrefix(err.Error(), "wheelq: ")
 }

@@ -295,9 +295,11 @@ func TestErrorTextIsClean(t *testing.T) {
 		func() string { _, _, e := wq(t, srv, "cancel", "orders", "nope"); return strings.TrimSpace(e) }())
 }
 
-// TestOddNamesStayOnTheirRow (issue 25, item 13): topics, ids and errors
-// with newlines or other control characters are shown escaped, each job
-// or topic on its own row.
+// TestOddNamesStayOnTheirRow (issue 25, item 13): names with control
+// characters are refused by the library (TestNamesRefused there); the
+// names it accepts (spaces, any printable UTF-8) and errors with newlines
+// or other control characters are shown each job or topic on its own
+// row, the errors escaped.
 func TestOddNamesStayOnTheirRow(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
@@ -305,15 +307,17 @@ func TestOddNamesStayOnTheirRow(t *testing.T) {
 	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4, MaxAttempts: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Shutdown(ctx) })
-	const odd = "news\nfake 9 9 9 9"
+	const odd = "news fake 9 9 9 9"
 	require.NoError(t, q.Handle(odd, wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
-		return errors.New("line one\nline two")
+		return errors.New("line one\nline two\x1b[2J")
 	})))
 	require.NoError(t, q.Start(ctx))
-	_, err = q.Schedule(ctx, odd, nil, wheelq.ID("dies\r"))
+	_, err = q.Schedule(ctx, odd, nil, wheelq.ID("dies now"))
 	require.NoError(t, err)
-	_, err = q.Schedule(ctx, "mail\x1b[2J", nil, wheelq.ID("id\twith tab"), wheelq.After(time.Hour))
+	_, err = q.Schedule(ctx, "mail ✓", nil, wheelq.ID("id with space"), wheelq.After(time.Hour))
 	require.NoError(t, err)
+	_, err = q.Schedule(ctx, "news\nfake", nil)
+	require.ErrorIs(t, err, wheelq.ErrInvalidTopic)
 	require.Eventually(t, func() bool {
 		d, err := q.DeadJobs(ctx, 10)
 		return err == nil && len(d) == 1
@@ -329,20 +333,20 @@ func TestOddNamesStayOnTheirRow(t *testing.T) {
 	}
 	out := rows("counts")
 	require.Equal(t, 3, strings.Count(out, "\n"), "a header and two topics:\n%s", out)
-	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
-	require.Contains(t, out, `"mail\x1b[2J"`)
+	require.Contains(t, out, odd)
+	require.Contains(t, out, "mail ✓")
 	out = rows("ls")
 	require.Equal(t, 2, strings.Count(out, "\n"), "a header and one pending job:\n%s", out)
-	require.Contains(t, out, `"id\twith tab"`)
+	require.Contains(t, out, "id with space")
 	for _, args := range [][]string{{"ls", "-state", "dead"}, {"dead"}} {
 		out = rows(args...)
 		require.Equal(t, 2, strings.Count(out, "\n"), "a header and one dead job:\n%s", out)
-		require.Contains(t, out, `"dies\r"`)
-		require.Contains(t, out, `"line one\nline two"`)
+		require.Contains(t, out, "dies now")
+		require.Contains(t, out, `line one\nline two\x1b[2J`)
 	}
-	out = rows("show", odd, "dies\r")
-	require.Contains(t, out, `"news\nfake 9 9 9 9"`)
-	require.Contains(t, out, `"line one\nline two"`)
+	out = rows("show", odd, "dies now")
+	require.Contains(t, out, odd)
+	require.Contains(t, out, `line one\nline two\x1b[2J`)
 }
 
 // TestSmallerThings (issue 25, item 15, CLI part): ls calls an overdue
@@ -376,4 +380,34 @@ func TestSmallerThings(t *testing.T) {
 	for _, c := range commands() {
 		require.Contains(t, string(readme), "`"+c.name, "the README names %s", c.name)
 	}
+}
+
+// TestBadNamespace (issue 25, item 13): a namespace no queue can have is
+// a usage error saying so, not "no namespace".
+func TestBadNamespace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	url := "redis://" + srv.Addr
+	for _, ns := range []string{"a:b", "a b", "x*"} {
+		code, _, errs := runArgs(t, "stats", "-url", url, "-namespace", ns)
+		require.Equal(t, 2, code, errs)
+		require.Contains(t, errs, "-namespace")
+		require.Contains(t, errs, "only ASCII letters")
+		require.NotContains(t, errs, "no namespace")
+	}
+}
+
+// TestRunOnPausedTopic (issue 25, item 11): run on a paused topic printed
+// done while the job stayed pending; it says the topic is paused, how to
+// resume it, and exits 1.
+func TestRunOnPausedTopic(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	q := newNamespace(t, srv)
+	require.NoError(t, q.Pause(context.Background(), "orders"))
+	code, out, errs := runArgs(t, "-url", "redis://"+srv.Addr, "-namespace", "cli", "run", "orders", "o-1")
+	require.Equal(t, 1, code, out+errs)
+	require.NotContains(t, out, "done")
+	require.Contains(t, errs, "made due now, but topic is paused")
+	require.Contains(t, errs, "wheelq resume orders")
 }

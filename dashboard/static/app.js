@@ -282,13 +282,13 @@
         card("Pending", s.pending),
         el("a", { href: "#/overdue", class: "cardlink" }, card("Overdue", s.overdue, s.overdue > 0 ? "oldest " + fmtMs(s.oldestOverdueMs) + " late" : "none more than 1 s late", s.overdue > 0 ? "warn" : "")),
         el("a", { href: "#/dead", class: "cardlink", id: "card-dead" }, card("Dead", s.dead, "dead-lettered", s.dead > 0 ? "bad" : "")),
-        card("Running here", s.running, s.inMemory + " in memory")),
+        card("Running here", s.running, s.stuck > 0 ? s.stuck + " stuck (ignoring their context; see the log)" : s.inMemory + " in memory", s.stuck > 0 ? "bad" : "")),
       topicsPanel(o.topics || []),
       timeline,
       latenessPanel(o.lateness),
       el("section", { class: "panel" }, el("h2", {}, "This process"),
         el("table", { class: "kv" },
-          [["started processes (members)", s.members], ["partitions owned here", s.ownedPartitions], ["scheduled", s.scheduled], ["runs started", s.fired], ["succeeded", s.succeeded], ["retried", s.retried], ["dead-lettered", s.deadLettered], ["cancelled", s.cancelled], ["outcomes waiting for Redis", s.unstoredOutcomes]]
+          [["started processes (members)", s.members], ["partitions owned here", s.ownedPartitions], ["scheduled", s.scheduled], ["runs started", s.fired], ["succeeded", s.succeeded], ["retried", s.retried], ["dead-lettered", s.deadLettered], ["cancelled", s.cancelled], ["outcomes waiting for Redis", s.unstoredOutcomes], ["stuck handlers (runs abandoned)", s.stuck]]
             .map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, v))))),
       el("section", { class: "panel" }, lookup));
     sizeBars(page);

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq/internal/errs"
 )
 
 // maxReroutes bounds how many times runOnPrimaries sends calls again after
@@ -33,7 +35,7 @@ const maxReroutes = 10
 func (s *Store) runOnPrimaries(ctx context.Context, calls [][]any, extra ...func(redis.Pipeliner)) ([]any, error) {
 	cc, ok := s.rdb.(*redis.ClusterClient)
 	if !ok {
-		return nil, fmt.Errorf("persist: runOnPrimaries on a %T", s.rdb)
+		return nil, errs.Errorf("wheelq: runOnPrimaries on a %T", s.rdb)
 	}
 	if len(extra) > 0 {
 		probe := cc.Pipeline()
@@ -41,7 +43,7 @@ func (s *Store) runOnPrimaries(ctx context.Context, calls [][]any, extra ...func
 			f(probe)
 		}
 		if probe.Len() > 0 { // no caller does this today: Write's plain writes are not used in a cluster
-			return nil, errors.New("persist: commands outside script calls cannot wait for replicas on a cluster")
+			return nil, errors.New("wheelq: commands outside script calls cannot wait for replicas on a cluster")
 		}
 	}
 	out := make([]any, len(calls))
@@ -59,7 +61,7 @@ func (s *Store) runOnPrimaries(ctx context.Context, calls [][]any, extra ...func
 		if redirect != nil {
 			cc.ReloadState(ctx)
 			if err := sleepCtx(ctx, time.Duration(round)*20*time.Millisecond); err != nil {
-				return nil, fmt.Errorf("persist: %w (after %v)", err, redirect)
+				return nil, errs.Errorf("wheelq: %w (after %v)", err, redirect)
 			}
 		}
 		redirect = nil

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq/internal/errs"
 )
 
 var (
@@ -110,7 +112,7 @@ type Tally struct {
 // ranks: a walk is not a snapshot.
 func (s *Store) TallyTopics(ctx context.Context, p int, dead bool, start int64, size int, before int64) (ts []Tally, next int64, err error) {
 	if size < 1 {
-		return nil, -1, fmt.Errorf("persist: tally size %d < 1", size)
+		return nil, -1, errs.Errorf("wheelq: tally size %d < 1", size)
 	}
 	key := s.parts[p].Pending
 	if dead {

@@ -10,22 +10,22 @@ import (
 // Errors of the store.
 var (
 	// ErrCorrupt marks a record or key in Redis that cannot be decoded.
-	ErrCorrupt = errors.New("persist: corrupt record")
+	ErrCorrupt = errors.New("wheelq: corrupt record")
 	// ErrNotFound is returned when a job is not in the store.
-	ErrNotFound = errors.New("persist: job not found")
+	ErrNotFound = errors.New("wheelq: job not found")
 	// ErrFenced is returned when a partition's lease is held by another
 	// owner, so the caller may no longer settle its jobs.
-	ErrFenced = errors.New("persist: partition lease held by another owner")
+	ErrFenced = errors.New("wheelq: partition lease held by another owner")
 	// ErrLayout is returned when the namespace was created with another
 	// number of partitions.
-	ErrLayout = errors.New("persist: namespace layout mismatch")
+	ErrLayout = errors.New("wheelq: namespace layout mismatch")
 	// ErrUnsupportedClient is returned by New for a client that may send
 	// keys of one call to different servers (a *redis.Ring).
-	ErrUnsupportedClient = errors.New("persist: unsupported redis client")
+	ErrUnsupportedClient = errors.New("wheelq: unsupported redis client")
 	// ErrNotReplicated is returned by a write (with Options.ReplicaAcks)
 	// that the primary applied but fewer replicas than asked acknowledged
 	// within Options.ReplicaTimeout: it may not survive a failover.
-	ErrNotReplicated = errors.New("persist: write not acknowledged by enough replicas")
+	ErrNotReplicated = errors.New("wheelq: write not acknowledged by enough replicas")
 )
 
 // KeySep separates the topic from the id in a job key. Topics may not

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq/internal/errs"
 )
 
 // ReadLayout returns the number of partitions namespace ns was created
@@ -18,7 +20,7 @@ func ReadLayout(ctx context.Context, rdb redis.UniversalClient, ns string) (int,
 		return 0, fmt.Errorf("%w: namespace %q", ErrNotFound, ns)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("persist: read layout: %w", err)
+		return 0, errs.Errorf("wheelq: read layout: %w", err)
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {

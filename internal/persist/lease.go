@@ -31,11 +31,16 @@ func (s *Store) Lease(ctx context.Context, p int, op LeaseOp, token string, ttl 
 }
 
 // LeaseAll runs op on the leases of the given partitions in one round trip
-// and reports, per partition, whether the caller holds the lease.
-func (s *Store) LeaseAll(ctx context.Context, parts []int, op LeaseOp, token string, ttl time.Duration) ([]bool, error) {
+// and reports, per partition, whether the caller holds the lease. An
+// acquire takes over a lease held by one of dead: tokens of owners whose
+// processes are known to be gone.
+func (s *Store) LeaseAll(ctx context.Context, parts []int, op LeaseOp, token string, ttl time.Duration, dead ...string) ([]bool, error) {
 	args := make([][]any, len(s.parts))
 	for _, p := range parts {
-		args[p] = append(startCall(s.leaseHead, p, 3), string(op), token, ttl.Milliseconds())
+		args[p] = append(startCall(s.leaseHead, p, 3+len(dead)), string(op), token, ttl.Milliseconds())
+		for _, d := range dead {
+			args[p] = append(args[p], d)
+		}
 	}
 	replies, err := s.runCalls(ctx, args)
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq/internal/errs"
 )
 
 var (
@@ -119,7 +121,7 @@ type Store struct {
 // would wait for a reply forever (see checkTimeouts). New does no I/O.
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if rdb == nil {
-		return nil, errors.New("persist: nil redis client")
+		return nil, errors.New("wheelq: nil redis client")
 	}
 	if _, ok := rdb.(*redis.Ring); ok {
 		return nil, fmt.Errorf("%w: *redis.Ring shards keys over servers; use a *redis.Client or a *redis.ClusterClient", ErrUnsupportedClient)
@@ -131,22 +133,22 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		opts.Namespace = "default"
 	}
 	if strings.ContainsAny(opts.Namespace, "{}:") {
-		return nil, fmt.Errorf("persist: namespace %q may not contain '{', '}' or ':'", opts.Namespace)
+		return nil, errs.Errorf("wheelq: namespace %q may not contain '{', '}' or ':'", opts.Namespace)
 	}
 	if opts.Partitions == 0 {
 		opts.Partitions = 16
 	}
 	if opts.ReplicaAcks < 0 || opts.ReplicaTimeout < 0 {
-		return nil, fmt.Errorf("persist: replica acks %d, timeout %v: want >= 0", opts.ReplicaAcks, opts.ReplicaTimeout)
+		return nil, errs.Errorf("wheelq: replica acks %d, timeout %v: want >= 0", opts.ReplicaAcks, opts.ReplicaTimeout)
 	}
 	if opts.ReplicaTimeout == 0 {
 		opts.ReplicaTimeout = time.Second
 	}
 	if opts.Partitions < 1 || opts.Partitions > 4096 {
-		return nil, fmt.Errorf("persist: %d partitions, want 1 to 4096", opts.Partitions)
+		return nil, errs.Errorf("wheelq: %d partitions, want 1 to 4096", opts.Partitions)
 	}
 	if opts.HistoryCount < 0 || opts.HistoryAge < 0 || (opts.HistoryCount > 0 && opts.HistoryAge == 0) {
-		return nil, fmt.Errorf("persist: history of %d jobs for %v: want >= 0, and an age > 0 with a count", opts.HistoryCount, opts.HistoryAge)
+		return nil, errs.Errorf("wheelq: history of %d jobs for %v: want >= 0, and an age > 0 with a count", opts.HistoryCount, opts.HistoryAge)
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Store{
@@ -240,11 +242,11 @@ func (s *Store) Init(ctx context.Context) error {
 	mk := metaKey(s.ns)
 	n := strconv.Itoa(len(s.parts))
 	if err := s.rdb.HSetNX(ctx, mk, "partitions", n).Err(); err != nil {
-		return fmt.Errorf("persist: init: %w", err)
+		return errs.Errorf("wheelq: init: %w", err)
 	}
 	got, err := s.rdb.HGet(ctx, mk, "partitions").Result()
 	if err != nil {
-		return fmt.Errorf("persist: init: %w", err)
+		return errs.Errorf("wheelq: init: %w", err)
 	}
 	if got != n {
 		return fmt.Errorf("%w: namespace %q has %s partitions, this store %s", ErrLayout, s.ns, got, n)
@@ -259,7 +261,7 @@ func (s *Store) loadScripts(ctx context.Context) error { return s.loadScriptsOn(
 func (s *Store) loadScriptsOn(ctx context.Context, c redis.Scripter) error {
 	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc} {
 		if err := sc.Load(ctx, c).Err(); err != nil {
-			return fmt.Errorf("persist: load scripts: %w", err)
+			return errs.Errorf("wheelq: load scripts: %w", err)
 		}
 	}
 	return nil
@@ -698,7 +700,7 @@ func wrap(err error) error {
 	if redis.HasErrorPrefix(err, "WHEELQ_FENCED") {
 		return fmt.Errorf("%w (%v)", ErrFenced, err)
 	}
-	return fmt.Errorf("persist: %w", err)
+	return errs.Errorf("wheelq: %w", err)
 }
 
 func keysSettle(k Keys) []string {
@@ -972,7 +974,7 @@ func (s *Store) Settle(ctx context.Context, tokens []string, now int64, os []Out
 	c.packed(func(_ []any, _ int, pk *callPack) { pk.data.b = slices.Grow(pk.data.b, pk.need) })
 	for i, o := range os {
 		if len(o.Key) > math.MaxUint32 || len(o.Record) > math.MaxUint32 {
-			return nil, fmt.Errorf("persist: settle of a key of %d bytes, a record of %d", len(o.Key), len(o.Record))
+			return nil, errs.Errorf("wheelq: settle of a key of %d bytes, a record of %d", len(o.Key), len(o.Record))
 		}
 		// Per outcome (settle.lua): its op byte; its key, revision, due
 		// time and record.
@@ -1070,7 +1072,7 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 	defer s.release(c) // once the replies are read
 	for i, r := range reqs {
 		if len(r.Key) > math.MaxUint32 {
-			return nil, fmt.Errorf("persist: claim of a key of %d bytes", len(r.Key))
+			return nil, errs.Errorf("wheelq: claim of a key of %d bytes", len(r.Key))
 		}
 		// Per job (claim.lua): its key, its revision (or none), its
 		// expected due time (or none).
@@ -1408,7 +1410,7 @@ func (s *Store) RangeDead(ctx context.Context, p int, cur Cursor, limit int) ([]
 
 func (s *Store) rangeSet(ctx context.Context, key string, after, until int64, cur Cursor, limit int) ([]Entry, Cursor, error) {
 	if limit < 1 {
-		return nil, cur, fmt.Errorf("persist: range limit %d < 1", limit)
+		return nil, cur, errs.Errorf("wheelq: range limit %d < 1", limit)
 	}
 	if cur.Member == "" {
 		cur.Score = after
@@ -1656,11 +1658,11 @@ type PollReply struct {
 // request, in order. The error is for bad arguments only.
 func (s *Store) PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []PollRequest, out []PollReply) ([]PollReply, error) {
 	if maxInbox < 0 || pageSize < 0 {
-		return out[:0], fmt.Errorf("persist: poll with inbox %d, page %d: want >= 0", maxInbox, pageSize)
+		return out[:0], errs.Errorf("wheelq: poll with inbox %d, page %d: want >= 0", maxInbox, pageSize)
 	}
 	for _, r := range reqs {
 		if r.P < 0 || r.P >= len(s.parts) {
-			return out[:0], fmt.Errorf("persist: poll of partition %d of %d", r.P, len(s.parts))
+			return out[:0], errs.Errorf("wheelq: poll of partition %d of %d", r.P, len(s.parts))
 		}
 	}
 	out = slices.Grow(out[:0], len(reqs))[:len(reqs)]
@@ -1851,7 +1853,7 @@ func parsePoll(reply any, reqs []PollRequest, out []PollReply, pageSize int) err
 			if len(items) == 0 {
 				return fmt.Errorf("%w: poll reply without its error", ErrCorrupt)
 			}
-			r.Err = fmt.Errorf("persist: poll: %v", items[0])
+			r.Err = errs.Errorf("wheelq: poll: %v", items[0])
 			items = items[1:]
 			continue
 		}

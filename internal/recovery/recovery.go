@@ -40,7 +40,7 @@ const NotOwned = math.MinInt64
 // Store is what recovery needs of persist.Store.
 type Store interface {
 	Partitions() int
-	LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration) ([]bool, error)
+	LeaseAll(ctx context.Context, parts []int, op persist.LeaseOp, token string, ttl time.Duration, dead ...string) ([]bool, error)
 	PollMany(ctx context.Context, loaded int64, ttl time.Duration, maxInbox, pageSize int, reqs []persist.PollRequest, out []persist.PollReply) ([]persist.PollReply, error)
 	RangePending(ctx context.Context, p int, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Census(ctx context.Context, before int64) (persist.Census, error)
@@ -112,11 +112,24 @@ type Config struct {
 	SweepInterval time.Duration
 	SweepAge      time.Duration
 	// OverdueWarn is how far past its due time the oldest pending job of a
-	// partition may be before each sweep logs a warning naming the
-	// partition, whether this process owns it or not: a job that should
+	// partition may be before a sweep logs a warning naming the
+	// partitions, whether this process owns them or not: a job that should
 	// have run cannot hide (a partition no process runs, a stuck owner).
-	// Default 1 minute.
+	// The warning is one line for all partitions, repeated at most once
+	// every OverdueWarn while jobs stay overdue. Default 1 minute.
 	OverdueWarn time.Duration
+	// DeadTokens, if set, returns tokens of processes of the namespace
+	// that are known to be gone (the queue proves it by their lock files),
+	// whose member ids were their tokens. Start calls it, and the poller
+	// before each lease renewal and between passes (at most every
+	// PollInterval); a token it returns is removed from the roster, and
+	// for a LeaseTTL from then its leases are taken over at once rather
+	// than left to lapse. Only a token whose process can never act again
+	// may be returned; one returned again counts once.
+	DeadTokens func() []string
+	// PausedTopics, if set, returns the topics paused now: the overdue
+	// warning names them, since their jobs wait for Resume by design.
+	PausedTopics func() []string
 	// CallTimeout bounds every Redis call of the poller (leases, polls,
 	// scans), so that a call whose reply never comes cannot hold the
 	// poller. Default LeaseTTL/3.
@@ -187,6 +200,11 @@ type Recoverer struct {
 	started           bool                      //
 	stopped           bool                      // Stop was called: no Start after it
 	armed             atomic.Int64              // jobs armed by reloads and polls
+	dead              map[string]time.Time      // the poller's own (and Start's): DeadTokens found -> until when their leases are taken over
+	seenDead          map[string]bool           // the poller's own (and Start's): every DeadTokens token found
+	leaveDead         []string                  // the poller's own: dead tokens still to remove from the roster
+	nextDeadScan      time.Time                 // the poller's own: when DeadTokens is called next
+	overdueWarned     time.Time                 // the poller's own: when the overdue warning was last logged
 	owned             atomic.Int32              // partitions owned
 	swept             atomic.Int64              // jobs re-armed by sweeps
 	fixed             atomic.Int64              // inconsistencies fixed by repair steps
@@ -329,6 +347,7 @@ func (r *Recoverer) Start(ctx context.Context) {
 		return
 	}
 	r.started = true
+	r.findDead()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
 	r.leases(ctx)
@@ -464,13 +483,45 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// renewIfDue renews the leases when their time has come. The poller calls
-// it between passes and between the pages of a long scan, so that a
+// renewIfDue renews the leases when their time has come, or at once when
+// a process of the namespace was found gone (see findDead). The poller
+// calls it between passes and between the pages of a long scan, so that a
 // reload does not hold back a renewal.
 func (r *Recoverer) renewIfDue(ctx context.Context) {
-	if !r.cfg.Clock.Now().Before(r.nextLease) {
+	now := r.cfg.Clock.Now()
+	if r.cfg.DeadTokens != nil && !now.Before(r.nextDeadScan) {
+		r.nextDeadScan = now.Add(r.cfg.PollInterval)
+		if r.findDead() {
+			r.leases(ctx)
+			return
+		}
+	}
+	if !now.Before(r.nextLease) {
 		r.leases(ctx)
 	}
+}
+
+// findDead asks DeadTokens for processes that are gone and notes the new
+// ones: to leave the roster, and their leases to take over for a
+// LeaseTTL. It reports whether it found any.
+func (r *Recoverer) findDead() bool {
+	if r.cfg.DeadTokens == nil {
+		return false
+	}
+	found := false
+	until := r.cfg.Clock.Now().Add(r.cfg.LeaseTTL)
+	for _, tok := range r.cfg.DeadTokens() {
+		if r.seenDead[tok] || tok == r.cfg.Token {
+			continue
+		}
+		if r.dead == nil {
+			r.dead, r.seenDead = map[string]time.Time{}, map[string]bool{}
+		}
+		r.dead[tok], r.seenDead[tok] = until, true
+		r.leaveDead = append(r.leaveDead, tok)
+		found = true
+	}
+	return found
 }
 
 // noteWallStep tells a step of the wall clock since the last pass: the
@@ -558,6 +609,16 @@ func (r *Recoverer) leases(ctx context.Context) {
 // partitions assigned to this process become its target. On an error the
 // last target stands.
 func (r *Recoverer) readRoster(ctx context.Context) {
+	for len(r.leaveDead) > 0 {
+		// Former processes known to be gone leave first, so that the
+		// assignment read below gives their share out at once.
+		if _, err := r.store.Members(ctx, persist.MemberLeave, r.leaveDead[0], 0); err != nil {
+			r.noteErr("roster", err)
+			return
+		}
+		r.log.Info("wheelq: took over from a process that is gone (its lock file was free)", "token", r.leaveDead[0])
+		r.leaveDead = r.leaveDead[1:]
+	}
 	ro, err := r.store.Members(ctx, persist.MemberBeat, r.cfg.Member, r.cfg.LeaseTTL)
 	if err != nil {
 		r.noteErr("roster", err)
@@ -666,7 +727,16 @@ func (r *Recoverer) acquire(ctx context.Context, validUntil int64) (took bool) {
 	if len(want) == 0 {
 		return false
 	}
-	got, err := r.store.LeaseAll(ctx, want, persist.LeaseAcquire, r.cfg.Token, r.cfg.LeaseTTL)
+	var dead []string
+	now := r.cfg.Clock.Now()
+	for tok, until := range r.dead {
+		if now.Before(until) {
+			dead = append(dead, tok)
+		} else {
+			delete(r.dead, tok) // its leases have lapsed by now anyway
+		}
+	}
+	got, err := r.store.LeaseAll(ctx, want, persist.LeaseAcquire, r.cfg.Token, r.cfg.LeaseTTL, dead...)
 	if err != nil {
 		r.noteErr("acquire leases", err)
 		return false
@@ -939,9 +1009,16 @@ func (r *Recoverer) repair(ctx context.Context, wall time.Time) {
 // Repaired returns how many inconsistencies repair steps have fixed.
 func (r *Recoverer) Repaired() int64 { return r.fixed.Load() }
 
-// warnOverdue logs a warning for every partition, owned here or not, whose
-// oldest pending job is more than OverdueWarn past its due time.
+// warnOverdue logs one warning for the partitions, owned here or not,
+// whose oldest pending job is more than OverdueWarn past its due time: at
+// the first sweep that finds them, then at most once every OverdueWarn
+// while some stay overdue (a paused topic's jobs do, by design, and a
+// line per partition per sweep flooded the log).
 func (r *Recoverer) warnOverdue(ctx context.Context, wall time.Time) {
+	now := r.cfg.Clock.Now()
+	if !r.overdueWarned.IsZero() && now.Sub(r.overdueWarned) < r.cfg.OverdueWarn {
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	c, err := r.store.Census(cctx, wall.Add(-r.cfg.OverdueWarn).UnixMicro())
 	cancel()
@@ -949,13 +1026,37 @@ func (r *Recoverer) warnOverdue(ctx context.Context, wall time.Time) {
 		r.noteErr("census", err)
 		return
 	}
+	var parts []int
+	var total int64
+	var oldest int64
+	owned := 0
 	for p, n := range c.Overdue {
 		if n > 0 && c.HaveOldest[p] {
-			r.log.Warn("wheelq: jobs overdue", "partition", p, "overdue", n,
-				"oldest_late", wall.Sub(time.UnixMicro(c.Oldest[p])).Round(time.Millisecond),
-				"owned_here", r.loaded[p].Load() != NotOwned)
+			parts = append(parts, p)
+			total += n
+			if len(parts) == 1 || c.Oldest[p] < oldest {
+				oldest = c.Oldest[p]
+			}
+			if r.loaded[p].Load() != NotOwned {
+				owned++
+			}
 		}
 	}
+	if len(parts) == 0 {
+		r.overdueWarned = time.Time{}
+		return
+	}
+	r.overdueWarned = now
+	args := []any{"overdue", total, "partitions", fmt.Sprint(parts),
+		"oldest_late", wall.Sub(time.UnixMicro(oldest)).Round(time.Millisecond), "owned_here", owned}
+	msg := "wheelq: jobs overdue"
+	if r.cfg.PausedTopics != nil {
+		if paused := r.cfg.PausedTopics(); len(paused) > 0 {
+			msg = "wheelq: jobs overdue (those of paused topics wait for Resume)"
+			args = append(args, "paused_topics", paused)
+		}
+	}
+	r.log.Warn(msg, args...)
 }
 
 // Swept returns how many overdue jobs sweeps have re-armed.

@@ -90,7 +90,7 @@ func newFakeStore(t *testing.T) *fakeStore {
 
 func (f *fakeStore) Partitions() int { return 2 }
 
-func (f *fakeStore) LeaseAll(_ context.Context, parts []int, op persist.LeaseOp, token string, _ time.Duration) ([]bool, error) {
+func (f *fakeStore) LeaseAll(_ context.Context, parts []int, op persist.LeaseOp, token string, _ time.Duration, dead ...string) ([]bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if op == persist.LeaseRenew && f.renewErr != nil {
@@ -100,7 +100,7 @@ func (f *fakeStore) LeaseAll(_ context.Context, parts []int, op persist.LeaseOp,
 	for i, p := range parts {
 		switch op {
 		case persist.LeaseAcquire:
-			if f.holder[p] == "" {
+			if f.holder[p] == "" || slices.Contains(dead, f.holder[p]) {
 				f.holder[p] = token
 			}
 			out[i] = f.holder[p] == token
@@ -466,6 +466,24 @@ func TestWaitingForLeaseIsLogged(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()))
 }
 
+// TestDeadTokensTakenOver (issue 25, item 8): a partition held by a
+// process known to be gone (DeadTokens) is taken at once, not after its
+// lease lapses, and is logged; one held by another process still waits.
+func TestDeadTokensTakenOver(t *testing.T) {
+	t.Parallel()
+	r, _, _, _, passes, buf := setupLogged(t, func(store *fakeStore, _ time.Time) {
+		store.holder[0] = "gone"
+		store.holder[1] = "alive"
+	}, func(c *Config) { c.DeadTokens = func() []string { return []string{"gone"} } })
+	r.Start(context.Background())
+	<-passes
+	require.True(t, r.Holds(0), "the dead process's partition is taken at once")
+	require.False(t, r.Holds(1), "a live process's is not")
+	require.Contains(t, buf.String(), "took over from a process that is gone")
+	require.Contains(t, buf.String(), "token=gone")
+	require.NoError(t, r.Stop(context.Background()))
+}
+
 // TestOverdueIsLogged (issue 13): a job far past its due time in a
 // partition that another process holds (and does not run) is named in a
 // warning by every sweep, by a process that does not own it either.
@@ -484,23 +502,52 @@ func TestOverdueIsLogged(t *testing.T) {
 	<-passes
 	out := buf.String()
 	require.Contains(t, out, "jobs overdue")
-	require.Contains(t, out, "partition=1")
-	require.Contains(t, out, "owned_here=false")
-	require.NotContains(t, out, "partition=0 overdue", "a second late is not a minute late")
+	require.Contains(t, out, "partitions=[1]")
+	require.Contains(t, out, "owned_here=0")
+	require.NoError(t, r.Stop(context.Background()))
+}
+
+// TestOverdueWarningOncePerMinute (issue 25, item 10): pausing a topic
+// flooded the log with a warning per partition per sweep (283 lines in 4
+// minutes), naming neither the topic nor the pause. Overdue jobs are one
+// line for all partitions, repeated at most once a minute while they stay
+// overdue, naming the paused topics (whose jobs wait for Resume).
+func TestOverdueWarningOncePerMinute(t *testing.T) {
+	t.Parallel()
+	r, _, _, clk, passes, buf := setupLogged(t, func(store *fakeStore, now time.Time) {
+		store.pending[0] = []persist.Entry{{Key: "hook/a", Due: now.Add(-2 * time.Minute).UnixMicro()}}
+		store.pending[1] = []persist.Entry{{Key: "hook/b", Due: now.Add(-3 * time.Minute).UnixMicro()}}
+	}, func(c *Config) { c.PausedTopics = func() []string { return []string{"hook"} } })
+	r.Start(context.Background())
+	<-passes
+	for range 7 { // 70 s of sweeps
+		clk.BlockUntilSleeping()
+		clk.Advance(10 * time.Second)
+		<-passes
+	}
+	out := buf.String()
+	require.Equal(t, 2, strings.Count(out, "jobs overdue"), "at the first sweep, then a minute later:\n%s", out)
+	require.Contains(t, out, "overdue=2")
+	require.Contains(t, out, "partitions=\"[0 1]\"")
+	require.Contains(t, out, "paused_topics=[hook]")
 	require.NoError(t, r.Stop(context.Background()))
 }
 
 // setupLogged is setup with the Recoverer's log kept in a buffer; prepare
 // fills the store before New (now is the clock's start).
-func setupLogged(t *testing.T, prepare func(store *fakeStore, now time.Time)) (*Recoverer, *fakeStore, *fakeSink, *wheel.FakeClock, chan struct{}, *syncBuffer) {
+func setupLogged(t *testing.T, prepare func(store *fakeStore, now time.Time), opts ...func(*Config)) (*Recoverer, *fakeStore, *fakeSink, *wheel.FakeClock, chan struct{}, *syncBuffer) {
 	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
 	store, sink := newFakeStore(t), &fakeSink{}
 	prepare(store, clk.Now())
 	buf := &syncBuffer{}
 	passes := make(chan struct{}, 100)
-	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
+	cfg := Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
 		LeaseTTL: 3 * time.Second, Clock: clk, Logger: slog.New(slog.NewTextHandler(buf, nil)),
-		OnPass: func() { passes <- struct{}{} }})
+		OnPass: func() { passes <- struct{}{} }}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := New(store, sink, cfg)
 	require.NoError(t, err)
 	store.r = r
 	return r, store, sink, clk, passes, buf

@@ -4,6 +4,10 @@
 -- ARGV[1]  "acquire", "renew" or "release"
 -- ARGV[2]  the caller's token (unique per acquisition: it is the fence)
 -- ARGV[3]  time to live, ms (acquire and renew)
+-- ARGV[4..] (acquire) tokens of owners known to be dead: their processes
+--          are gone (the caller proved it by their lock files, on its own
+--          host), so their leases are taken over without waiting for them
+--          to lapse
 --
 -- A token "instance#random" names a stable instance (Config.InstanceID):
 -- acquire takes over a lease held by another token of the same instance,
@@ -26,7 +30,13 @@ if cur == ARGV[2] then
   return 1
 end
 local me = string.match(ARGV[2], '^(.+#)')
-if ARGV[1] == 'acquire' and (not cur or (me and string.sub(cur, 1, #me) == me)) then
+local dead = false
+for i = 4, #ARGV do
+  if cur == ARGV[i] then
+    dead = true
+  end
+end
+if ARGV[1] == 'acquire' and (not cur or dead or (me and string.sub(cur, 1, #me) == me)) then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end

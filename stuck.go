@@ -1,0 +1,123 @@
+package wheelq
+
+// Stuck handlers: a handler that ignores its context past HandlerTimeout
+// keeps its worker, but not its run. Once it has run StuckGrace past
+// HandlerTimeout, the stuck watcher abandons its run: a Warn names it,
+// Stats.Stuck counts it until the handler returns, and its job is settled
+// as a failed run (retried, or dead-lettered after its last attempt), so
+// that neither the hand-over of its partition nor Shutdown waits for it.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// StuckGrace returns how long past timeout (Config.HandlerTimeout) a
+// handler may run before its run is abandoned: a tenth of timeout, at
+// least a second.
+func StuckGrace(timeout time.Duration) time.Duration {
+	return max(time.Second, timeout/10)
+}
+
+// ErrHandlerStuck is the error an abandoned run is settled with (its
+// job's LastError).
+var ErrHandlerStuck = fmt.Errorf("wheelq: handler ignored its context and did not return within HandlerTimeout and its grace (StuckGrace)")
+
+// StuckRun is a run whose handler had not returned when Shutdown did.
+type StuckRun struct {
+	Topic, ID string
+	// Attempt is the run's attempt number (Job.Attempt).
+	Attempt int
+	// Running is how long the handler had been running.
+	Running time.Duration
+}
+
+// StuckRunsError is returned by Shutdown (joined with any other error)
+// when handlers had not returned: runs abandoned for ignoring their
+// context past HandlerTimeout (their jobs settled as failed), and, when
+// Shutdown's context ended first, runs still within their time (their
+// outcomes are dropped: those jobs run again). Their goroutines go on
+// until the handlers return.
+type StuckRunsError struct {
+	Runs []StuckRun
+}
+
+func (e *StuckRunsError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "wheelq: shutdown left %d handler(s) running:", len(e.Runs))
+	for i, r := range e.Runs {
+		if i == 10 {
+			fmt.Fprintf(&b, " and %d more", len(e.Runs)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s/%s (attempt %d, running %v)", r.Topic, r.ID, r.Attempt, r.Running.Round(time.Millisecond))
+	}
+	return b.String()
+}
+
+// startStuckWatch starts the stuck watcher; Start calls it.
+func (q *Queue) startStuckWatch() {
+	w := &q.stuckWatch
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	every := max(StuckGrace(q.cfg.HandlerTimeout)/4, 100*time.Millisecond)
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+				q.abandonStuck()
+			}
+		}
+	}()
+}
+
+// stopStuckWatch stops the stuck watcher, if Start started it.
+func (q *Queue) stopStuckWatch() {
+	w := &q.stuckWatch
+	if w.stop == nil {
+		return
+	}
+	close(w.stop)
+	<-w.done
+}
+
+// abandonStuck abandons the runs whose handlers have run StuckGrace past
+// HandlerTimeout.
+func (q *Queue) abandonStuck() {
+	limit := q.cfg.HandlerTimeout + StuckGrace(q.cfg.HandlerTimeout)
+	for i := range q.runs.slots {
+		r := q.runs.slots[i].current.Load()
+		if r == nil || time.Since(r.began) < limit || !r.state.CompareAndSwap(runRunning, runAbandoned) {
+			continue
+		}
+		q.running.Add(-1)
+		q.stuck.Add(1)
+		q.log.Warn("wheelq: handler ignores its context: running past HandlerTimeout; its run is abandoned and its job settled as failed (it may run again while this handler goes on, holding its worker)",
+			"topic", r.job.Topic, "id", r.job.ID, "attempt", r.attempt, "running_for", time.Since(r.began).Round(time.Millisecond),
+			"handler_timeout", q.cfg.HandlerTimeout)
+		if obs := q.cfg.Observer; obs != nil {
+			observeRun(obs, r.job.Topic, r.began, ErrHandlerStuck)
+		}
+		q.settle(r.t, r.attempt, ErrHandlerStuck)
+		q.freeTask(r.t)
+	}
+}
+
+// stuckRuns lists the runs whose handlers have not returned.
+func (q *Queue) stuckRuns() []StuckRun {
+	var out []StuckRun
+	for i := range q.runs.slots {
+		if r := q.runs.slots[i].current.Load(); r != nil {
+			out = append(out, StuckRun{Topic: r.job.Topic, ID: r.job.ID, Attempt: r.attempt, Running: time.Since(r.began)})
+		}
+	}
+	return out
+}
