@@ -438,28 +438,15 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 	}
 }
 
-// jobJSON is a job for the page: every field of JobInfo under its Go name
-// (fields added to JobInfo later show up too), State as its name, the
-// payload as text when it is UTF-8 (else PayloadHex), detail or not.
+// jobJSON is a job for the page: wheelq's JSON shape for a job
+// (JobInfo.MarshalJSON: the CLI's and the server's too), with
+// "payload_size"; without the payload for a list (detail false), and for
+// detail with at most maxPayloadShown bytes of it ("payload_truncated"),
+// as text ("payload") when UTF-8, else "payload_base64".
 func jobJSON(j wheelq.JobInfo, detail bool) map[string]any {
 	payload := j.Payload
-	j.Payload = nil
-	m := map[string]any{}
-	if b, err := json.Marshal(j); err == nil {
-		_ = json.Unmarshal(b, &m)
-	} else {
-		m["Topic"], m["ID"] = j.Topic, j.ID
-		m["MarshalError"] = err.Error()
-	}
-	m["State"] = j.State.String()
-	delete(m, "Payload")
-	m["PayloadSize"] = len(payload)
-	if !detail {
-		return m
-	}
-	shown := payload[:min(len(payload), maxPayloadShown)]
-	m["PayloadTruncated"] = len(shown) < len(payload)
-	if len(shown) < len(payload) {
+	if detail && len(payload) > maxPayloadShown {
+		shown := payload[:maxPayloadShown]
 		// Cut at a character's start, not inside one.
 		for i := len(shown); i > 0 && i > len(shown)-utf8.UTFMax; i-- {
 			if utf8.RuneStart(payload[i]) {
@@ -469,11 +456,21 @@ func jobJSON(j wheelq.JobInfo, detail bool) map[string]any {
 				break
 			}
 		}
+		j.Payload = shown
 	}
-	if utf8.Valid(shown) {
-		m["Payload"] = string(shown)
+	if !detail {
+		j.Payload = nil
+	}
+	m := map[string]any{}
+	if b, err := json.Marshal(j); err == nil {
+		_ = json.Unmarshal(b, &m)
 	} else {
-		m["PayloadHex"] = fmt.Sprintf("% x", shown)
+		m["topic"], m["id"] = j.Topic, j.ID
+		m["marshal_error"] = err.Error()
+	}
+	m["payload_size"] = len(payload)
+	if detail {
+		m["payload_truncated"] = len(j.Payload) < len(payload)
 	}
 	return m
 }

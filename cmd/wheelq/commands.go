@@ -152,7 +152,7 @@ func (c *cli) show(ctx context.Context, topic, id string, asJSON bool) int {
 		return c.fail(err)
 	}
 	if asJSON {
-		return c.json(jobJSON(j))
+		return c.json(j)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	state, now := j.State.String(), time.Now()
@@ -206,7 +206,7 @@ func (c *cli) dead(ctx context.Context, limit int, asJSON bool) int {
 	}
 	if asJSON {
 		for _, j := range js {
-			if code := c.json(jobJSON(j)); code != 0 {
+			if code := c.json(j); code != 0 {
 				return code
 			}
 		}
@@ -432,7 +432,7 @@ func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit i
 	}
 	if asJSON {
 		for _, j := range js {
-			if code := c.json(jobJSON(j)); code != 0 {
+			if code := c.json(j); code != 0 {
 				return code
 			}
 		}
@@ -530,25 +530,6 @@ func (c *cli) json(v any) int {
 		return c.fail(err)
 	}
 	return 0
-}
-
-func jobJSON(j wheelq.JobInfo) map[string]any {
-	m := map[string]any{"topic": j.Topic, "id": j.ID, "state": j.State.String(),
-		"attempts": j.Attempts, "max_attempts": j.MaxAttempts,
-		"created": j.Created.Format(time.RFC3339), "payload": j.Payload}
-	if !j.Due.IsZero() {
-		m["due"] = j.Due.Format(time.RFC3339Nano)
-	}
-	if !j.Finished.IsZero() {
-		m["finished"] = j.Finished.Format(time.RFC3339Nano)
-	}
-	if j.LastError != "" {
-		m["last_error"] = j.LastError
-	}
-	if len(j.Headers) > 0 {
-		m["headers"] = j.Headers
-	}
-	return m
 }
 
 // printable returns s as it is when it is plain text (valid UTF-8 without

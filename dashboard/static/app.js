@@ -67,6 +67,11 @@
     document.getElementById("flash").hidden = true;
   }
 
+  // hexOf writes base64 bytes as hex, a space between bytes.
+  function hexOf(b64) {
+    return Array.from(atob(b64), (c) => c.charCodeAt(0).toString(16).padStart(2, "0")).join(" ");
+  }
+
   function isZeroTime(s) {
     return !s || s.startsWith("0001-01-01");
   }
@@ -111,17 +116,17 @@
       type: "button",
       class: "act act-" + kind,
       "data-action": kind,
-      "data-topic": job.Topic,
-      "data-id": job.ID,
+      "data-topic": job.topic,
+      "data-id": job.id,
       onclick: async (ev) => {
         const b = ev.currentTarget;
-        if (kind === "cancel" && !window.confirm("Cancel " + job.Topic + "/" + job.ID + "? It is deleted and never runs.")) return;
+        if (kind === "cancel" && !window.confirm("Cancel " + job.topic + "/" + job.id + "? It is deleted and never runs.")) return;
         b.disabled = true;
         try {
-          const r = await post(kind, { topic: job.Topic, id: job.ID });
+          const r = await post(kind, { topic: job.topic, id: job.id });
           flash(r.message, false);
         } catch (e) {
-          flash(kind + " " + job.Topic + "/" + job.ID + ": " + e.message, true);
+          flash(kind + " " + job.topic + "/" + job.id + ": " + e.message, true);
         }
         b.disabled = false;
         if (after) after();
@@ -131,9 +136,9 @@
 
   function jobActions(job, after) {
     const out = [];
-    if (job.State === "dead") out.push(actionButton("requeue", "Requeue", job, after));
-    if (job.State === "pending") out.push(actionButton("run", "Run now", job, after));
-    if (job.State === "pending" || job.State === "dead" || job.State === "running") out.push(actionButton("cancel", "Cancel", job, after));
+    if (job.state === "dead") out.push(actionButton("requeue", "Requeue", job, after));
+    if (job.state === "pending") out.push(actionButton("run", "Run now", job, after));
+    if (job.state === "pending" || job.state === "dead" || job.state === "running") out.push(actionButton("cancel", "Cancel", job, after));
     return out.filter(Boolean);
   }
 
@@ -234,7 +239,7 @@
       }, el("div", { class: "fill", "data-h": n === 0 ? "0" : Math.max(3, (100 * n) / top).toFixed(1) })))),
       el("div", { class: "axis muted" }, el("span", {}, "now"), el("span", {}, "+" + (t.buckets.length / 2) + " " + unit + "s"), el("span", {}, "+" + t.buckets.length + " " + unit + "s")),
       t.first && t.first.length ? el("table", { class: "jobs upcoming" }, el("tbody", {}, t.first.map((j) => el("tr", {},
-        el("td", {}, j.Topic), el("td", {}, el("a", { href: jobHref(j.Topic, j.ID), class: "job-link" }, j.ID)), el("td", { title: fmtTime(j.Due) }, fmtRel(j.Due)))))) : null);
+        el("td", {}, j.topic), el("td", {}, el("a", { href: jobHref(j.topic, j.id), class: "job-link" }, j.id)), el("td", { title: fmtTime(j.due) }, fmtRel(j.due)))))) : null);
   }
 
   function card(label, value, extra, cls) {
@@ -299,12 +304,12 @@
     if (jobs.length === 0) return el("p", { class: "muted empty" }, opts.empty);
     return el("table", { class: "jobs" },
       el("thead", {}, el("tr", {}, el("th", {}, "Topic"), el("th", {}, "ID"), el("th", {}, opts.dueLabel), el("th", { class: "num" }, "Attempts"), el("th", {}, "Last error"), el("th", {}, ""))),
-      el("tbody", {}, jobs.map((j) => el("tr", { "data-topic": j.Topic, "data-id": j.ID },
-        el("td", {}, j.Topic),
-        el("td", {}, el("a", { href: jobHref(j.Topic, j.ID), class: "job-link" }, j.ID)),
-        el("td", { title: fmtTime(j.Due) }, fmtRel(j.Due)),
-        el("td", { class: "num" }, j.Attempts + " / " + j.MaxAttempts),
-        el("td", { class: "err" }, j.LastError || ""),
+      el("tbody", {}, jobs.map((j) => el("tr", { "data-topic": j.topic, "data-id": j.id },
+        el("td", {}, j.topic),
+        el("td", {}, el("a", { href: jobHref(j.topic, j.id), class: "job-link" }, j.id)),
+        el("td", { title: fmtTime(j.due) }, fmtRel(j.due)),
+        el("td", { class: "num" }, j.attempts + " / " + j.max_attempts),
+        el("td", { class: "err" }, j.last_error || ""),
         el("td", { class: "actions" }, jobActions(j, after))))));
   }
 
@@ -370,7 +375,7 @@
     main.replaceChildren(el("section", { class: "panel", id: "list", "data-tab": tab }, head, el("p", { class: "muted" }, explain), bulk, table, more));
   }
 
-  const known = ["Topic", "ID", "State", "Due", "Attempts", "MaxAttempts", "LastError", "Created", "Finished", "Payload", "PayloadHex", "PayloadSize", "PayloadTruncated"];
+  const known = ["topic", "id", "state", "due", "attempts", "max_attempts", "last_error", "created", "finished", "payload", "payload_base64", "payload_size", "payload_truncated"];
 
   async function renderJob(seq, topic, id) {
     let r;
@@ -388,29 +393,29 @@
     if (seq !== state.seq) return;
     const j = r.job;
     const rows = [
-      ["Topic", j.Topic], ["ID", j.ID],
-      ["State", el("span", { class: "state state-" + j.State, id: "job-state" }, j.State)],
-      [j.State === "dead" ? "Died" : "Due", isZeroTime(j.Due) ? "—" : fmtTime(j.Due) + " (" + fmtRel(j.Due) + ")"],
-      ["Attempts", j.Attempts + " of " + j.MaxAttempts],
-      ["Created", fmtTime(j.Created)],
+      ["Topic", j.topic], ["ID", j.id],
+      ["State", el("span", { class: "state state-" + j.state, id: "job-state" }, j.state)],
+      [j.state === "dead" ? "Died" : "Due", isZeroTime(j.due) ? "—" : fmtTime(j.due) + " (" + fmtRel(j.due) + ")"],
+      ["Attempts", j.attempts + " of " + j.max_attempts],
+      ["Created", fmtTime(j.created)],
     ];
-    if ("Finished" in j && !isZeroTime(j.Finished)) rows.push(["Finished", fmtTime(j.Finished) + " (" + fmtRel(j.Finished) + ")"]);
-    if (j.LastError) rows.push(["Last error", el("span", { class: "err" }, j.LastError)]);
+    if ("finished" in j && !isZeroTime(j.finished)) rows.push(["Finished", fmtTime(j.finished) + " (" + fmtRel(j.finished) + ")"]);
+    if (j.last_error) rows.push(["Last error", el("span", { class: "err" }, j.last_error)]);
     // Fields this page does not know yet (added to JobInfo later).
     for (const [k, v] of Object.entries(j)) {
       if (known.includes(k) || v === null || v === undefined) continue; // a field with nothing in it (no headers)
       rows.push([k, typeof v === "string" ? (/^\d{4}-\d\d-\d\dT/.test(v) ? fmtTime(v) : v) : el("pre", {}, JSON.stringify(v, null, 2))]);
     }
-    const payload = j.Payload !== undefined ? j.Payload : j.PayloadHex !== undefined ? j.PayloadHex : "";
+    const payload = j.payload !== undefined ? j.payload : j.payload_base64 !== undefined ? hexOf(j.payload_base64) : "";
     const reload = () => route();
-    const finished = j.State === "done" || j.State === "cancelled";
+    const finished = j.state === "done" || j.state === "cancelled";
     main.replaceChildren(el("section", { class: "panel", id: "job" },
-      el("h2", {}, "Job ", el("code", {}, j.Topic + "/" + j.ID)),
+      el("h2", {}, "Job ", el("code", {}, j.topic + "/" + j.id)),
       el("table", { class: "kv" }, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))),
-      finished && j.PayloadSize === 0 ? el("h3", {}, "Payload ", el("span", { class: "muted" }, "not kept once a job finished (the run history keeps its outcome only)")) : [
-        el("h3", {}, "Payload ", el("span", { class: "muted" }, j.PayloadSize + " bytes" + (j.PayloadHex !== undefined ? ", binary (hex)" : "") + (j.PayloadTruncated ? ", first 64 KiB shown" : ""))),
+      finished && j.payload_size === 0 ? el("h3", {}, "Payload ", el("span", { class: "muted" }, "not kept once a job finished (the run history keeps its outcome only)")) : [
+        el("h3", {}, "Payload ", el("span", { class: "muted" }, j.payload_size + " bytes" + (j.payload_base64 !== undefined ? ", binary (hex)" : "") + (j.payload_truncated ? ", first 64 KiB shown" : ""))),
         el("pre", { class: "payload", id: "payload" }, payload)],
-      el("div", { class: "actions" }, jobActions(j, reload), el("a", { href: topicHref(j.Topic, j.State === "dead" ? "dead" : "pending") }, "Topic " + j.Topic), " ", el("a", { href: "#/" }, "Overview"))));
+      el("div", { class: "actions" }, jobActions(j, reload), el("a", { href: topicHref(j.topic, j.state === "dead" ? "dead" : "pending") }, "Topic " + j.topic), " ", el("a", { href: "#/" }, "Overview"))));
   }
 
   async function route() {
