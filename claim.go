@@ -105,6 +105,7 @@ type task struct {
 	epoch    uint64    // the partition's lease epoch before the claim was sent
 	part     int32     // the job's partition
 	verified bool      // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
+	rerun    bool      // an earlier run was claimed by an owner that is gone (ClaimResult.Rerun)
 }
 
 // jobRun is what a run's handler may keep: its Job and its context (see
@@ -441,7 +442,9 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			q.cache.Add(f.key, rec)
 		}
 		p := q.store.PartitionOf(f.key)
-		toHold = append(toHold, q.newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true))
+		tk := q.newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true)
+		tk.rerun = r.Rerun
+		toHold = append(toHold, tk)
 	}
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)

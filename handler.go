@@ -14,8 +14,16 @@ type Job struct {
 	Payload []byte
 	// Attempt is this run's number, from 1. Delivery is at-least-once: a
 	// run that was in progress when its process died is run again with the
-	// same Attempt, so handlers must be idempotent.
+	// same Attempt (and Rerun set), so handlers must be idempotent.
 	Attempt int
+	// Rerun is true when an earlier run of this attempt was claimed by a
+	// process that stopped (a crash, kill -9, a hard Shutdown, a lease
+	// lost) before its outcome was stored: that run may have done some or
+	// all of the job's work, and this one may repeat it. Check what was
+	// done before doing it again. False when no such run is known (a run
+	// claimed only, and never started, before its process died counts as
+	// one: Rerun errs towards true).
+	Rerun bool
 	// MaxAttempts is the number of runs allowed before the job is
 	// dead-lettered.
 	MaxAttempts int

@@ -133,7 +133,8 @@ type Config struct {
 	// platform guarantees it is unique. It is also the process's id in
 	// the roster of live workers, so a restarted process gets the same
 	// share of the partitions back and a rolling restart moves no other
-	// process's partitions. At most 128 bytes, no '#'. Default empty
+	// process's partitions. At most 128 bytes, no '#', not starting with
+	// '!' (claim marks use it). Default empty
 	// (leases always lapse before another process takes them).
 	InstanceID string
 	// LockDir is where a started queue keeps its lock file (on Unix; see
@@ -270,8 +271,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: history age %v < 0", ErrInvalidConfig, c.History.Age)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("%w: lease TTL %v < 1s", ErrInvalidConfig, c.LeaseTTL)
-	case len(c.InstanceID) > 128 || strings.Contains(c.InstanceID, "#"):
-		return fmt.Errorf("%w: instance id %q: at most 128 bytes, no '#'", ErrInvalidConfig, c.InstanceID)
+	case len(c.InstanceID) > 128 || strings.Contains(c.InstanceID, "#") || strings.HasPrefix(c.InstanceID, "!"):
+		return fmt.Errorf("%w: instance id %q: at most 128 bytes, no '#', not starting with '!'", ErrInvalidConfig, c.InstanceID)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +38,9 @@ func TestRestartChild(t *testing.T) {
 	}
 	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), restartConfig(os.Getenv(envRestartInstance)))
 	require.NoError(t, err)
+	// Topic "slow": a handler that never returns (TestRerunFlagged kills
+	// the process during its run).
+	require.NoError(t, q.Handle("slow", HandlerFunc(func(context.Context, *Job) error { select {} })))
 	require.NoError(t, q.Start(context.Background()))
 	select {} // until killed
 }
@@ -158,4 +163,77 @@ func TestPausedProcessNotTakenOver(t *testing.T) {
 	}
 	eventually(t, func() bool { l := lease(0); return l != "" && l != old0 }, "taken once it lapsed")
 	_ = first.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// TestRerunFlagged (issue 25, item 3): a run interrupted by kill -9 was
+// run again with the same Attempt and nothing to tell it from a first
+// run. The rerun has Job.Rerun set (the Attempt stays); a job whose run
+// was never claimed before has it unset; once the rerun's outcome is
+// stored the flag is gone.
+func TestRerunFlagged(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	td := t.TempDir()
+	tmp := "TMPDIR=" + td
+	child := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
+	t.Cleanup(child.kill)
+	lease := func(p int) string {
+		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
+		return v
+	}
+	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the child owns both partitions")
+	producer, err := New(rdb, restartConfig(""))
+	require.NoError(t, err)
+	_, err = producer.Schedule(ctx, "slow", nil, ID("s1"))
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		info, err := producer.Lookup(ctx, "slow", "s1")
+		return err == nil && info.State == StateRunning
+	}, "the child runs s1")
+	child.kill()
+
+	cfg := restartConfig("")
+	cfg.LockDir = filepath.Join(td, "wheelq-"+strconv.Itoa(os.Getuid())) // the child's (its default under its TMPDIR)
+	q, err := New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	got := make(chan Job, 4)
+	require.NoError(t, q.Handle("slow", HandlerFunc(func(_ context.Context, j *Job) error {
+		got <- *j
+		return nil
+	})))
+	require.NoError(t, q.Start(ctx))
+	select {
+	case j := <-got:
+		require.Equal(t, "s1", j.ID)
+		require.True(t, j.Rerun, "the run the kill interrupted may have done its work")
+		require.Equal(t, 1, j.Attempt, "the same attempt")
+	case <-time.After(wait):
+		t.Fatal("s1 not run again")
+	}
+	_, err = q.Schedule(ctx, "slow", nil, ID("s2"))
+	require.NoError(t, err)
+	select {
+	case j := <-got:
+		require.Equal(t, "s2", j.ID)
+		require.False(t, j.Rerun, "a first run")
+	case <-time.After(wait):
+		t.Fatal("s2 not run")
+	}
+	eventually(t, func() bool {
+		for _, id := range []string{"s1", "s2"} {
+			if info, err := q.Lookup(ctx, "slow", id); err != nil || info.State != StateDone {
+				return false
+			}
+		}
+		return true
+	}, "the runs' outcomes are stored")
+	for p := range 2 {
+		marks, err := rdb.HGetAll(ctx, fmt.Sprintf("wq:{restart:%d}:running", p)).Result()
+		require.NoError(t, err)
+		require.Empty(t, marks, "no mark is left: the rerun flag went with the outcome")
+	}
 }

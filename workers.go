@@ -54,7 +54,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 	}
 	attempt := t.rec.Attempt + 1
 	r := &jobRun{job: Job{ // the handler may keep the Job and its context
-		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt,
+		Topic: t.rec.Topic, ID: t.rec.ID, Payload: t.rec.Payload, Attempt: attempt, Rerun: t.rerun,
 		MaxAttempts: t.rec.MaxAttempts, Due: t.due, Created: t.rec.Created, LastError: t.rec.LastError,
 		Headers: t.rec.Headers,
 	}}

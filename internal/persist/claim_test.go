@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -102,4 +103,83 @@ func TestClaimByteBudget(t *testing.T) {
 		require.Positive(t, n, "round %d: at least the first", round)
 		require.LessOrEqual(t, n, 4, "round %d: about the budget's worth read (a first chunk of 4)", round)
 	}
+}
+
+// TestRerunMarks (issue 25, item 3): a take-over turns the old owner's
+// claim marks into "!": the jobs are claimable, not running (Get, the
+// running list, Cancel), and their next claim says Rerun; an unclaim keeps
+// the "!", an outcome clears it; repair turns a mark of another token
+// into "!" and clears one of a job that is gone.
+func TestRerunMarks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	reqs := writeBig(t, b, 3, 10)
+	k := b.store.Keys(0)
+	lease := func(tok string) {
+		held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, tok, time.Minute)
+		require.NoError(t, err)
+		require.True(t, held)
+	}
+	lease("old")
+	res, err := b.store.Claim(b.ctx, []string{"old"}, reqs, nil)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.False(t, r.Rerun, "a first claim")
+	}
+	_, st, err := b.store.Get(b.ctx, reqs[0].Key)
+	require.NoError(t, err)
+	require.Equal(t, Running, st)
+
+	// "old" dies; "new" takes the lease over and polls with reset.
+	require.NoError(t, b.rdb.Del(b.ctx, k.Lease).Err())
+	lease("new")
+	_, err = b.store.Poll(b.ctx, 0, "new", 2000, time.Minute, true, 100)
+	require.NoError(t, err)
+	marks, err := b.rdb.HGetAll(b.ctx, k.Running).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{reqs[0].Key: "!", reqs[1].Key: "!", reqs[2].Key: "!"}, marks)
+	_, st, err = b.store.Get(b.ctx, reqs[0].Key)
+	require.NoError(t, err)
+	require.Equal(t, Pending, st, "interrupted, not running")
+	running, err := b.store.Running(b.ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, running)
+	ch, err := b.store.Cancel(b.ctx, reqs[2].Key)
+	require.NoError(t, err)
+	require.Equal(t, Changed, ch, "not ChangedWhileRunning")
+
+	res, err = b.store.Claim(b.ctx, []string{"new"}, reqs[:2], nil)
+	require.NoError(t, err)
+	for i, r := range res {
+		require.True(t, r.Rerun, "job %d", i)
+		require.NotNil(t, r.Record, "job %d: 'R' carries the record", i)
+	}
+	// Claimed again by the same owner whose record is current: 'C'.
+	res, err = b.store.Claim(b.ctx, []string{"new"}, []ClaimRequest{{Key: reqs[0].Key, Rev: 0, HaveRev: false}}, nil)
+	require.NoError(t, err)
+	require.True(t, res[0].Rerun)
+	_, st, err = b.store.Get(b.ctx, reqs[0].Key)
+	require.NoError(t, err)
+	require.Equal(t, Running, st, "claimed by new")
+
+	// Unclaimed (not run): still a rerun. Acked: the flag goes.
+	_, err = b.store.Settle(b.ctx, []string{"new"}, 3000, []Outcome{{Op: Unclaim, Key: reqs[0].Key}})
+	require.NoError(t, err)
+	require.Equal(t, "!", b.rdb.HGet(b.ctx, k.Running, reqs[0].Key).Val())
+	dec, err := DecodeRecord(rec("0123456789"))
+	require.NoError(t, err)
+	_, err = b.store.Settle(b.ctx, []string{"new"}, 3000, []Outcome{{Op: Ack, Key: reqs[1].Key, Rev: dec.Rev}})
+	require.NoError(t, err)
+	require.False(t, b.rdb.HExists(b.ctx, k.Running, reqs[1].Key).Val())
+
+	// Repair: another token's mark becomes "!"; a gone job's mark goes.
+	require.NoError(t, b.rdb.HSet(b.ctx, k.Running, reqs[0].Key, "ghost", "big/gone", "ghost").Err())
+	cur := RepairCursor{}
+	for !cur.Done {
+		cur, _, err = b.store.Repair(b.ctx, 0, "new", cur, 100, 3000)
+		require.NoError(t, err)
+	}
+	marks, err = b.rdb.HGetAll(b.ctx, k.Running).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{reqs[0].Key: "!"}, marks)
 }

@@ -73,6 +73,13 @@ func entries(v []any) ([]Entry, error) {
 	return out, nil
 }
 
+// claimed reports whether a claim mark (the running HASH's value; ok
+// false when there is none) names an owner with a run in flight: any but
+// "!" alone (a run interrupted, none claimed now; see lib.lua's claimer).
+func claimed(mark string, ok bool) bool {
+	return ok && mark != "!"
+}
+
 // Details reads the records of keys (all of partition p; a missing one
 // is nil) and whether each has a claim mark, in one round trip.
 func (s *Store) Details(ctx context.Context, p int, keys []string) (recs [][]byte, marked []bool, err error) {
@@ -93,7 +100,8 @@ func (s *Store) Details(ctx context.Context, p int, keys []string) (recs [][]byt
 		}
 	}
 	for i, v := range mc.Val() {
-		marked[i] = v != nil
+		s, ok := v.(string)
+		marked[i] = claimed(s, ok)
 	}
 	return recs, marked, nil
 }

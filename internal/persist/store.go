@@ -1053,6 +1053,11 @@ type ClaimResult struct {
 	// Paused is true when the job is still pending but its topic is
 	// paused (see SetPaused): it was not claimed.
 	Paused bool
+	// Rerun is true when the job was claimed and a run of it had been
+	// claimed before by an owner that is gone before storing its outcome
+	// (a crash, a hard stop): that run may have done some or all of its
+	// work.
+	Rerun bool
 }
 
 // MaxClaimBytes bounds the records one claim call returns: past it, jobs
@@ -1133,7 +1138,8 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 				out[i].Deferred = true
 			case 'p':
 				out[i].Paused = true
-			case 'r':
+			case 'r', 'R':
+				out[i].Rerun = st[w-1] == 'R'
 				if nrec >= len(recs) {
 					return nil, fmt.Errorf("%w: short claim reply", ErrCorrupt)
 				}
@@ -1141,6 +1147,8 @@ func (s *Store) Claim(ctx context.Context, tokens []string, reqs []ClaimRequest,
 				out[i].Record = []byte(rec)
 				nrec++
 			case 'c':
+			case 'C':
+				out[i].Rerun = true
 			default:
 				return nil, fmt.Errorf("%w: claim status %q", ErrCorrupt, st[w-1])
 			}
@@ -1279,7 +1287,7 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 	rec := pipe.HGet(ctx, k.Jobs, key)
 	pend := pipe.ZScore(ctx, k.Pending, key)
 	dead := pipe.ZScore(ctx, k.Dead, key)
-	mark := pipe.HExists(ctx, k.Running, key)
+	mark := pipe.HGet(ctx, k.Running, key)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Record{}, Missing, wrap(err)
 	}
@@ -1298,7 +1306,7 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 	state := Missing
 	if v, err := pend.Result(); err == nil {
 		state, r.Due = Pending, time.UnixMicro(int64(v))
-		if mark.Val() {
+		if m, err := mark.Result(); claimed(m, err == nil) {
 			state = Running
 		}
 	} else if v, err := dead.Result(); err == nil {

@@ -619,7 +619,8 @@ func TestRepair(t *testing.T) {
 	require.Equal(t, int64(2), n, "t/live and t/stale stay pending")
 	marks, err := b.rdb.HGetAll(b.ctx, k.Running).Result()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"t/live": "O"}, marks, "the owner's own mark of a live job stays")
+	require.Equal(t, map[string]string{"t/live": "O", "t/stale": "!"}, marks,
+		"the owner's own mark of a live job stays; another's is a run interrupted: its next run is a rerun")
 	_, _, err = b.store.Repair(b.ctx, 0, "intruder", RepairCursor{}, 10, 1000)
 	require.ErrorIs(t, err, ErrFenced)
 }

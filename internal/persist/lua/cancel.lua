@@ -79,7 +79,7 @@ for _, pt in ipairs(parts) do
       if recs[j] and not seen[key] then
         r = 1
         local mark = 'c'
-        if runs[j] then
+        if claimer(runs[j]) then
           r, mark = 2, 'C'
         end
         if maxCount > 0 then

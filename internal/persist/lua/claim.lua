@@ -33,6 +33,9 @@
 --       again; the caller keeps track of its own runs in progress.
 --   c   still pending at score; the caller's revision is current
 --   r   still pending at score; here is the current record
+--   C R as c and r, and a run of the job was claimed before by an owner
+--       that is gone before its outcome was stored (its mark is "!": see
+--       claimer in lib.lua): this run is a rerun, and may repeat work
 --   d   still pending at score, but deferred (the budget is spent): not
 --       marked, claim it again in another call
 --   p   still pending at score, but its topic is paused: not marked, not
@@ -48,8 +51,8 @@
 -- The jobs are read and marked with a few multi-key commands (ZMSCORE,
 -- HMGET, HSET; Redis >= 6.2) rather than three commands each (fewer calls
 -- out of Lua, and one reply table per command instead of per job).
--- packed(), unpacked() and many() are lib.lua's, which the store puts before this
--- script.
+-- packed(), unpacked(), many() and claimer() are lib.lua's, which the
+-- store puts before this script.
 
 local parts, fenced = packed(5, 2, 2, 1)
 if fenced then
@@ -113,6 +116,12 @@ for _, pt in ipairs(parts) do
         loaded = hi
       end
       local score, rec, rev = scores[j], recs[j], revs[j]
+      local owner = claimer(marks[j])
+      local rerun = marks[j] and string.sub(marks[j], 1, 1) == '!'
+      local mine = tok
+      if rerun then
+        mine = '!=' .. tok
+      end
       if score and paused[string.match(keys[j], '^[^/]*')] then
         sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'p'
@@ -120,7 +129,7 @@ for _, pt in ipairs(parts) do
         -- Not read: the budget is spent. Busy, or claim it again in
         -- another call.
         sc[#sc + 1] = reported(score, dues[j])
-        if (marks[j] or tok) ~= tok then
+        if (owner or tok) ~= tok then
           st[#st + 1] = 'b'
         else
           st[#st + 1] = 'd'
@@ -128,23 +137,23 @@ for _, pt in ipairs(parts) do
       elseif not score or not rec then
         sc[#sc + 1] = ''
         st[#st + 1] = 'g'
-      elseif (marks[j] or tok) ~= tok then
+      elseif (owner or tok) ~= tok then
         sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'b'
       elseif rev ~= '' and string.sub(rec, 2, 5) == rev then
         mark[#mark + 1] = keys[j]
-        mark[#mark + 1] = tok
+        mark[#mark + 1] = mine
         sc[#sc + 1] = reported(score, dues[j])
-        st[#st + 1] = 'c'
+        st[#st + 1] = rerun and 'C' or 'c'
       elseif used > 0 and used + #rec > budget then
         sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'd'
       else
         used = used + #rec
         mark[#mark + 1] = keys[j]
-        mark[#mark + 1] = tok
+        mark[#mark + 1] = mine
         sc[#sc + 1] = reported(score, dues[j])
-        st[#st + 1] = 'r'
+        st[#st + 1] = rerun and 'R' or 'r'
         out[#out + 1] = rec
       end
     end

@@ -52,6 +52,24 @@
 -- stack limit), and returns the replies joined: a table, or the sum of
 -- integer replies. args must split evenly (an even count for field/value
 -- pairs).
+-- claimer(mark) returns the token of the owner that claimed a run of a
+-- job, from its claim mark (the running HASH's value), or nil: a mark is
+-- a token (an unfenced call's is ""), or "!=" and a token, or "!" alone.
+-- The "!" says that a run of the job was claimed by an owner that is gone
+-- before its outcome was stored (a take-over, or repair, turned its mark
+-- into "!"): the job's next run is a rerun (claim.lua's 'C' and 'R'), and
+-- keeps the "!" until an outcome is stored. No token starts with "!"
+-- (Config.InstanceID may not).
+local function claimer(mark)
+  if not mark or mark == '!' then
+    return nil
+  end
+  if string.sub(mark, 1, 2) == '!=' then
+    return string.sub(mark, 3)
+  end
+  return mark
+end
+
 local function many(cmd, key, args)
   if #args <= 1000 then
     return redis.call(cmd, key, unpack(args))

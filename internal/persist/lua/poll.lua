@@ -53,7 +53,14 @@ local function step(k, a)
   local prev = redis.call('GET', KEYS[k + 1])
   local announce = new -- kept a string: Lua would print a 16-digit number as 1.7e+15
   if reset then
-    redis.call('DEL', KEYS[k + 2], KEYS[k + 4])
+    redis.call('DEL', KEYS[k + 2])
+    -- The old owner's claim marks: its runs were interrupted (their
+    -- outcomes were never stored). They become "!", no owner: the jobs
+    -- are claimable, and their next runs are reruns (see claim.lua).
+    local marked = redis.call('HKEYS', KEYS[k + 4])
+    for i = 1, #marked do
+      redis.call('HSET', KEYS[k + 4], marked[i], '!')
+    end
     prev = false
   elseif prev and tonumber(prev) > tonumber(new) then
     announce = prev

@@ -7,9 +7,10 @@
 --   - a record in neither the pending nor the dead set will never run and
 --     no listing shows it: it is moved to the dead set (score ARGV[6]),
 --     where DeadJobs shows it and Requeue or Cancel handles it;
---   - a claim mark whose token is not the lease holder's, or of a job
---     without a record, is stale: it is cleared (a take-over clears marks
---     too; this catches what is left between take-overs).
+--   - a claim mark of a job without a record is stale: it is cleared; a
+--     mark whose token is not the lease holder's is a run interrupted: it
+--     becomes "!" (a take-over does that too; this catches what is left
+--     between take-overs), so that the job's next run is a rerun.
 --
 -- KEYS[1]  pending ZSET
 -- KEYS[2]  jobs HASH
@@ -78,9 +79,17 @@ if ARGV[4] ~= 'done' then
   local r = redis.call('HSCAN', KEYS[5], ARGV[4], 'COUNT', n)
   out[3] = r[1]
   for i = 1, #r[2], 2 do
-    local key, tok = r[2][i], r[2][i + 1]
-    if tok ~= ARGV[1] or redis.call('HEXISTS', KEYS[2], key) == 0 then
+    local key, mark = r[2][i], r[2][i + 1]
+    local tok = mark
+    if string.sub(tok, 1, 2) == '!=' then
+      tok = string.sub(tok, 3)
+    end
+    if redis.call('HEXISTS', KEYS[2], key) == 0 then
       redis.call('HDEL', KEYS[5], key)
+      out[6] = out[6] + 1
+      out[#out + 1] = key
+    elseif mark ~= '!' and tok ~= ARGV[1] then
+      redis.call('HSET', KEYS[5], key, '!')
       out[6] = out[6] + 1
       out[#out + 1] = key
     end

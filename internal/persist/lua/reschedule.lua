@@ -41,7 +41,7 @@ for _, pt in ipairs(parts) do
           redis.call('RPUSH', inbox, key)
         end
         r = 1
-        if redis.call('HEXISTS', running, key) == 1 then
+        if claimer(redis.call('HGET', running, key)) then
           r = 2
         end
       end

@@ -7,7 +7,14 @@
 --
 -- Returns a flat array: job key, score, ... for every marked job that is
 -- still pending (a mark without a pending entry is stale: left out).
-local keys = redis.call('HKEYS', KEYS[1])
+-- A mark "!" alone (a run interrupted, none claimed now) is not a run in
+-- flight: left out.
+local all, keys = redis.call('HGETALL', KEYS[1]), {}
+for i = 1, #all, 2 do
+  if all[i + 1] ~= '!' then
+    keys[#keys + 1] = all[i]
+  end
+end
 local out = {}
 for i = 1, #keys, 500 do
   local part = {}

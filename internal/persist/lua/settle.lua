@@ -64,6 +64,7 @@ for _, pt in ipairs(parts) do
   local keys, revs, scores, recs = cols[1], cols[2], cols[3], cols[4]
   local pending, jobs, dead, running = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 4]
   if n > 0 then
+    local marks = many('HMGET', running, keys)
     many('HDEL', running, keys)
     local curs = many('HMGET', jobs, keys)
     local acks = {}
@@ -86,6 +87,10 @@ for _, pt in ipairs(parts) do
       end
       seen[key] = true
       if op == 'u' then
+        if marks[j] and string.sub(marks[j], 1, 1) == '!' then
+          -- Not run: its next run is still a rerun.
+          redis.call('HSET', running, key, '!')
+        end
         out[#out + 1] = '1'
       elseif cur and string.sub(cur, 2, 5) == rev then
         if op == 'a' then
