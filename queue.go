@@ -76,6 +76,8 @@ type Queue struct {
 	isClosing atomic.Bool // set once Shutdown begins; read on the Schedule path
 	reach     reach       // whether Redis was found unreachable (fail fast)
 	running   atomic.Int64
+	member    string       // this process's id in the roster
+	pstore    figureStore  // the workers' figures (figures.go)
 	stuck     atomic.Int64 // handlers of abandoned runs that have not returned (stuck.go)
 	// stuckWatch is the stuck watcher (stuck.go): started by Start,
 	// stopped by Shutdown.
@@ -118,6 +120,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	var store engineStore = pstore
+	var pst figureStore = pstore
 	if cfg.Observer != nil {
 		store = observeStore(store, cfg.Observer) // round trips timed (observe.go)
 	}
@@ -181,6 +184,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		// its share of the partitions: a rolling restart moves nothing.
 		member = cfg.InstanceID
 	}
+	q.member, q.pstore = member, pst
 	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
 		Token:         token,
 		Member:        member,
@@ -462,8 +466,14 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.log.Warn("wheelq: releasing leases", "err", err)
 	}
 	cancel()
-	// 7. Contexts: every handler's context ends; the watchdogs stop.
+	// 7. Contexts: every handler's context ends; the watchdogs stop; this
+	//    process's figures go with its place in the roster.
 	q.stopStuckWatch()
+	if prev == stateStarted {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = q.pstore.DropFigures(fctx, q.member)
+		cancel()
+	}
 	q.runs.cancelAll()
 	q.runs.stop()
 	q.calls.stop()

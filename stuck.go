@@ -8,6 +8,7 @@ package wheelq
 // that neither the hand-over of its partition nor Shutdown waits for it.
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -59,21 +60,29 @@ func (e *StuckRunsError) Error() string {
 	return b.String()
 }
 
-// startStuckWatch starts the stuck watcher; Start calls it.
+// startStuckWatch starts the stuck watcher, which also publishes this
+// process's figures (figures.go); Start calls it.
 func (q *Queue) startStuckWatch() {
 	w := &q.stuckWatch
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
-	every := max(StuckGrace(q.cfg.HandlerTimeout)/4, 100*time.Millisecond)
+	every := min(max(StuckGrace(q.cfg.HandlerTimeout)/4, 100*time.Millisecond), figuresEvery/2)
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
+		var published time.Time
 		for {
 			select {
 			case <-w.stop:
 				return
 			case <-tick.C:
 				q.abandonStuck()
+				if time.Since(published) >= figuresEvery {
+					published = time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
+					_ = q.publishFigures(ctx) // figures only: the next tick tries again
+					cancel()
+				}
 			}
 		}
 	}()

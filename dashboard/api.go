@@ -115,6 +115,23 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		can[k] = h.allowed(r, k)
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	late := func(l wheelq.Lateness) map[string]any {
+		return map[string]any{"count": l.Count, "p50Ms": ms(l.P50), "p99Ms": ms(l.P99), "maxMs": ms(l.Max)}
+	}
+	// Every started process's figures (the process serving this page may
+	// run no job: under wheelq serve it runs none).
+	ws, err := h.q.Workers(ctx)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	workers := make([]map[string]any, len(ws))
+	for i, x := range ws {
+		workers[i] = map[string]any{"member": x.Member, "atMs": x.At.UnixMilli(), "running": x.Running, "stuck": x.Stuck,
+			"ownedPartitions": x.OwnedPartitions, "fired": x.Fired, "succeeded": x.Succeeded, "retried": x.Retried,
+			"deadLettered": x.DeadLettered, "lateness": late(x.Lateness)}
+	}
+	all := wheelq.SumWorkers(ws)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"title":     h.opts.Title,
 		"now":       h.now().UTC().Format(time.RFC3339Nano),
@@ -130,10 +147,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 			"running": s.Running, "stuck": s.Stuck, "inMemory": s.InMemory, "ownedPartitions": s.OwnedPartitions,
 			"members": s.Members, "unstoredOutcomes": s.UnstoredOutcomes,
 		},
-		"lateness": map[string]any{
-			"count": s.Lateness.Count, "p50Ms": ms(s.Lateness.P50), "p99Ms": ms(s.Lateness.P99),
-			"maxMs": ms(s.Lateness.Max),
-		},
+		"lateness": late(s.Lateness),
+		"workers":  workers,
+		"all": map[string]any{"running": all.Running, "stuck": all.Stuck, "fired": all.Fired,
+			"succeeded": all.Succeeded, "retried": all.Retried, "deadLettered": all.DeadLettered,
+			"lateness": late(all.Lateness)},
 	})
 }
 

@@ -32,7 +32,8 @@ func TestBrowser(t *testing.T) {
 		b.element("#overview")
 		b.waitText("#overview .cards .card:nth-child(1) .value", "2")
 		b.waitText("#card-dead .value", "2") // two dead jobs
-		b.waitContains("#lateness", "No run started here yet")
+		b.waitContains("#lateness", "No run started yet")
+		b.waitContains("#workers", "No worker process is started")
 		for _, topic := range []string{"hooks", "mail", "orders", "reports"} {
 			b.waitContains("#topics table", topic)
 		}
@@ -141,7 +142,9 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("Lateness", func(t *testing.T) {
 		b.t = t
-		// A started worker runs jobs: its dashboard shows their lateness.
+		// A started worker runs jobs; a dashboard served by a process that
+		// runs none (as under wheelq serve) shows their lateness and the
+		// worker (issue 25, item 15: its panels read 0).
 		srv := redistest.Start(t, redistest.Options{})
 		ctx := context.Background()
 		q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "browser-late", Partitions: 4})
@@ -157,9 +160,18 @@ func TestBrowser(t *testing.T) {
 			s, err := q.Stats(ctx)
 			return err == nil && s.Succeeded == 50
 		}, 20*time.Second, 10*time.Millisecond)
-		web := (&fixture{q: q}).serve(t, Options{})
+		viewer, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "browser-late", Partitions: 4})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = viewer.Shutdown(context.Background()) })
+		require.Eventually(t, func() bool {
+			ws, err := viewer.Workers(ctx)
+			return err == nil && len(ws) == 1 && ws[0].Fired == 50
+		}, 20*time.Second, 50*time.Millisecond, "the worker published its figures")
+		web := (&fixture{q: viewer}).serve(t, Options{})
 		b.open(web.URL + "/wheelq/")
-		b.waitContains("#lateness", "over the 50 run(s) started in this process (bars on a log scale)")
+		b.waitContains("#lateness", "over the 50 run(s) the namespace's worker processes started")
+		b.waitText("#overview .cards .card:nth-child(4) .value", "0") // running now
+		require.Len(t, b.elements("#workers tbody tr"), 1, "one worker")
 		require.Len(t, b.elements("#lateness table.bars tr"), 3, "p50, p99, max")
 		var widths []string
 		b.must(b.call(http.MethodPost, b.base+"/execute/sync", map[string]any{

@@ -76,6 +76,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
 	traceFile := flag.String("trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
+	loadCPU := flag.Int("load-cpu", 0, "run Debian's stress-ng --cpu N beside the workloads, from before the first to after the last (the machine busy with other work, as a shared host is); 0: none")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: wheelq-bench [flags]\n\nworkloads:\n")
 		for _, w := range workloads {
@@ -119,12 +120,21 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *loadCPU > 0 {
+		end, err := startLoad(*loadCPU)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wheelq-bench: -load-cpu:", err)
+			os.Exit(1)
+		}
+		defer end()
+	}
 	want := strings.Split(names, ",")
 	enc := json.NewEncoder(os.Stdout)
 	emit := func(r result) {
 		r["go"] = runtime.Version()
 		r["gomaxprocs"] = runtime.GOMAXPROCS(0)
 		r["time"] = time.Now().UTC().Format(time.RFC3339)
+		r["load_cpu"] = *loadCPU
 		_ = enc.Encode(r)
 	}
 	ran := 0

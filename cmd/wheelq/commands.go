@@ -58,12 +58,34 @@ func (c *cli) stats(ctx context.Context, asJSON bool) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ws, err := c.q.Workers(wctx)
+	cancel()
+	if err != nil {
+		return c.fail(err)
+	}
+	all := wheelq.SumWorkers(ws)
 	if asJSON {
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		return c.json(map[string]any{"pending": s.Pending, "dead": s.Dead, "overdue": s.Overdue,
-			"oldest_overdue_seconds": s.OldestOverdue.Seconds()})
+			"oldest_overdue_seconds": s.OldestOverdue.Seconds(), "workers": len(ws),
+			"running": all.Running, "stuck": all.Stuck, "runs": all.Fired,
+			"lateness": map[string]any{"count": all.Lateness.Count, "p50_ms": ms(all.Lateness.P50),
+				"p99_ms": ms(all.Lateness.P99), "max_ms": ms(all.Lateness.Max)}})
 	}
 	fmt.Fprintln(c.out, statsLine(s))
+	fmt.Fprintln(c.out, workersLine(len(ws), all))
 	return 0
+}
+
+// workersLine is stats's line of the worker processes' figures.
+func workersLine(n int, all wheelq.WorkerStats) string {
+	if n == 0 {
+		return "workers 0 (no worker process is started on the namespace)"
+	}
+	l := all.Lateness
+	return fmt.Sprintf("workers %d  running %d (stuck %d)  runs %d  lateness p50 %v  p99 %v  max %v",
+		n, all.Running, all.Stuck, all.Fired, l.P50, l.P99, l.Max)
 }
 
 func (c *cli) readStats(ctx context.Context) (wheelq.Stats, error) {

@@ -102,7 +102,7 @@ const whenDoc = "WHEN is a time in RFC 3339 (2026-11-24T09:00:00Z) or a duration
 // lists them.
 func commands() []command {
 	return []command{
-		{name: "stats", summary: "pending, overdue and dead jobs of the namespace, and how late the oldest overdue one is",
+		{name: "stats", summary: "pending, overdue and dead jobs of the namespace, how late the oldest overdue one is, and the worker processes' running jobs and lateness",
 			forms: []string{"[-json]"}, setup: statsCmd},
 		{name: "watch", summary: "stats again every -interval (until interrupted or -count times)",
 			forms: []string{"[-interval 1s] [-count N]"}, setup: watchCmd},

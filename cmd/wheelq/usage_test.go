@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -372,8 +373,10 @@ func TestSmallerThings(t *testing.T) {
 
 	code, out, errs = runArgs(t, "help", "stats")
 	require.Zero(t, code, errs)
-	require.NotContains(t, out, "lateness", "stats prints no lateness")
-	require.NotContains(t, out, "process figures", "stats prints no process figures")
+	require.Contains(t, out, "lateness", "stats's help says what it prints")
+	code, out, errs = wq(t, srv, "stats")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "workers 0 (no worker process is started on the namespace)")
 
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
@@ -410,4 +413,33 @@ func TestRunOnPausedTopic(t *testing.T) {
 	require.NotContains(t, out, "done")
 	require.Contains(t, errs, "made due now, but topic is paused")
 	require.Contains(t, errs, "wheelq resume orders")
+}
+
+// TestStatsShowsWorkers (issue 25, item 15): stats shows the worker
+// processes' running jobs and lateness, read from what they publish,
+// wherever it runs (its help promised lateness it did not print).
+func TestStatsShowsWorkers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	q := newNamespace(t, srv)
+	require.NoError(t, q.Handle("tick", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error { return nil })))
+	require.NoError(t, q.Start(ctx))
+	for range 20 {
+		_, err := q.Schedule(ctx, "tick", nil, wheelq.After(10*time.Millisecond))
+		require.NoError(t, err)
+	}
+	var out string
+	require.Eventually(t, func() bool {
+		code, o, _ := wq(t, srv, "stats")
+		out = o
+		return code == 0 && strings.Contains(o, "runs 20 ")
+	}, 15*time.Second, 100*time.Millisecond, "the worker's figures: %s", out)
+	require.Regexp(t, `workers 1  running 0 \(stuck 0\)  runs 20  lateness p50 \S+  p99 \S+  max \S+`, out)
+	code, o, errs := wq(t, srv, "stats", "-json")
+	require.Zero(t, code, errs)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(o), &m))
+	require.EqualValues(t, 1, m["workers"])
+	require.EqualValues(t, 20, m["lateness"].(map[string]any)["count"])
 }

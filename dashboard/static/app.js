@@ -253,12 +253,28 @@
     const bar = (ms) => (ms <= 0 ? 0 : Math.max(2, Math.min(100, (100 * Math.log10(ms * 1000 + 1)) / top)));
     return el("section", { class: "panel", id: "lateness" },
       el("h2", {}, "Lateness"),
-      el("p", { class: "muted" }, "How late handlers started after their due time, over the " + l.count + " run(s) started in this process (bars on a log scale)."),
-      l.count === 0 ? el("p", { class: "muted" }, "No run started here yet.") :
+      el("p", { class: "muted" }, "How late handlers started after their due time, over the " + l.count + " run(s) the namespace's worker processes started since they did (bars on a log scale)."),
+      l.count === 0 ? el("p", { class: "muted" }, "No run started yet.") :
         el("table", { class: "bars" }, rows.map(([name, ms]) => el("tr", {},
           el("th", {}, name),
           el("td", { class: "barcell" }, el("div", { class: "bar", style: null, "data-w": bar(ms).toFixed(1) })),
           el("td", { class: "num" }, fmtMs(ms))))));
+  }
+
+  // workersPanel: a row per started process, as it last published its
+  // figures (every 2 s).
+  function workersPanel(ws) {
+    return el("section", { class: "panel", id: "workers" }, el("h2", {}, "Workers"),
+      ws.length === 0 ? el("p", { class: "muted" }, "No worker process is started on this namespace.") :
+        el("table", { class: "jobs" },
+          el("thead", {}, el("tr", {}, ["Process", "Partitions", "Running", "Stuck", "Runs", "Retried", "Dead", "Late p50", "p99", "max", "Figures of"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, ws.map((w) => el("tr", { "data-member": w.member },
+            el("td", {}, el("code", {}, w.member.length > 16 ? w.member.slice(0, 16) + "…" : w.member)),
+            el("td", { class: "num" }, w.ownedPartitions), el("td", { class: "num" }, w.running),
+            el("td", { class: "num" + (w.stuck > 0 ? " bad" : "") }, w.stuck), el("td", { class: "num" }, w.fired),
+            el("td", { class: "num" }, w.retried), el("td", { class: "num" }, w.deadLettered),
+            el("td", { class: "num" }, fmtMs(w.lateness.p50Ms)), el("td", { class: "num" }, fmtMs(w.lateness.p99Ms)),
+            el("td", { class: "num" }, fmtMs(w.lateness.maxMs)), el("td", {}, fmtRel(new Date(w.atMs).toISOString())))))));
   }
 
   // widths are set from data-w after building (a style attribute would
@@ -287,14 +303,11 @@
         card("Pending", s.pending),
         el("a", { href: "#/overdue", class: "cardlink" }, card("Overdue", s.overdue, s.overdue > 0 ? "oldest " + fmtMs(s.oldestOverdueMs) + " late" : "none more than 1 s late", s.overdue > 0 ? "warn" : "")),
         el("a", { href: "#/dead", class: "cardlink", id: "card-dead" }, card("Dead", s.dead, "dead-lettered", s.dead > 0 ? "bad" : "")),
-        card("Running here", s.running, s.stuck > 0 ? s.stuck + " stuck (ignoring their context; see the log)" : s.inMemory + " in memory", s.stuck > 0 ? "bad" : "")),
+        card("Running", o.all.running, o.all.stuck > 0 ? o.all.stuck + " stuck (ignoring their context; see the workers' logs)" : (o.workers || []).length + " worker process(es)", o.all.stuck > 0 ? "bad" : "")),
       topicsPanel(o.topics || []),
       timeline,
-      latenessPanel(o.lateness),
-      el("section", { class: "panel" }, el("h2", {}, "This process"),
-        el("table", { class: "kv" },
-          [["started processes (members)", s.members], ["partitions owned here", s.ownedPartitions], ["scheduled", s.scheduled], ["runs started", s.fired], ["succeeded", s.succeeded], ["retried", s.retried], ["dead-lettered", s.deadLettered], ["cancelled", s.cancelled], ["outcomes waiting for Redis", s.unstoredOutcomes], ["stuck handlers (runs abandoned)", s.stuck]]
-            .map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, v))))),
+      latenessPanel(o.all.lateness),
+      workersPanel(o.workers || []),
       el("section", { class: "panel" }, lookup));
     sizeBars(page);
     main.replaceChildren(page);
