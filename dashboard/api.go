@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -319,7 +320,14 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"job": jobJSON(j, true)})
+	paused, err := h.q.Paused(ctx)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	// topicPaused: the page says so beside its Run now (which makes the
+	// job due, but it waits for Resume).
+	writeJSON(w, http.StatusOK, map[string]any{"job": jobJSON(j, true), "topicPaused": slices.Contains(paused, topic)})
 }
 
 // actionRequest is the body of a POST to an action endpoint.

@@ -67,6 +67,16 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"orders"}, paused, "paused, in Redis")
 		b.screenshot("2-topic-paused")
+		// A pending job of the paused topic: its Run now says it waits.
+		hash := func(h string) {
+			b.must(b.call(http.MethodPost, b.base+"/execute/sync", map[string]any{
+				"script": `location.hash = arguments[0]`, "args": []any{h}}, nil))
+		}
+		hash("#/job/orders/o-123")
+		b.waitText("#job-state", "pending")
+		b.waitContains("button.act-run", "Run now (waits: topic paused)")
+		hash("#/topic/orders")
+		b.waitText("#topic-state", "paused")
 		b.click("#list button.act-resume")
 		b.waitText("#topic-state", "active")
 		paused, err = f.q.Paused(ctx)

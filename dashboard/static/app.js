@@ -137,7 +137,7 @@
   function jobActions(job, after) {
     const out = [];
     if (job.state === "dead") out.push(actionButton("requeue", "Requeue", job, after));
-    if (job.state === "pending") out.push(actionButton("run", "Run now", job, after));
+    if (job.state === "pending") out.push(actionButton("run", job.topicPaused ? "Run now (waits: topic paused)" : "Run now", job, after));
     if (job.state === "pending" || job.state === "dead" || job.state === "running") out.push(actionButton("cancel", "Cancel", job, after));
     return out.filter(Boolean);
   }
@@ -388,7 +388,7 @@
     main.replaceChildren(el("section", { class: "panel", id: "list", "data-tab": tab }, head, el("p", { class: "muted" }, explain), bulk, table, more));
   }
 
-  const known = ["topic", "id", "state", "due", "attempts", "max_attempts", "last_error", "created", "finished", "payload", "payload_base64", "payload_size", "payload_truncated"];
+  const known = ["topic", "id", "state", "due", "attempts", "max_attempts", "last_error", "created", "finished", "payload", "payload_base64", "payload_size", "payload_truncated", "topicPaused"];
 
   async function renderJob(seq, topic, id) {
     let r;
@@ -405,6 +405,7 @@
     }
     if (seq !== state.seq) return;
     const j = r.job;
+    j.topicPaused = r.topicPaused; // for its Run now button
     const rows = [
       ["Topic", j.topic], ["ID", j.id],
       ["State", el("span", { class: "state state-" + j.state, id: "job-state" }, j.state)],
