@@ -66,7 +66,15 @@ func runPrecision64(ctx context.Context, cfg *config, emit func(result)) error {
 	wg.Wait()
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
+	// The CPU the firing takes, Redis's and this process's, per job: on a
+	// busy machine it is what competes with the other work (issue 26).
+	redis0, _ := br.usedCPU(ctx)
+	own0 := processCPU()
 	r := firingResult(ctx, q, lat, t0, "precision64", "wheelq", failed.Load(), &ms1)
+	redis1, _ := br.usedCPU(ctx)
+	own1 := processCPU()
+	r["firing_redis_cpu_us_per_job"] = round((redis1 - redis0) * 1e6 / float64(n))
+	r["firing_go_cpu_us_per_job"] = round((own1 - own0) * 1e6 / float64(n))
 	r["scheduling_alloc_bytes_per_job"] = (ms1.TotalAlloc - ms0.TotalAlloc) / uint64(n)
 	r["scheduling_gc_cycles"] = ms1.NumGC - ms0.NumGC
 	emit(r)
