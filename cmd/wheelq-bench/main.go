@@ -46,6 +46,7 @@ type config struct {
 	wakes      time.Duration // precision: report the wheel's sleeper's wakes this late
 	backup     bool          // precision: the wheel with SchedulerConfig.Backup
 	payload    int           // backlog: each job's payload in bytes
+	warm       time.Duration // qprecision, precision64: wait this long after Start before t0
 	bandwidth  int           // backlog: cap the worker's link at this many bytes/s
 }
 
@@ -70,6 +71,7 @@ func main() {
 	flag.DurationVar(&cfg.wakes, "wakes", 0, "precision: print to stderr each wake of the wheel's sleeper at least this late, with the thread's run-queue wait and the machine's CPU pressure meanwhile (Linux)")
 	flag.DurationVar(&cfg.claimLead, "claim-lead", 0, "burst: Config.ClaimLead (0: the default, 5ms)")
 	flag.IntVar(&cfg.history, "history", 0, "burst: Config.History.Count (0: the default, 100,000; -1: no run history)")
+	flag.DurationVar(&cfg.warm, "warm", 0, "qprecision, precision64: wait this long after the queue started (Ready) before scheduling, so the first job is due warm+1s after Ready (0: at once, the first due 1 s after Ready)")
 	flag.IntVar(&cfg.payload, "payload", 1<<20, "backlog: each job's payload in bytes")
 	flag.IntVar(&cfg.bandwidth, "bandwidth", 0, "backlog: cap the worker's link to Redis at this many bytes/s through a proxy (125000000: 1 Gbit/s; 0: direct)")
 	gs := flag.String("goroutines", "1,32", "throughput: the numbers of scheduling goroutines")

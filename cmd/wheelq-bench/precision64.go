@@ -43,6 +43,7 @@ func runPrecision64(ctx context.Context, cfg *config, emit func(result)) error {
 		ids[i] = fmt.Sprintf("job-%08d", i)
 	}
 	runtime.GC() // the set-up's garbage is not the workload's
+	time.Sleep(cfg.warm)
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
 	copy(wanted, ds)
@@ -75,6 +76,7 @@ func runPrecision64(ctx context.Context, cfg *config, emit func(result)) error {
 	own1 := processCPU()
 	r["firing_redis_cpu_us_per_job"] = round((redis1 - redis0) * 1e6 / float64(n))
 	r["firing_go_cpu_us_per_job"] = round((own1 - own0) * 1e6 / float64(n))
+	r["warm_ms"] = cfg.warm.Milliseconds()
 	r["scheduling_alloc_bytes_per_job"] = (ms1.TotalAlloc - ms0.TotalAlloc) / uint64(n)
 	r["scheduling_gc_cycles"] = ms1.NumGC - ms0.NumGC
 	emit(r)

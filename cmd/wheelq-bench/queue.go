@@ -269,6 +269,7 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 	if err != nil {
 		return err
 	}
+	time.Sleep(cfg.warm)
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
 	copy(wanted, ds)
@@ -286,7 +287,9 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 	wg.Wait()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	emit(firingResult(ctx, q, lat, t0, "qprecision", "wheelq (Schedule + Redis + handler)", failed.Load(), &ms))
+	r := firingResult(ctx, q, lat, t0, "qprecision", "wheelq (Schedule + Redis + handler)", failed.Load(), &ms)
+	r["warm_ms"] = cfg.warm.Milliseconds()
+	emit(r)
 	return nil
 }
 
