@@ -134,7 +134,7 @@ func (q *Queue) Workers(ctx context.Context) ([]WorkerStats, error) {
 func SumWorkers(ws []WorkerStats) WorkerStats {
 	var s WorkerStats
 	s.buckets = map[int]uint64{}
-	var max time.Duration
+	var most time.Duration
 	for i, w := range ws {
 		if i == 0 || w.At.Before(s.At) {
 			s.At = w.At
@@ -148,28 +148,21 @@ func SumWorkers(ws []WorkerStats) WorkerStats {
 		s.Retried += w.Retried
 		s.DeadLettered += w.DeadLettered
 		s.Lateness.Count += w.Lateness.Count
-		max = maxDur(max, w.Lateness.Max)
+		most = max(most, w.Lateness.Max)
 		for b, n := range w.buckets {
 			s.buckets[b] += n
 		}
 	}
-	s.Lateness = lateFrom(s.buckets, s.Lateness.Count, max)
+	s.Lateness = lateFrom(s.buckets, s.Lateness.Count, most)
 	return s
 }
 
-func maxDur(a, b time.Duration) time.Duration {
-	if a > b {
-		return a
-	}
-	return b
-}
-
 // lateFrom summarizes a sparse latency histogram.
-func lateFrom(buckets map[int]uint64, count uint64, max time.Duration) Lateness {
+func lateFrom(buckets map[int]uint64, count uint64, most time.Duration) Lateness {
 	var l latency
 	for b, n := range buckets {
 		l.buckets[b] = n
 	}
-	l.count, l.max = count, max
+	l.count, l.max = count, most
 	return l.summary()
 }

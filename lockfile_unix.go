@@ -109,6 +109,14 @@ func free(path string) bool {
 	return true
 }
 
+// abandon unlocks the file and leaves it, as the kernel does when its
+// process dies (a simulated crash: Config.Testing).
+func (l *lockFile) abandon() {
+	if l != nil {
+		_ = l.f.Close()
+	}
+}
+
 // release removes and unlocks the file: its process has stopped acting on
 // the namespace.
 func (l *lockFile) release() error {

@@ -39,9 +39,16 @@ func TestLockFiles(t *testing.T) {
 	require.Equal(t, []string{"tokDead"}, a.gone())
 	require.NoFileExists(t, dead)
 
+	// A simulated kill (abandon) unlocks and leaves the file, as the kernel
+	// does: found free.
+	c, err := takeLock(dir, "ns", "tokC")
+	require.NoError(t, err)
+	c.abandon()
+	require.Equal(t, []string{"tokC"}, a.gone())
+
 	require.NoError(t, b.release())
 	require.NoFileExists(t, filepath.Join(dir, "ns", "tokB.lock"))
-	require.Empty(t, a.gone(), "b stopped cleanly: no file to find")
+	require.Equal(t, []string{"tokC"}, a.gone(), "b stopped cleanly: no file of its to find")
 	require.NoError(t, a.release())
 	var none *lockFile
 	require.NoError(t, none.release())

@@ -469,7 +469,8 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	// 7. Contexts: every handler's context ends; the watchdogs stop; this
 	//    process's figures go with its place in the roster.
 	q.stopStuckWatch()
-	if prev == stateStarted {
+	crashed := q.cfg.Testing != nil && q.cfg.Testing.Dead() // a simulated kill -9 (crash.go)
+	if prev == stateStarted && !crashed {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = q.pstore.DropFigures(fctx, q.member)
 		cancel()
@@ -478,7 +479,9 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	q.runs.stop()
 	q.calls.stop()
 	// 8. The lock file: this process no longer acts on the namespace.
-	if err := q.lock.release(); err != nil {
+	if crashed {
+		q.lock.abandon() // as the kernel does for a killed process
+	} else if err := q.lock.release(); err != nil {
 		q.log.Warn("wheelq: removing the lock file", "err", err)
 	}
 	q.mu.Lock()

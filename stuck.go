@@ -9,6 +9,7 @@ package wheelq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,7 +24,7 @@ func StuckGrace(timeout time.Duration) time.Duration {
 
 // ErrHandlerStuck is the error an abandoned run is settled with (its
 // job's LastError).
-var ErrHandlerStuck = fmt.Errorf("wheelq: handler ignored its context and did not return within HandlerTimeout and its grace (StuckGrace)")
+var ErrHandlerStuck = errors.New("wheelq: handler ignored its context and did not return within HandlerTimeout and its grace (StuckGrace)")
 
 // StuckRun is a run whose handler had not returned when Shutdown did.
 type StuckRun struct {
