@@ -115,7 +115,8 @@ func TestRestartDefaultConfigTakesOver(t *testing.T) {
 	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first incarnation owns both partitions")
 	old0, old1 := lease(0), lease(1)
 	first.kill()
-	start := time.Now()
+	// The killed process renews no more: its leases end by these times.
+	end0, end1 := leaseEnd(t, rdb, 0), leaseEnd(t, rdb, 1)
 	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
 	t.Cleanup(second.kill)
 	for {
@@ -125,7 +126,8 @@ func TestRestartDefaultConfigTakesOver(t *testing.T) {
 		if l0 != old0 && l1 != old1 {
 			break
 		}
-		require.Less(t, time.Since(start), 2*time.Second, "no take-over before the leases (3 s) lapse")
+		require.True(t, time.Now().Before(end0) || l0 != old0, "no take-over of partition 0 before its lease lapsed")
+		require.True(t, time.Now().Before(end1) || l1 != old1, "no take-over of partition 1 before its lease lapsed")
 		time.Sleep(5 * time.Millisecond)
 	}
 	members, err := rdb.ZRange(ctx, "wq:{restart}:members", 0, -1).Result()
@@ -150,15 +152,23 @@ func TestPausedProcessNotTakenOver(t *testing.T) {
 	first := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
 	t.Cleanup(first.kill)
 	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first process owns both partitions")
-	old0 := lease(0)
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGSTOP))
+	// Stopped, it renews no more: its lease ends by end (after its last
+	// renewal, however late the machine made it).
+	old0, end := lease(0), leaseEnd(t, rdb, 0)
 	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
 	t.Cleanup(second.kill)
-	// Its lease (3 s TTL) was renewed at most a second before the stop: for
-	// the next 1.5 s it is still the stopped process's.
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		require.Equal(t, old0, lease(0), "a live (stopped) owner's lease was taken")
+	for {
+		l := lease(0)
+		if l != old0 {
+			// end is at or before the lease's expiry in Redis (its TTL was
+			// read after end's clock reading), so a take-over at or after
+			// the expiry is seen at or after end.
+			require.False(t, time.Now().Before(end.Add(-20*time.Millisecond)),
+				"a live (stopped) owner's lease was taken %v before it lapsed", time.Until(end))
+			break
+		}
+		require.True(t, time.Now().Before(end.Add(wait)), "not taken after it lapsed")
 		time.Sleep(10 * time.Millisecond)
 	}
 	eventually(t, func() bool { l := lease(0); return l != "" && l != old0 }, "taken once it lapsed")
@@ -236,4 +246,15 @@ func TestRerunFlagged(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, marks, "no mark is left: the rerun flag went with the outcome")
 	}
+}
+
+// leaseEnd returns when partition p's lease ends if nobody renews it: now
+// plus its time to live in Redis.
+func leaseEnd(t *testing.T, rdb redis.UniversalClient, p int) time.Time {
+	t.Helper()
+	now := time.Now()
+	ttl, err := rdb.PTTL(context.Background(), fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl, "partition %d's lease has a TTL", p)
+	return now.Add(ttl)
 }

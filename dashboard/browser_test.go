@@ -152,6 +152,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("Lateness", func(t *testing.T) {
 		b.t = t
+		b.fresh()
 		// A started worker runs jobs; a dashboard served by a process that
 		// runs none (as under wheelq serve) shows their lateness and the
 		// worker (issue 25, item 15: its panels read 0).
@@ -196,6 +197,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("ReadOnly", func(t *testing.T) {
 		b.t = t
+		b.fresh()
 		f := setup(t, "browser-ro")
 		srv := f.serve(t, Options{ReadOnly: true})
 		b.open(srv.URL + "/wheelq/#/job/" + deadTopic + "/" + urlEscape(deadID))
@@ -221,6 +223,7 @@ fetch("api/requeue", {method: "POST", headers: {"Content-Type": "application/jso
 
 	t.Run("AuthorizeRefuses", func(t *testing.T) {
 		b.t = t
+		b.fresh()
 		f := setup(t, "browser-auth")
 		srv := f.serve(t, Options{Authorize: func(r *http.Request, a Action) error {
 			if a.Kind == KindRequeue && a.Topic != "" {

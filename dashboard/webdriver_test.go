@@ -233,6 +233,17 @@ func (b *browser) open(url string) {
 	b.must(b.call(http.MethodPost, b.base+"/url", map[string]any{"url": url}, nil))
 }
 
+// fresh parks the browser on a blank page and drops the console's
+// entries so far: a subtest's checks of the console see only its own page.
+// The page of the subtest before refreshes itself, against a server that
+// subtest's cleanup has closed (ERR_CONNECTION_REFUSED), for as long as it
+// stays open.
+func (b *browser) fresh() {
+	b.t.Helper()
+	b.open("about:blank")
+	_ = b.consoleErrors()
+}
+
 // url returns the address the page is at.
 func (b *browser) url() string {
 	b.t.Helper()
