@@ -394,7 +394,8 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	// was rescheduled since it was armed, or the wall clock stepped back
 	// since. It is armed again at its stored time. One due sooner is held
 	// until then.
-	notDueUs := wall.Add(q.cfg.ClaimLead).UnixMicro()
+	// The claims' wheel hands entries out up to its slack early (queue.go).
+	notDueUs := wall.Add(q.cfg.ClaimLead + q.fireSlack).UnixMicro()
 	var unclaim []persist.Outcome
 	var deferred []firedJob
 	for i, f := range owned {

@@ -53,6 +53,13 @@ type SchedulerConfig struct {
 	// runner stands down (it waits for Add's wake-ups alone, holding no P)
 	// and the first runner keeps every deadline.
 	Backup bool
+	// Slack lets an entry be handed out up to Slack before its due time:
+	// a runner that wakes for an entry hands out with it those due within
+	// Slack after it, so that entries close together cost one wake, not
+	// one each. For entries whose exact time does not matter (wheelq's
+	// claims, which go out ahead of their jobs' time). Default 0: never
+	// early.
+	Slack time.Duration
 }
 
 // Scheduler runs a Wheel on a clock: it owns one goroutine (a runner; two
@@ -61,7 +68,8 @@ type SchedulerConfig struct {
 // use.
 //
 // Guarantees: an entry is handed to the callback at most once per Add, never
-// before its due time on the scheduler's clock, and in due order among the
+// before its due time on the scheduler's clock (less SchedulerConfig.Slack),
+// and in due order among the
 // entries pending together: an entry added (or moved) before its due time
 // is handed out no later than any entry due after it, in an earlier batch
 // or earlier in the same one. An entry whose due time had passed when it was
@@ -79,6 +87,7 @@ type Scheduler struct {
 	// SchedulerConfig.Backup).
 	backup Sleeper
 	onFire func([]Fired)
+	slack  time.Duration // SchedulerConfig.Slack
 
 	// fireMu is held by a runner from the moment it advances the wheel
 	// until its callback returned, so that with two runners batches still
@@ -126,6 +135,7 @@ func NewScheduler(cfg SchedulerConfig, onFire func(batch []Fired)) (*Scheduler, 
 		sleeper: clock.NewSleeper(),
 		backup:  backup,
 		onFire:  onFire,
+		slack:   max(cfg.Slack, 0),
 		w:       w,
 		done:    make(chan struct{}),
 	}, nil
@@ -303,7 +313,7 @@ func (s *Scheduler) run(sleeper Sleeper) {
 		now := s.clock.Now()
 		// In parts: the first of a burst due together is handed out at
 		// once, and Add and Cancel wait for one part at most.
-		expired, _ = s.w.AdvanceMax(now.Sub(s.origin), expired[:0], fireChunk)
+		expired, _ = s.w.AdvanceMax(now.Sub(s.origin)+s.slack, expired[:0], fireChunk)
 		var deadline time.Time
 		if len(expired) > 0 {
 			// Awake: Add need not wake us (this runner computes the

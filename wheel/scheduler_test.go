@@ -257,3 +257,38 @@ func TestRealSleeper(t *testing.T) {
 		s.Sleep(time.Now().Add(time.Hour))
 	})
 }
+
+// TestSchedulerSlack: with Slack, a wake hands out the entries due within
+// Slack after the one it woke for, in one batch, never more than Slack
+// early; without it, each at its time.
+func TestSchedulerSlack(t *testing.T) {
+	t.Parallel()
+	for _, slack := range []time.Duration{0, time.Millisecond} {
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		clk := NewFakeClock(t0)
+		rec := newRecorder(clk)
+		s, err := NewScheduler(SchedulerConfig{Clock: clk, Slack: slack}, rec.fire)
+		require.NoError(t, err)
+		s.Start()
+		for i, d := range []time.Duration{10 * time.Millisecond, 10*time.Millisecond + 300*time.Microsecond, 10*time.Millisecond + 900*time.Microsecond, 12 * time.Millisecond} {
+			_, err := s.Add(fmt.Sprint(i), t0.Add(d))
+			require.NoError(t, err)
+		}
+		clk.BlockUntilSleeping()
+		clk.Advance(10 * time.Millisecond)
+		clk.BlockUntilSleeping()
+		if slack == 0 {
+			require.Equal(t, []string{"0"}, rec.ids(), "each at its own time")
+		} else {
+			require.Equal(t, []string{"0", "1", "2"}, rec.ids(), "those within the slack, in one wake")
+		}
+		clk.Advance(2 * time.Millisecond)
+		clk.BlockUntilSleeping()
+		require.Equal(t, []string{"0", "1", "2", "3"}, rec.ids())
+		fired, at := rec.snapshot()
+		for i, f := range fired {
+			require.False(t, at[i].Before(f.Due.Add(-slack)), "fired more than the slack early")
+		}
+		s.Stop()
+	}
+}
