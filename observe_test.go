@@ -113,7 +113,12 @@ func TestObserverEvents(t *testing.T) {
 	}
 	eventually(t, func() bool {
 		s, err := q.Stats(b.ctx)
-		return err == nil && s.UnstoredOutcomes == 0 && obs.count("dead", "bad") == 1 && obs.count("succeeded", "flaky") == 1
+		// UnstoredOutcomes drops when the batch is taken, before its round
+		// trip returns and is told to the observer: wait for that too.
+		obs.mu.Lock()
+		settled := obs.items[OpSettle]
+		obs.mu.Unlock()
+		return err == nil && s.UnstoredOutcomes == 0 && settled >= 8 && obs.count("dead", "bad") == 1 && obs.count("succeeded", "flaky") == 1
 	}, "outcomes stored")
 
 	for topic, want := range map[string]map[string]int{
