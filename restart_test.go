@@ -101,26 +101,16 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 // once: the leases never lapse in Redis.
 func TestRestartDefaultConfigTakesOver(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	tmp := "TMPDIR=" + t.TempDir() // the processes' host: a lock directory of their own
-	lease := func(p int) string {
-		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
-		return v
-	}
-	first := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
-	t.Cleanup(first.kill)
-	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first incarnation owns both partitions")
-	old0, old1 := lease(0), lease(1)
+	h := newRestartHost(t)
+	first := h.child(t)
+	h.owned(t)
+	old0, old1 := h.lease(0), h.lease(1)
 	first.kill()
 	// The killed process renews no more: its leases end by these times.
-	end0, end1 := leaseEnd(t, rdb, 0), leaseEnd(t, rdb, 1)
-	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
-	t.Cleanup(second.kill)
+	end0, end1 := leaseEnd(t, h.rdb, 0), leaseEnd(t, h.rdb, 1)
+	h.child(t)
 	for {
-		l0, l1 := lease(0), lease(1)
+		l0, l1 := h.lease(0), h.lease(1)
 		require.NotEmpty(t, l0, "partition 0's lease lapsed: the restart waited for it")
 		require.NotEmpty(t, l1, "partition 1's lease lapsed: the restart waited for it")
 		if l0 != old0 && l1 != old1 {
@@ -130,7 +120,7 @@ func TestRestartDefaultConfigTakesOver(t *testing.T) {
 		require.True(t, time.Now().Before(end1) || l1 != old1, "no take-over of partition 1 before its lease lapsed")
 		time.Sleep(5 * time.Millisecond)
 	}
-	members, err := rdb.ZRange(ctx, "wq:{restart}:members", 0, -1).Result()
+	members, err := h.rdb.ZRange(context.Background(), "wq:{restart}:members", 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, members, 1, "the dead incarnation left the roster: %v", members)
 }
@@ -140,26 +130,16 @@ func TestRestartDefaultConfigTakesOver(t *testing.T) {
 // to lapse as for any other live owner's.
 func TestPausedProcessNotTakenOver(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	tmp := "TMPDIR=" + t.TempDir()
-	lease := func(p int) string {
-		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
-		return v
-	}
-	first := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
-	t.Cleanup(first.kill)
-	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the first process owns both partitions")
+	h := newRestartHost(t)
+	first := h.child(t)
+	h.owned(t)
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGSTOP))
 	// Stopped, it renews no more: its lease ends by end (after its last
 	// renewal, however late the machine made it).
-	old0, end := lease(0), leaseEnd(t, rdb, 0)
-	second := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
-	t.Cleanup(second.kill)
+	old0, end := h.lease(0), leaseEnd(t, h.rdb, 0)
+	h.child(t)
 	for {
-		l := lease(0)
+		l := h.lease(0)
 		if l != old0 {
 			// end is at or before the lease's expiry in Redis (its TTL was
 			// read after end's clock reading), so a take-over at or after
@@ -171,7 +151,7 @@ func TestPausedProcessNotTakenOver(t *testing.T) {
 		require.True(t, time.Now().Before(end.Add(wait)), "not taken after it lapsed")
 		time.Sleep(10 * time.Millisecond)
 	}
-	eventually(t, func() bool { l := lease(0); return l != "" && l != old0 }, "taken once it lapsed")
+	eventually(t, func() bool { l := h.lease(0); return l != "" && l != old0 }, "taken once it lapsed")
 	_ = first.cmd.Process.Signal(syscall.SIGCONT)
 }
 
@@ -182,19 +162,10 @@ func TestPausedProcessNotTakenOver(t *testing.T) {
 // stored the flag is gone.
 func TestRerunFlagged(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	td := t.TempDir()
-	tmp := "TMPDIR=" + td
-	child := startTestChild(t, "TestRestartChild", envRestartRedis+"="+srv.Addr, tmp)
-	t.Cleanup(child.kill)
-	lease := func(p int) string {
-		v, _ := rdb.Get(ctx, fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
-		return v
-	}
-	eventually(t, func() bool { return lease(0) != "" && lease(1) != "" }, "the child owns both partitions")
+	h := newRestartHost(t)
+	rdb, ctx := h.rdb, context.Background()
+	child := h.child(t)
+	h.owned(t)
 	producer, err := New(rdb, restartConfig(""))
 	require.NoError(t, err)
 	_, err = producer.Schedule(ctx, "slow", nil, ID("s1"))
@@ -206,7 +177,7 @@ func TestRerunFlagged(t *testing.T) {
 	child.kill()
 
 	cfg := restartConfig("")
-	cfg.LockDir = filepath.Join(td, "wheelq-"+strconv.Itoa(os.Getuid())) // the child's (its default under its TMPDIR)
+	cfg.LockDir = filepath.Join(h.dir, "wheelq-"+strconv.Itoa(os.Getuid())) // the child's (its default under its TMPDIR)
 	q, err := New(rdb, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
@@ -246,6 +217,43 @@ func TestRerunFlagged(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, marks, "no mark is left: the rerun flag went with the outcome")
 	}
+}
+
+// restartHost is a restart test's redis-server and its processes' host:
+// a temporary directory the child processes take as TMPDIR (their lock
+// directory is under it).
+type restartHost struct {
+	srv *redistest.Server
+	rdb redis.UniversalClient
+	dir string
+}
+
+func newRestartHost(t *testing.T) *restartHost {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	return &restartHost{srv: srv, rdb: srv.Client(t), dir: t.TempDir()}
+}
+
+// child starts a TestRestartChild process on the host with the default
+// Config; the test's end kills it.
+func (h *restartHost) child(t *testing.T) *child {
+	t.Helper()
+	c := startTestChild(t, "TestRestartChild", envRestartRedis+"="+h.srv.Addr, "TMPDIR="+h.dir)
+	t.Cleanup(c.kill)
+	return c
+}
+
+// lease returns partition p's lease holder ("" if none).
+func (h *restartHost) lease(p int) string {
+	v, _ := h.rdb.Get(context.Background(), fmt.Sprintf("wq:{restart:%d}:lease", p)).Result()
+	return v
+}
+
+// owned waits until a process owns both partitions.
+func (h *restartHost) owned(t *testing.T) {
+	t.Helper()
+	eventually(t, func() bool { return h.lease(0) != "" && h.lease(1) != "" }, "a process owns both partitions")
 }
 
 // leaseEnd returns when partition p's lease ends if nobody renews it: now

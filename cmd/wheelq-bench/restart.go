@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -107,24 +104,12 @@ func restartRun(ctx context.Context, br *benchRedis, dir, tag, lockDir string, n
 	}
 	second.stop(syscall.SIGTERM) // flushes its log
 	var lat []time.Duration
-	for _, l := range logs {
-		f, err := os.Open(l)
-		if err != nil {
-			return nil, err
+	if err := readRuns(logs, func(d, s int64) {
+		if d >= killed.UnixMicro() {
+			lat = append(lat, time.Duration(s-d)*time.Microsecond)
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) != 2 {
-				continue
-			}
-			d, _ := strconv.ParseInt(fs[0], 10, 64)
-			s, _ := strconv.ParseInt(fs[1], 10, 64)
-			if d >= killed.UnixMicro() {
-				lat = append(lat, time.Duration(s-d)*time.Microsecond)
-			}
-		}
-		f.Close()
+	}); err != nil {
+		return nil, err
 	}
 	system := "restart, default Config (lock file)"
 	if lockDir == "-" {

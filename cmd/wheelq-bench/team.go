@@ -91,6 +91,29 @@ func teamChild(spec string) {
 	}
 }
 
+// readRuns reads the "due_us start_us" lines of worker logs (teamChild)
+// and calls run for each.
+func readRuns(logs []string, run func(dueUs, startUs int64)) error {
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) != 2 {
+				continue
+			}
+			d, _ := strconv.ParseInt(fs[0], 10, 64)
+			s, _ := strconv.ParseInt(fs[1], 10, 64)
+			run(d, s)
+		}
+		f.Close()
+	}
+	return nil
+}
+
 type teamProc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -376,27 +399,15 @@ func teamRun(ctx context.Context, br *benchRedis, dir, tag string, procs, n, bur
 	var lat []time.Duration
 	var last int64
 	runs := 0
-	for _, l := range logs {
-		f, err := os.Open(l)
-		if err != nil {
-			return nil, err
+	if err := readRuns(logs, func(d, s int64) {
+		runs++
+		if d >= due.UnixMicro() { // a job of the burst (the others were due before it)
+			last = max(last, s)
+			return
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) != 2 {
-				continue
-			}
-			d, _ := strconv.ParseInt(fs[0], 10, 64)
-			s, _ := strconv.ParseInt(fs[1], 10, 64)
-			runs++
-			if d >= due.UnixMicro() { // a job of the burst (the others were due before it)
-				last = max(last, s)
-				continue
-			}
-			lat = append(lat, time.Duration(s-d)*time.Microsecond)
-		}
-		f.Close()
+		lat = append(lat, time.Duration(s-d)*time.Microsecond)
+	}); err != nil {
+		return nil, err
 	}
 	r := summarize(lat).into(result{"workload": "team", "system": fmt.Sprintf("%d worker process(es)", procs), "n": n, "processes": procs})
 	r["runs"] = runs
