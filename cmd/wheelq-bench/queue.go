@@ -269,6 +269,11 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 	if err != nil {
 		return err
 	}
+	// Redis's own stalls during the run (an fsync of the AOF, a slow
+	// command), by its latency monitor, to tell a stall of Redis from one
+	// of the process.
+	_ = br.rdb.ConfigSet(ctx, "latency-monitor-threshold", "1").Err()
+	_ = br.rdb.Do(ctx, "LATENCY", "RESET").Err()
 	time.Sleep(cfg.warm)
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
@@ -289,6 +294,7 @@ func runQueuePrecision(ctx context.Context, cfg *config, emit func(result)) erro
 	runtime.ReadMemStats(&ms)
 	r := firingResult(ctx, q, lat, t0, "qprecision", "wheelq (Schedule + Redis + handler)", failed.Load(), &ms)
 	r["warm_ms"] = cfg.warm.Milliseconds()
+	r["redis_latency_max_ms"] = br.latencyMax(ctx)
 	emit(r)
 	return nil
 }
@@ -365,6 +371,26 @@ func runBurst(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 	emit(r)
 	return nil
+}
+
+// latencyMax returns Redis's latency monitor's worst time per event
+// (LATENCY LATEST: "aof-fsync-always", "command", ...), in ms.
+func (b *benchRedis) latencyMax(ctx context.Context) map[string]int64 {
+	out := map[string]int64{}
+	v, err := b.rdb.Do(ctx, "LATENCY", "LATEST").Slice()
+	if err != nil {
+		return out
+	}
+	for _, e := range v {
+		f, ok := e.([]any)
+		if !ok || len(f) < 4 {
+			continue
+		}
+		name, _ := f[0].(string)
+		most, _ := f[3].(int64)
+		out[name] = most
+	}
+	return out
 }
 
 // processCPU returns this process's user+system CPU seconds.
