@@ -7,6 +7,7 @@ import (
 	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/recovery"
 )
 
 // This file is the engine's side of package wheelqtest's crash points
@@ -43,7 +44,27 @@ type crashStore struct {
 }
 
 func newCrashStore(s engineStore, h *crashpoint.Hooks) engineStore {
-	return &crashStore{engineStore: s, h: h}
+	c := &crashStore{engineStore: s, h: h}
+	if w, ok := s.(recovery.RosterWatcher); ok {
+		// Keep the roster's watch: without it a queue with Config.Testing
+		// learnt of roster changes only by polling.
+		return crashWatchStore{crashStore: c, w: w}
+	}
+	return c
+}
+
+// crashWatchStore is a crashStore over a store that watches the roster.
+type crashWatchStore struct {
+	*crashStore
+	w recovery.RosterWatcher
+}
+
+// WatchRoster watches until ctx ends; a dead queue watches nothing.
+func (s crashWatchStore) WatchRoster(ctx context.Context, changed func()) error {
+	if err := s.dead(); err != nil {
+		return err
+	}
+	return s.w.WatchRoster(ctx, changed)
 }
 
 func (c *crashStore) dead() error {

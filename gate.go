@@ -99,7 +99,7 @@ func (q *Queue) unhold(key string) (*task, bool) {
 
 // startNowLocked hands t to an idle worker if one can take it without
 // passing a task whose time came earlier; it reports whether it did. The
-// caller holds heldMu.
+// caller holds q.gate.mu.
 func (q *Queue) startNowLocked(t *task) bool {
 	if len(q.gate.startQ) > 0 || q.gate.starterHolds {
 		return false
@@ -147,7 +147,7 @@ func (q *Queue) starter() {
 // nextStart gives a free worker the task whose time came first: one in
 // the work channel, else the first of the start queue. While the starter
 // hands a task over it gives none (the worker then receives that one from
-// the work channel, in order). Under heldMu, with the starter idle, no one
+// the work channel, in order). Under q.gate.mu, with the starter idle, no one
 // else can send on the channel, so what is in it is older than the queue.
 func (q *Queue) nextStart() *task {
 	q.gate.mu.Lock()
@@ -164,7 +164,7 @@ func (q *Queue) nextStart() *task {
 }
 
 // popStartLocked takes the first task of the start queue, if there is
-// one. The caller holds heldMu.
+// one. The caller holds q.gate.mu.
 func (q *Queue) popStartLocked() *task {
 	for len(q.gate.startQ) > 0 {
 		key := q.gate.startQ[0]

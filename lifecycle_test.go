@@ -13,7 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/batch"
+	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/leakcheck"
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/recovery"
 	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -148,4 +151,19 @@ func TestLifecycleShape(t *testing.T) {
 	for name, newComponent := range cases {
 		t.Run(name, func(t *testing.T) { leakcheck.Lifecycle(t, pkg, newComponent) })
 	}
+}
+
+// TestCrashStoreKeepsRosterWatch: the store of a queue with Config.Testing
+// still watches the roster (it hid the method: roster changes were seen
+// by polling only), and a dead queue's watch ends at once.
+func TestCrashStoreKeepsRosterWatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := persist.New(srv.Client(t), persist.Options{Namespace: "cw", Partitions: 2})
+	require.NoError(t, err)
+	h := crashpoint.New(func(crashpoint.Point, string) bool { return false }, nil)
+	w, ok := newCrashStore(st, h).(recovery.RosterWatcher)
+	require.True(t, ok, "the crash store watches the roster")
+	h.MarkDead()
+	require.ErrorIs(t, w.WatchRoster(context.Background(), func() {}), crashpoint.ErrCrashed)
 }
