@@ -14,8 +14,7 @@
 // within the horizon is armed by at least one of them; arming is
 // idempotent by key.
 //
-// Stability: this package is importable, but its API is for wheelq's own
-// use and may change in any minor release.
+// It is internal: wheelq's own, not importable from other modules.
 package recovery
 
 import (
