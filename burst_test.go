@@ -38,15 +38,17 @@ func TestBurstLeads(t *testing.T) {
 }
 
 // TestMovedLaterIsNotHeld: a job moved later by another process after this
-// one armed it is found not due by its claim and armed again, not held
-// claimed until its new time: a Cancel meanwhile finds it not running.
+// one armed it is found not due by its claim, which is given back at once
+// and the job armed again, not held claimed until its new time: a Cancel
+// meanwhile finds it not running.
 // (With a claim window widened for bursts to every job, the cancel came
 // back ErrRunning and the job ran.)
 func TestMovedLaterIsNotHeld(t *testing.T) {
 	t.Parallel()
 	// The poller would re-arm the job from its inbox within a poll
 	// interval; a long one leaves the old entry to fire.
-	b := setup(t, Config{PollInterval: 5 * time.Second})
+	obs := newCountingObserver()
+	b := setup(t, Config{PollInterval: 5 * time.Second, Observer: obs})
 	r := newRuns()
 	require.NoError(t, b.q.Handle("m", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
 	other := b.newQueue(t, Config{}) // a producer: never started
@@ -54,7 +56,21 @@ func TestMovedLaterIsNotHeld(t *testing.T) {
 	id, err := b.q.Schedule(b.ctx, "m", nil, At(due))
 	require.NoError(t, err)
 	require.NoError(t, other.Reschedule(b.ctx, "m", id, due.Add(800*time.Millisecond)))
-	time.Sleep(time.Until(due.Add(200 * time.Millisecond))) // claimed at the old time, found moved
+	// Claimed at the old time and found moved: wait for that claim, not a
+	// fixed time (on a slow machine the cancel could come before it, and
+	// check nothing).
+	eventually(t, func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return obs.items[OpClaim] >= 1
+	}, "the job claimed at its old time")
+	// The claim marked it running; finding it moved, the claimer gives
+	// the claim back (an unclaim, stored with the next settle batch).
+	eventually(t, func() bool {
+		info, err := other.Lookup(b.ctx, "m", id)
+		return err == nil && info.State == StatePending
+	}, "the claim given back")
+	require.True(t, time.Now().Before(due.Add(700*time.Millisecond)), "given back long before the new due time, not held until it")
 	require.NoError(t, other.Cancel(b.ctx, "m", id), "not running: its claim found it moved")
 	r.none(t, time.Until(due.Add(1200*time.Millisecond)))
 }

@@ -192,12 +192,32 @@ func TestRetrierLinger(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first item lingered")
 	}
+	// A control without a linger, given the same items at the same time:
+	// once it has sent its 2, a retrier that did not linger would have had
+	// the time to send its own (on a slow machine a fixed sleep proves
+	// nothing).
+	controlSent := make(chan int, 10)
+	control := NewRetrier(Config{}, func(_ context.Context, items []int) error {
+		for _, it := range items {
+			controlSent <- it
+		}
+		return nil
+	}, nil)
+	require.NoError(t, control.Add(1))
+	require.Equal(t, 1, <-controlSent)
 	require.NoError(t, r.Add(2))
-	time.Sleep(20 * time.Millisecond) // without a linger, 2 would be sent by now
+	require.NoError(t, control.Add(2))
+	select {
+	case <-controlSent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the control did not send")
+	}
+	time.Sleep(5 * time.Millisecond) // and a little more
 	require.NoError(t, r.Add(3))
 	mu.Lock()
 	require.Equal(t, [][]int{{1}}, batches, "2 is lingering")
 	mu.Unlock()
+	require.NoError(t, control.Stop(context.Background()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, r.Stop(ctx), "Close ends the linger")
