@@ -24,9 +24,11 @@
 // acknowledged the job; from then on it leaves Redis only when its handler
 // returned nil, when it was dead-lettered, or when it was cancelled. A
 // process killed at any instant loses nothing: a process that starts (or
-// takes over the dead one's partitions, after Config.LeaseTTL) runs every
-// job still pending. A run that was in progress at the crash runs again,
-// with the same Job.Attempt: handlers must be idempotent.
+// takes over the dead one's partitions: at once on the same host, by its
+// lock file, see Config.LockDir; elsewhere after Config.LeaseTTL) runs
+// every job still pending. A run that was in progress at the crash runs
+// again, with the same Job.Attempt and Job.Rerun set: handlers must be
+// idempotent.
 //
 // A handler never starts before its job's due time (due times are stored
 // in microseconds, rounded up). A due time in the past runs at once.
@@ -45,11 +47,12 @@
 // Jobs due within Config.Horizon (default 1 minute) are held in the
 // wheel, whose goroutine waits on Linux for a timerfd(2) through Go's
 // network poller and wakes tens of microseconds late. A job is claimed in Redis
-// Config.ClaimLead (default 5ms) before its due time and started at that
-// time exactly, so the claim's round trip costs no precision; measured
-// lateness of a run through Redis is p50 ≈ 60 µs, p99 ≈ 0.4 ms on a
-// 2-core machine shared with Redis, the tail set by garbage collection
-// (docs/benchmarks.md).
+// Config.ClaimLead (default 5ms; up to a fifth more, 1 ms at most, so
+// that jobs due close together share a wake) before its due time and
+// started at that time exactly, so the claim's round trip costs no
+// precision; measured lateness of a run through Redis is p50 ≈ 50 µs,
+// p99 ≈ 0.43 ms on a 2-core machine shared with Redis, the tail set by
+// how soon the process is scheduled at the due time (docs/benchmarks.md).
 // Jobs due later wait in Redis and are brought in by a poller every
 // Config.PollInterval (default 100ms) as they enter the horizon. A job
 // scheduled by a process that does not own its partition is armed by the
@@ -112,8 +115,10 @@
 // share handed over, and one that shuts down hands its share over at once.
 // A hand-over keeps the old owner's lease until the outcomes of the runs
 // it claimed in the partition are stored, so it runs no job twice. A
-// process that dies keeps its share until its leases lapse (LeaseTTL), or
-// until it restarts with the same Config.InstanceID.
+// process that dies is taken over at once by a process of the namespace on
+// its host (its lock file, Config.LockDir, proves it gone); elsewhere it
+// keeps its share until its leases lapse (LeaseTTL), or until it restarts
+// with the same Config.InstanceID.
 //
 // Any process, started or not, can look into a namespace and steer it:
 // Lookup says what became of a job (pending, dead, or, within

@@ -70,7 +70,9 @@ type Config struct {
 	MaxBatch int
 	// ClaimLead is how long before its due time a job is claimed in Redis
 	// (checked, read, marked running); it then waits in memory for its
-	// exact time, so the round trip costs no precision. Default 5ms.
+	// exact time, so the round trip costs no precision. A claim may go out
+	// up to a fifth of ClaimLead (1 ms at most) earlier still, with others
+	// due just after it. Default 5ms.
 	ClaimLead time.Duration
 	// CacheSize is how many job records are kept in memory, so that a
 	// loaded job fires without reading Redis for its payload, and fires even
