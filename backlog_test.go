@@ -4,13 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -20,20 +18,6 @@ var (
 	backlogJobs = flag.Int("backlog.jobs", 400, "TestLargeBacklogDrains: how many jobs")
 	backlogSize = flag.Int("backlog.size", 1<<20, "TestLargeBacklogDrains: each job's payload in bytes")
 )
-
-// readMemory reads INFO memory's field (used_memory, used_memory_peak).
-func readMemory(rdb redis.UniversalClient, field string) (int64, error) {
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in INFO memory", field)
-}
 
 // TestLargeBacklogDrains is issue 24's first scenario: 400 jobs of 1 MiB
 // (the default MaxPayload), scheduled by a producer that never started,
@@ -62,27 +46,9 @@ func TestLargeBacklogDrains(t *testing.T) {
 	require.NoError(t, rdb.ConfigSet(b.ctx, "slowlog-log-slower-than", "5000").Err())
 	require.NoError(t, rdb.Do(b.ctx, "SLOWLOG", "RESET").Err())
 	require.NoError(t, rdb.Do(b.ctx, "MEMORY", "PURGE").Err())
-	before, err := readMemory(rdb, "used_memory")
+	before, err := redistest.UsedMemory(b.ctx, rdb)
 	require.NoError(t, err)
-	// used_memory_peak is not reset by CONFIG RESETSTAT; MEMORY STATS'
-	// peak neither: sample used_memory while the jobs drain.
-	var peak atomic.Int64
-	peak.Store(before)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if m, err := readMemory(rdb, "used_memory"); err == nil && m > peak.Load() {
-				peak.Store(m)
-			}
-		}
-	}()
+	stopSampling := redistest.PeakMemory(rdb, before, 20*time.Millisecond)
 	q, err := New(rdb, Config{Namespace: "big", Partitions: 4, MaxPayload: max(*backlogSize, 1<<20)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
@@ -101,8 +67,7 @@ func TestLargeBacklogDrains(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	took := time.Since(start)
-	close(stop)
-	<-sampled
+	peak := stopSampling()
 	s, err := q.Stats(b.ctx)
 	require.NoError(t, err)
 	stats, _ := rdb.Info(b.ctx, "commandstats").Result()
@@ -119,8 +84,8 @@ func TestLargeBacklogDrains(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d ran in %v; Redis used_memory %d MB before, peak %d MB (%.2fx); RedisErrors %d; Redis's commands:\n%s",
-		ran.Load(), n, took.Round(time.Millisecond), before>>20, peak.Load()>>20, float64(peak.Load())/float64(before), s.RedisErrors, stats)
+		ran.Load(), n, took.Round(time.Millisecond), before>>20, peak>>20, float64(peak)/float64(before), s.RedisErrors, stats)
 	require.EqualValues(t, n, int(ran.Load()), "every job ran within 60 s")
 	require.Zero(t, bad.Load(), "every payload whole")
-	require.LessOrEqual(t, float64(peak.Load()), 1.2*float64(before), "Redis's memory during the drain")
+	require.LessOrEqual(t, float64(peak), 1.2*float64(before), "Redis's memory during the drain")
 }

@@ -118,7 +118,6 @@ type jobRun struct {
 	// once it has loaded the run from its slot).
 	t       *task
 	attempt int
-	began   time.Time
 	// state is runRunning until the handler returns (runDone, set by the
 	// worker) or the run is abandoned (runAbandoned, set by the stuck
 	// watcher); whichever moves it settles the run.

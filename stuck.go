@@ -105,20 +105,28 @@ func (q *Queue) abandonStuck() {
 	limit := q.cfg.HandlerTimeout + StuckGrace(q.cfg.HandlerTimeout)
 	for i := range q.runs.slots {
 		r := q.runs.slots[i].current.Load()
-		if r == nil || time.Since(r.began) < limit || !r.state.CompareAndSwap(runRunning, runAbandoned) {
+		if r == nil || q.runningFor(r) < limit || !r.state.CompareAndSwap(runRunning, runAbandoned) {
 			continue
 		}
 		q.running.Add(-1)
 		q.stuck.Add(1)
 		q.log.Warn("wheelq: handler ignores its context: running past HandlerTimeout; its run is abandoned and its job settled as failed (it may run again while this handler goes on, holding its worker)",
-			"topic", r.job.Topic, "id", r.job.ID, "attempt", r.attempt, "running_for", time.Since(r.began).Round(time.Millisecond),
+			"topic", r.job.Topic, "id", r.job.ID, "attempt", r.attempt, "running_for", q.runningFor(r).Round(time.Millisecond),
 			"handler_timeout", q.cfg.HandlerTimeout)
 		if obs := q.cfg.Observer; obs != nil {
-			observeRun(obs, r.job.Topic, r.began, ErrHandlerStuck)
+			observeRun(obs, r.job.Topic, time.Now().Add(-q.runningFor(r)), ErrHandlerStuck)
 		}
 		q.settle(r.t, r.attempt, ErrHandlerStuck)
 		q.freeTask(r.t)
 	}
+}
+
+// runningFor returns how long r's handler has run, from its context's
+// deadline (HandlerTimeout after its start, kept as nanoseconds after the
+// run contexts' base: runctx.go), so that a run costs no clock reading
+// for it.
+func (q *Queue) runningFor(r *jobRun) time.Duration {
+	return time.Since(q.runs.base) - time.Duration(r.ctx.gen) + q.runs.timeout
 }
 
 // stuckRuns lists the runs whose handlers have not returned.
@@ -126,7 +134,7 @@ func (q *Queue) stuckRuns() []StuckRun {
 	var out []StuckRun
 	for i := range q.runs.slots {
 		if r := q.runs.slots[i].current.Load(); r != nil {
-			out = append(out, StuckRun{Topic: r.job.Topic, ID: r.job.ID, Attempt: r.attempt, Running: time.Since(r.began)})
+			out = append(out, StuckRun{Topic: r.job.Topic, ID: r.job.ID, Attempt: r.attempt, Running: q.runningFor(r)})
 		}
 	}
 	return out

@@ -75,7 +75,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		if obs != nil {
 			began = time.Now()
 		}
-		r.t, r.attempt, r.began = t, attempt, time.Now()
+		r.t, r.attempt = t, attempt
 		slot.current.Store(r)
 		err = call(ctx, h, job)
 		slot.current.Store(nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/internal/faultproxy"
+	"github.com/wheelq/wheelq/internal/redistest"
 )
 
 func init() {
@@ -53,7 +54,7 @@ func runBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	if err := br.rdb.Do(ctx, "MEMORY", "PURGE").Err(); err != nil {
 		return err
 	}
-	before, err := br.usedMemory(ctx)
+	before, err := redistest.UsedMemory(ctx, br.rdb)
 	if err != nil {
 		return err
 	}
@@ -70,32 +71,13 @@ func runBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 		defer rdb.Close()
 	}
 
-	// Redis's used_memory, sampled while the jobs drain (used_memory_peak
-	// is not reset between runs).
-	var peak atomic.Int64
-	peak.Store(before)
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if m, err := br.usedMemory(ctx); err == nil && m > peak.Load() {
-				peak.Store(m)
-			}
-		}
-	}()
+	// Redis's used_memory, sampled while the jobs drain.
+	stopSampling := redistest.PeakMemory(br.rdb, before, 20*time.Millisecond)
+	var peak int64
 	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
+		if peak == 0 {
+			stopSampling() // an early return
 		}
-		<-sampled
 	}()
 
 	q, err := wheelq.New(rdb, qcfg)
@@ -128,8 +110,7 @@ func runBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 		return ctx.Err()
 	}
 	took := time.Since(start)
-	close(stop)
-	<-sampled
+	peak = stopSampling()
 	if bad.Load() > 0 {
 		return errors.New("a payload arrived cut")
 	}
@@ -140,8 +121,8 @@ func runBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	r := result{
 		"workload": "backlog", "system": "wheelq", "n": n, "payload_bytes": size,
 		"drain_s":       round(took.Seconds()*1000) / 1000,
-		"mem_before_mb": before >> 20, "mem_peak_mb": peak.Load() >> 20,
-		"mem_peak_ratio": round(float64(peak.Load())/float64(before)*100) / 100,
+		"mem_before_mb": before >> 20, "mem_peak_mb": peak >> 20,
+		"mem_peak_ratio": round(float64(peak)/float64(before)*100) / 100,
 		"redis_errors":   st.RedisErrors,
 	}
 	if cfg.bandwidth > 0 {

@@ -74,16 +74,7 @@ func (b *benchRedis) reset(ctx context.Context) error {
 }
 
 func (b *benchRedis) usedMemory(ctx context.Context) (int64, error) {
-	info, err := b.rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no used_memory in INFO")
+	return redistest.UsedMemory(ctx, b.rdb)
 }
 
 // jobDataBytes deletes the pending sets and job hashes of namespace ns

@@ -227,12 +227,7 @@ func (c *cli) dead(ctx context.Context, limit int, asJSON bool) int {
 		return c.fail(err)
 	}
 	if asJSON {
-		for _, j := range js {
-			if code := c.json(j); code != 0 {
-				return code
-			}
-		}
-		return 0
+		return c.jsonJobs(js)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tID\tDIED\tATTEMPTS\tLAST ERROR")
@@ -453,10 +448,8 @@ func (c *cli) ls(ctx context.Context, f wheelq.JobFilter, cursor string, limit i
 		return c.fail(err)
 	}
 	if asJSON {
-		for _, j := range js {
-			if code := c.json(j); code != 0 {
-				return code
-			}
+		if code := c.jsonJobs(js); code != 0 {
+			return code
 		}
 	} else {
 		now := time.Now()
@@ -543,6 +536,16 @@ func (c *cli) pause(ctx context.Context, cmd, topic string) int {
 		return c.fail(err)
 	}
 	fmt.Fprintf(c.out, "%s %s: done\n", cmd, printable(topic))
+	return 0
+}
+
+// jsonJobs prints one JSON object a job (JobInfo's shape), a line each.
+func (c *cli) jsonJobs(js []wheelq.JobInfo) int {
+	for _, j := range js {
+		if code := c.json(j); code != 0 {
+			return code
+		}
+	}
 	return 0
 }
 

@@ -64,7 +64,12 @@ for _, pt in ipairs(parts) do
   local keys, revs, scores, recs = cols[1], cols[2], cols[3], cols[4]
   local pending, jobs, dead, running = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 4]
   if n > 0 then
-    local marks = many('HMGET', running, keys)
+    -- The marks matter only to an unclaim (a rerun's "!" stays): read
+    -- them only for a batch that has one (acks are the common case).
+    local marks = {}
+    if string.find(ops, 'u', 1, true) then
+      marks = many('HMGET', running, keys)
+    end
     many('HDEL', running, keys)
     local curs = many('HMGET', jobs, keys)
     local acks = {}
