@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -485,12 +486,7 @@ func validNamespace(ns string) error {
 // printable reports whether s is valid UTF-8 without control characters
 // (C0, DEL, C1): a name that prints on one line of any listing.
 func printable(s string) bool {
-	for _, r := range s {
-		if r == utf8.RuneError || r < 0x20 || (r >= 0x7f && r < 0xa0) {
-			return false
-		}
-	}
-	return true
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // validID checks a job id given by the caller: 1 to 512 bytes of UTF-8
