@@ -70,6 +70,10 @@ type Keys struct {
 	// retention (Options.HistoryAge, HistoryCount) by the scripts that add
 	// to them (settle.lua, cancel.lua).
 	History, HistoryIdx string
+	// Ready is the prefix of the partition's ready ZSETs, one per pulled
+	// topic (Ready + topic): due jobs queued for any consumer, job key ->
+	// due (unix µs). Their jobs stay in Pending at their due times.
+	Ready string
 }
 
 func partitionKeys(ns string, p int) Keys {
@@ -77,7 +81,7 @@ func partitionKeys(ns string, p int) Keys {
 	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease",
 		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running", Paused: tag + "paused",
 		Cancelled: [2]string{tag + "cancelled0", tag + "cancelled1"},
-		History:   tag + "history", HistoryIdx: tag + "history-idx"}
+		History:   tag + "history", HistoryIdx: tag + "history-idx", Ready: tag + "ready:"}
 }
 
 func metaKey(ns string) string { return "wq:{" + ns + "}:meta" }

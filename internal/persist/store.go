@@ -86,6 +86,10 @@ type Store struct {
 	schedule, settle, claim, cancel, reschedule, requeue, lease, poll, rangeSc *redis.Script
 	cluster                                                                    bool // keys of different partitions may not share a command
 
+	// The pulled topics' scripts (pull.go): due, take and topics run
+	// alone; resolve in pipelines.
+	due, take, resolve, topics *redis.Script
+
 	deadCorrupt *redis.Script // run alone (Script.Run loads it on NOSCRIPT)
 	repair      *redis.Script // run alone
 
@@ -170,6 +174,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		histAge:       opts.HistoryAge.Microseconds(),
 		histCount:     (opts.HistoryCount + opts.Partitions - 1) / opts.Partitions,
 	}
+	s.due, s.take, s.topics = redis.NewScript(dueLua), redis.NewScript(takeLua), redis.NewScript(topicsLua)
+	s.resolve = redis.NewScript(libLua + resolveLua)
 	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	s.repair = redis.NewScript(repairLua)
 	for p := range opts.Partitions {
@@ -259,7 +265,7 @@ func (s *Store) loadScripts(ctx context.Context) error { return s.loadScriptsOn(
 // loadScriptsOn loads the batched scripts on c (the store's client, or
 // one primary of a cluster).
 func (s *Store) loadScriptsOn(ctx context.Context, c redis.Scripter) error {
-	for _, sc := range []*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc} {
+	for _, sc := range append([]*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc}, s.pullScripts()...) {
 		if err := sc.Load(ctx, c).Err(); err != nil {
 			return errs.Errorf("wheelq: load scripts: %w", err)
 		}

@@ -57,9 +57,13 @@ local function step(k, a)
     -- The old owner's claim marks: its runs were interrupted (their
     -- outcomes were never stored). They become "!", no owner: the jobs
     -- are claimable, and their next runs are reruns (see claim.lua).
-    local marked = redis.call('HKEYS', KEYS[k + 4])
-    for i = 1, #marked do
-      redis.call('HSET', KEYS[k + 4], marked[i], '!')
+    -- Reservations ("~" and a token) are no owner's: they stay, and lapse
+    -- by their deadlines (due.lua).
+    local marked = redis.call('HGETALL', KEYS[k + 4])
+    for i = 1, #marked, 2 do
+      if string.sub(marked[i + 1], 1, 1) ~= '~' then
+        redis.call('HSET', KEYS[k + 4], marked[i], '!')
+      end
     end
     prev = false
   elseif prev and tonumber(prev) > tonumber(new) then

@@ -88,7 +88,7 @@ if ARGV[4] ~= 'done' then
       redis.call('HDEL', KEYS[5], key)
       out[6] = out[6] + 1
       out[#out + 1] = key
-    elseif mark ~= '!' and tok ~= ARGV[1] then
+    elseif mark ~= '!' and tok ~= ARGV[1] and string.sub(mark, 1, 1) ~= '~' then
       redis.call('HSET', KEYS[5], key, '!')
       out[6] = out[6] + 1
       out[#out + 1] = key

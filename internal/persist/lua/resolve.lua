@@ -1,0 +1,94 @@
+-- resolve.lua: what the consumer of a reservation says of it: ack, nack
+-- (retry or dead), touch, or release. One call covers one partition. Any
+-- process may call it: a reservation is fenced by its token, not by the
+-- partition's lease (the op applies only while the job's mark is "~" and
+-- the token).
+--
+-- KEYS     pending ZSET, jobs HASH, running HASH (marks), dead ZSET,
+--          history ZSET, history HASH (the run history: see finished),
+--          loaded STRING, inbox LIST, then the ready ZSETs ops 'u' name
+-- ARGV[1]  now, unix µs (the dead-letter score, an ack's finish time)
+-- ARGV[2]  the run history's retention: the most age, µs
+-- ARGV[3]  and the most entries of the partition (0: no history)
+-- ARGV[4]  the channel on which a released job is announced
+-- ARGV[5..] 6 per op: op, job key, token, score, record, the index in
+--          KEYS of the job's ready ZSET (op 'u'; else "")
+--          op "a" ack: the job is done; it leaves the queue for the run
+--                 history ("d")
+--          op "r" retry: store record, due at score
+--          op "d" dead: store record, into the dead set
+--          op "t" touch: the reservation's deadline becomes score
+--          op "u" release: not handed to a consumer after all; back in
+--                 its topic's ready ZSET, due at score (its due time)
+--
+-- Returns a string of one byte per op, in order:
+--   1  applied; or sent again after it applied (an ack whose job is in
+--      the run history as done at the token's revision; a retry or dead
+--      whose record is stored)
+--   x  the reservation is not current: it lapsed, or the job was handed
+--      out again, or finished by another reservation
+--   c  the job was cancelled
+-- packed helpers: many(), cut() and finished() are lib.lua's.
+local now, maxAge, maxCount, channel = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local pending, jobs, running, dead, hidx, hist, loadedKey, inbox =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local out, done = {}, {}
+local acked = {} -- job key -> the token this call acked it with
+local loaded
+for i = 5, #ARGV, 6 do
+  local op, key, token, score, rec, ready = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local mark = redis.call('HGET', running, key)
+  local cur = redis.call('HGET', jobs, key)
+  local r = 'x'
+  if cur and mark == '~' .. token then
+    r = '1'
+    if op == 'a' then
+      redis.call('HDEL', running, key)
+      redis.call('ZREM', pending, key)
+      redis.call('HDEL', jobs, key)
+      acked[key] = token
+      if maxCount > 0 then
+        done[#done + 1] = key
+        done[#done + 1] = 'd' .. cut(cur)
+      end
+    elseif op == 'r' then
+      redis.call('HDEL', running, key)
+      redis.call('HSET', jobs, key, rec)
+      redis.call('ZADD', pending, score, key)
+      if loaded == nil then
+        loaded = tonumber(redis.call('GET', loadedKey) or '') or false
+      end
+      if loaded and tonumber(score) <= loaded then
+        redis.call('RPUSH', inbox, key)
+      end
+    elseif op == 'd' then
+      redis.call('HDEL', running, key)
+      redis.call('HSET', jobs, key, rec)
+      redis.call('ZREM', pending, key)
+      redis.call('ZADD', dead, ARGV[1], key)
+    elseif op == 't' then
+      redis.call('ZADD', pending, score, key)
+    elseif op == 'u' then
+      redis.call('HDEL', running, key)
+      redis.call('ZADD', pending, score, key)
+      redis.call('ZADD', KEYS[tonumber(ready)], score, key)
+      redis.call('PUBLISH', channel, 'ready ' .. string.match(key, '^[^/]*'))
+    end
+  elseif cur and (op == 'r' or op == 'd') and cur == rec then
+    r = '1' -- sent again: this very outcome is stored already
+  elseif not cur and op == 'a' and acked[key] == token then
+    r = '1' -- sent again within this call
+  elseif not cur then
+    local h = redis.call('HGET', hist, key)
+    local o = h and string.sub(h, 1, 1)
+    if o == 'c' or o == 'C' then
+      r = 'c'
+    elseif op == 'a' and o == 'd' and #h >= 6 and
+      string.format('%02x%02x%02x%02x', string.byte(h, 3, 6)) == string.sub(token, 1, 8) then
+      r = '1' -- sent again: acked already
+    end
+  end
+  out[#out + 1] = r
+end
+finished(hidx, hist, done, now, maxAge, maxCount)
+return table.concat(out)

@@ -1,0 +1,389 @@
+package persist
+
+// Pulled topics: jobs that consumers reserve, ack, nack and touch instead
+// of a handler running them. See due.lua, take.lua and resolve.lua.
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/due.lua
+	dueLua string
+	//go:embed lua/take.lua
+	takeLua string
+	//go:embed lua/resolve.lua
+	resolveLua string
+	//go:embed lua/topics.lua
+	topicsLua string
+)
+
+// ReservationMark is the first byte of a reservation's mark in a
+// partition's running HASH ("~" and the token). No lease token or
+// InstanceID starts with it.
+const ReservationMark = "~"
+
+// ErrTopicMode is returned by DeclareTopics when a topic is declared
+// consumed one way (a handler, or pulled) and recorded the other.
+var ErrTopicMode = errors.New("wheelq: topic consumed another way")
+
+// Topic modes, as DeclareTopics records them.
+const (
+	ModeHandler = "handler"
+	ModePull    = "pull"
+)
+
+// ReadyKey returns the ready ZSET of topic in partition p: its due jobs
+// queued for any consumer (job key -> due, unix µs).
+func (s *Store) ReadyKey(p int, topic string) string { return s.parts[p].Ready + topic }
+
+func topicsKey(ns string) string { return "wq:{" + ns + "}:topics" }
+
+// DeclareTopics records how each topic of modes is consumed (ModeHandler
+// or ModePull), in the namespace's topics HASH, and announces the change.
+// A topic recorded with the other mode fails the whole call with
+// ErrTopicMode, changing nothing.
+func (s *Store) DeclareTopics(ctx context.Context, modes map[string]string) error {
+	if len(modes) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(modes)+1)
+	args = append(args, pausedChannel(s.ns))
+	for t, m := range modes {
+		args = append(args, t, m)
+	}
+	res, err := s.topics.Run(ctx, s.rdb, []string{topicsKey(s.ns)}, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return wrap(err)
+	}
+	if arr, ok := res.([]any); ok && len(arr) == 2 {
+		t, _ := arr[0].(string)
+		m, _ := arr[1].(string)
+		return fmt.Errorf("%w: topic %q is consumed as %s in this namespace", ErrTopicMode, t, m)
+	}
+	return nil
+}
+
+// ForgetTopic removes topic's recorded mode, so that it may be declared
+// the other way.
+func (s *Store) ForgetTopic(ctx context.Context, topic string) error {
+	if err := s.rdb.HDel(ctx, topicsKey(s.ns), topic).Err(); err != nil {
+		return wrap(err)
+	}
+	if err := s.rdb.Publish(ctx, pausedChannel(s.ns), "topics ").Err(); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// TopicModes returns the recorded modes of the namespace's topics.
+func (s *Store) TopicModes(ctx context.Context) (map[string]string, error) {
+	m, err := s.rdb.HGetAll(ctx, topicsKey(s.ns)).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return m, nil
+}
+
+// DueJob is a job of a pulled topic whose time has come, for Due.
+type DueJob struct {
+	Key string
+	// Nonce, if set, reserves the job: its token is its revision in hex
+	// and Nonce, its deadline Deadline (unix µs). Else the job is queued
+	// to its topic's ready ZSET.
+	Nonce    string
+	Deadline int64
+}
+
+// DueStatus is what Due did with a job.
+type DueStatus byte
+
+// Due's statuses (see due.lua).
+const (
+	DueGone     DueStatus = 'g'
+	DueMoved    DueStatus = 'm' // Score is when to look again
+	DuePaused   DueStatus = 'p'
+	DueBusy     DueStatus = 'b'
+	DueQueued   DueStatus = 'q'
+	DueReserved DueStatus = 'r' // Record and Token are set
+	DueLapsed   DueStatus = 'l' // Record is set; the job is claimed by the caller
+	DueCorrupt  DueStatus = 'x' // Record holds the raw bytes
+)
+
+// DueResult is Due's answer for one job.
+type DueResult struct {
+	Status DueStatus
+	Score  int64 // the job's score: its due time, or a reservation's deadline
+	Record []byte
+	Token  string // DueReserved: the reservation's token
+}
+
+// Due hands the jobs of pulled topics whose time has come, all of
+// partition p, to consumers or to the ready sets (due.lua), in one round
+// trip. tok is the caller's lease token of p (ErrFenced if not current);
+// now (unix µs, the caller's wall clock) bounds what is due.
+func (s *Store) Due(ctx context.Context, p int, tok string, now int64, jobs []DueJob) ([]DueResult, error) {
+	k := s.parts[p]
+	keys := []string{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused}
+	idx := map[string]int{}
+	args := make([]any, 0, 3+4*len(jobs))
+	args = append(args, tok, now, pausedChannel(s.ns))
+	for _, j := range jobs {
+		topic, _, err := SplitJobKey(j.Key)
+		if err != nil {
+			return nil, err
+		}
+		i, ok := idx[topic]
+		if !ok {
+			keys = append(keys, k.Ready+topic)
+			i = len(keys)
+			idx[topic] = i
+		}
+		dl := ""
+		if j.Nonce != "" {
+			dl = strconv.FormatInt(j.Deadline, 10)
+		}
+		args = append(args, j.Key, i, j.Nonce, dl)
+	}
+	res, err := s.due.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) < 2 {
+		return nil, fmt.Errorf("%w: due reply %T", ErrCorrupt, res)
+	}
+	st, _ := arr[0].(string)
+	scores, _ := arr[1].(string)
+	recs := arr[2:]
+	if len(st) != len(jobs) {
+		return nil, fmt.Errorf("%w: due reply of %d for %d jobs", ErrCorrupt, len(st), len(jobs))
+	}
+	out := make([]DueResult, len(jobs))
+	nrec := 0
+	for i := range jobs {
+		score, rest, ok := strings.Cut(scores, ",")
+		if !ok {
+			return nil, fmt.Errorf("%w: short due reply", ErrCorrupt)
+		}
+		scores = rest
+		r := &out[i]
+		r.Status = DueStatus(st[i])
+		if score != "" {
+			if r.Score, err = scoreOf(score); err != nil {
+				return nil, err
+			}
+		}
+		switch r.Status {
+		case DueReserved, DueLapsed, DueCorrupt:
+			if nrec >= len(recs) {
+				return nil, fmt.Errorf("%w: short due reply", ErrCorrupt)
+			}
+			b, _ := recs[nrec].(string)
+			nrec++
+			r.Record = []byte(b)
+			if r.Status == DueReserved {
+				r.Token = RevHex(b) + jobs[i].Nonce
+			}
+		case DueGone, DueMoved, DuePaused, DueBusy, DueQueued:
+		default:
+			return nil, fmt.Errorf("%w: due status %q", ErrCorrupt, st[i])
+		}
+	}
+	return out, nil
+}
+
+// RevHex returns the revision of an encoded record in hex, as the scripts
+// write it at the head of a reservation's token ("" for a record too short
+// to hold one).
+func RevHex(rec string) string {
+	if len(rec) < 5 {
+		return ""
+	}
+	return fmt.Sprintf("%02x%02x%02x%02x", rec[1], rec[2], rec[3], rec[4])
+}
+
+// Taken is a job Take reserved.
+type Taken struct {
+	Key    string
+	Token  string
+	Due    int64 // its due time, unix µs
+	Record []byte
+}
+
+// TakeResult is what Take found.
+type TakeResult struct {
+	Jobs []Taken
+	// Paused lists the requested topics that are paused (their jobs were
+	// not taken).
+	Paused []string
+}
+
+// Take reserves up to max due jobs of topics from the ready sets, oldest
+// first (take.lua): outside a cluster in one round trip over every
+// partition; in a cluster one partition after the other, from partition
+// start on, until max are taken. now (unix µs) bounds what is due;
+// deadline is the reservations' (unix µs); nonce makes the tokens unique.
+func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (TakeResult, error) {
+	var res TakeResult
+	parts := make([]int, 0, len(s.parts))
+	for i := range s.parts {
+		parts = append(parts, (start+i)%len(s.parts))
+	}
+	groups := [][]int{parts}
+	if s.cluster {
+		groups = groups[:0]
+		for _, p := range parts {
+			groups = append(groups, []int{p})
+		}
+	}
+	paused := make([]bool, len(topics))
+	for g, ps := range groups {
+		left := max - len(res.Jobs)
+		if left <= 0 {
+			break
+		}
+		keys := make([]string, 0, len(ps)*(6+len(topics)))
+		for _, p := range ps {
+			k := s.parts[p]
+			keys = append(keys, k.Pending, k.Jobs, k.Running, k.Paused, k.Loaded, k.Inbox)
+			for _, t := range topics {
+				keys = append(keys, k.Ready+t)
+			}
+		}
+		v, err := s.take.Run(ctx, s.rdb, keys, now, left, deadline, nonce+strconv.Itoa(g)+".", MaxClaimBytes, len(topics)).Result()
+		if err != nil {
+			if len(res.Jobs) > 0 {
+				return res, nil // what was taken is reserved: hand it out
+			}
+			return res, wrap(err)
+		}
+		arr, ok := v.([]any)
+		if !ok || len(arr) < 1 || (len(arr)-1)%4 != 0 {
+			return res, fmt.Errorf("%w: take reply %T", ErrCorrupt, v)
+		}
+		flags, _ := arr[0].(string)
+		for i := range topics {
+			if i < len(flags) && flags[i] == '1' {
+				paused[i] = true
+			}
+		}
+		for i := 1; i < len(arr); i += 4 {
+			key, _ := arr[i].(string)
+			tok, _ := arr[i+1].(string)
+			due, err := scoreOf(fmt.Sprint(arr[i+2]))
+			if err != nil {
+				return res, err
+			}
+			rec, _ := arr[i+3].(string)
+			res.Jobs = append(res.Jobs, Taken{Key: key, Token: tok, Due: due, Record: []byte(rec)})
+		}
+	}
+	for i, t := range topics {
+		if paused[i] {
+			res.Paused = append(res.Paused, t)
+		}
+	}
+	return res, nil
+}
+
+// ResolveOp is one op on a reservation (see resolve.lua).
+type ResolveOp struct {
+	Op     byte // 'a' ack, 'r' retry, 'd' dead, 't' touch, 'u' release
+	Key    string
+	Token  string
+	Score  int64  // retry: the new due time; touch: the new deadline; release: the due time
+	Record []byte // retry, dead
+}
+
+// Resolve's answers, per op.
+const (
+	Resolved     = '1' // applied (or applied before: a replay)
+	ResolveLost  = 'x' // the reservation is not current
+	ResolveGone  = 'c' // the job was cancelled
+	resolveBatch = 256
+)
+
+// Resolve applies ops on reservations, in order, in one round trip (a
+// call per partition, pipelined), and returns one answer byte per op:
+// Resolved, ResolveLost or ResolveGone. now (unix µs) is an ack's finish
+// time and a dead job's score.
+func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte, error) {
+	type call struct {
+		p   int
+		idx []int
+	}
+	var calls []*call
+	byPart := map[int]*call{}
+	for i, o := range ops {
+		p := s.PartitionOf(o.Key)
+		c := byPart[p]
+		if c == nil || len(c.idx) >= resolveBatch {
+			c = &call{p: p}
+			byPart[p] = c
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+	}
+	args := make([][]any, len(calls))
+	for ci, c := range calls {
+		k := s.parts[c.p]
+		keys := []string{k.Pending, k.Jobs, k.Running, k.Dead, k.HistoryIdx, k.History, k.Loaded, k.Inbox}
+		ready := map[string]int{}
+		a := []any{s.resolve.Hash(), 0}
+		argv := []any{now, s.histAge, s.histCount, pausedChannel(s.ns)}
+		for _, i := range c.idx {
+			o := ops[i]
+			ri := ""
+			if o.Op == 'u' {
+				topic, _, err := SplitJobKey(o.Key)
+				if err != nil {
+					return nil, err
+				}
+				n, ok := ready[topic]
+				if !ok {
+					keys = append(keys, k.Ready+topic)
+					n = len(keys)
+					ready[topic] = n
+				}
+				ri = strconv.Itoa(n)
+			}
+			argv = append(argv, string(o.Op), o.Key, o.Token, o.Score, o.Record, ri)
+		}
+		a[1] = len(keys)
+		for _, key := range keys {
+			a = append(a, key)
+		}
+		args[ci] = append(append([]any{"evalsha"}, a...), argv...)
+	}
+	replies, err := s.runWrites(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, len(ops))
+	for ci, c := range calls {
+		r, _ := replies[ci].(string)
+		if len(r) != len(c.idx) {
+			return nil, fmt.Errorf("%w: resolve reply %q for %d ops", ErrCorrupt, r, len(c.idx))
+		}
+		for j, i := range c.idx {
+			out[i] = r[j]
+		}
+	}
+	return out, nil
+}
+
+// pullScripts are the pulled topics' scripts, for loadScriptsOn.
+func (s *Store) pullScripts() []*redis.Script {
+	return []*redis.Script{s.due, s.take, s.resolve, s.topics}
+}

@@ -1,0 +1,161 @@
+package persist
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPullScripts walks a pulled job through the scripts: due queues it
+// (or reserves it), take reserves the oldest for any process, resolve
+// acks, retries, touches and releases it by token, a stale or replayed
+// token is told apart, and a reservation past its deadline lapses into
+// the owner's claim.
+func TestPullScripts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	// With a run history (a replayed ack is told by it).
+	s, err := New(b.rdb, Options{Namespace: "h", Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
+	require.NoError(t, err)
+	ctx := b.ctx
+	require.NoError(t, s.Init(ctx))
+	held, _, err := s.Lease(ctx, 0, LeaseAcquire, "own", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	var ws []Write
+	for i := range 4 {
+		ws = append(ws, Write{Key: JobKey("p", fmt.Sprint(i)), Due: int64(1000 + i), Record: rec(fmt.Sprint("pay", i)), Replace: true})
+	}
+	ws = append(ws, Write{Key: JobKey("p", "later"), Due: 5000, Record: rec("later"), Replace: true})
+	_, err = s.Write(ctx, nil, ws)
+	require.NoError(t, err)
+
+	// Fenced: another token changes nothing.
+	_, err = s.Due(ctx, 0, "other", 2000, []DueJob{{Key: "p/0"}})
+	require.ErrorIs(t, err, ErrFenced)
+
+	// p/0..2 queued, p/3 reserved at once, p/later not due, q/x gone.
+	res, err := s.Due(ctx, 0, "own", 2000, []DueJob{{Key: "p/1"}, {Key: "p/0"}, {Key: "p/2"},
+		{Key: "p/3", Nonce: "n3", Deadline: 9000}, {Key: "p/later"}, {Key: "q/x"}})
+	require.NoError(t, err)
+	require.Equal(t, []DueStatus{DueQueued, DueQueued, DueQueued, DueReserved, DueMoved, DueGone},
+		[]DueStatus{res[0].Status, res[1].Status, res[2].Status, res[3].Status, res[4].Status, res[5].Status})
+	require.Equal(t, int64(5000), res[4].Score)
+	tok3 := res[3].Token
+	require.Equal(t, "00000001n3", tok3)
+	d3, err := DecodeRecord(res[3].Record)
+	require.NoError(t, err)
+	require.Equal(t, "pay3", string(d3.Payload))
+
+	// take: oldest first, at most max; then the rest.
+	tr, err := s.Take(ctx, []string{"p"}, 2, 2000, 8000, "N", 0)
+	require.NoError(t, err)
+	require.Len(t, tr.Jobs, 2)
+	require.Equal(t, "p/0", tr.Jobs[0].Key)
+	require.Equal(t, "p/1", tr.Jobs[1].Key)
+	require.Equal(t, int64(1000), tr.Jobs[0].Due)
+	// A cancelled job's ready entry is stale: skipped.
+	_, err = s.Cancel(ctx, "p/2")
+	require.NoError(t, err)
+	tr2, err := s.Take(ctx, []string{"p"}, 5, 2000, 8000, "M", 0)
+	require.NoError(t, err)
+	require.Empty(t, tr2.Jobs)
+	n, err := b.rdb.ZCard(ctx, s.ReadyKey(0, "p")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "stale entry removed")
+
+	t0, t1 := tr.Jobs[0], tr.Jobs[1]
+	// Ack p/0; the same ack again is recognised; a wrong token is lost.
+	r, err := s.Resolve(ctx, 3000, []ResolveOp{{Op: 'a', Key: t0.Key, Token: t0.Token}, {Op: 'a', Key: t0.Key, Token: t0.Token},
+		{Op: 'a', Key: t1.Key, Token: "00000001bogus"}})
+	require.NoError(t, err)
+	require.Equal(t, "11x", string(r))
+	_, st, err := s.Get(ctx, t0.Key)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, st, _, err = s.History(ctx, t0.Key)
+	require.NoError(t, err)
+	require.Equal(t, Done, st)
+
+	// Touch p/1, then retry it; its mark is gone and it is pending again.
+	r, err = s.Resolve(ctx, 3000, []ResolveOp{{Op: 't', Key: t1.Key, Token: t1.Token, Score: 20000}})
+	require.NoError(t, err)
+	require.Equal(t, "1", string(r))
+	sc, err := b.rdb.ZScore(ctx, s.Keys(0).Pending, t1.Key).Result()
+	require.NoError(t, err)
+	require.Equal(t, float64(20000), sc)
+	retry := (&Record{Rev: 7, Attempt: 1, MaxAttempts: 3, Payload: []byte("pay1")}).Encode()
+	op := ResolveOp{Op: 'r', Key: t1.Key, Token: t1.Token, Score: 4000, Record: retry}
+	r, err = s.Resolve(ctx, 3000, []ResolveOp{op, op})
+	require.NoError(t, err)
+	require.Equal(t, "11", string(r), "a retry sent again is recognised")
+	got, st, err := s.Get(ctx, t1.Key)
+	require.NoError(t, err)
+	require.Equal(t, Pending, st)
+	require.Equal(t, 1, got.Attempt)
+	// The old token no longer acks it.
+	r, err = s.Resolve(ctx, 3000, []ResolveOp{{Op: 'a', Key: t1.Key, Token: t1.Token}})
+	require.NoError(t, err)
+	require.Equal(t, "x", string(r))
+
+	// p/3's reservation: at its deadline due.lua says lapsed and claims
+	// it for the owner; the consumer's ack is then lost.
+	res, err = s.Due(ctx, 0, "own", 8999, []DueJob{{Key: "p/3"}})
+	require.NoError(t, err)
+	require.Equal(t, DueMoved, res[0].Status)
+	require.Equal(t, int64(9000), res[0].Score)
+	res, err = s.Due(ctx, 0, "own", 9000, []DueJob{{Key: "p/3"}})
+	require.NoError(t, err)
+	require.Equal(t, DueLapsed, res[0].Status)
+	r, err = s.Resolve(ctx, 9001, []ResolveOp{{Op: 'a', Key: "p/3", Token: tok3}})
+	require.NoError(t, err)
+	require.Equal(t, "x", string(r))
+
+	// Release: back in the ready set at its due time, for the next take.
+	res, err = s.Due(ctx, 0, "own", 6000, []DueJob{{Key: "p/later", Nonce: "L", Deadline: 50000}})
+	require.NoError(t, err)
+	require.Equal(t, DueReserved, res[0].Status)
+	r, err = s.Resolve(ctx, 6000, []ResolveOp{{Op: 'u', Key: "p/later", Token: res[0].Token, Score: 5000}})
+	require.NoError(t, err)
+	require.Equal(t, "1", string(r))
+	res, err = s.Due(ctx, 0, "own", 6000, []DueJob{{Key: "p/1"}}) // the retry's time came
+	require.NoError(t, err)
+	require.Equal(t, DueQueued, res[0].Status)
+	tr, err = s.Take(ctx, []string{"p"}, 5, 6000, 70000, "K", 0)
+	require.NoError(t, err)
+	require.Len(t, tr.Jobs, 2, "p/1 (retried, due 4000) and p/later")
+	require.Equal(t, "p/1", tr.Jobs[0].Key)
+	require.Equal(t, "p/later", tr.Jobs[1].Key)
+	require.Empty(t, tr.Paused)
+
+	// Cancel while reserved: the ack says cancelled.
+	_, err = s.Cancel(ctx, "p/later")
+	require.NoError(t, err)
+	r, err = s.Resolve(ctx, 6000, []ResolveOp{{Op: 'a', Key: "p/later", Token: tr.Jobs[1].Token}})
+	require.NoError(t, err)
+	require.Equal(t, "c", string(r))
+
+	// Paused topics are reported and not taken.
+	require.NoError(t, s.SetPaused(ctx, "p", true))
+	tr, err = s.Take(ctx, []string{"p", "z"}, 5, 6000, 70000, "P", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p"}, tr.Paused)
+}
+
+// TestDeclareTopics: a topic is recorded one way; the other is refused
+// until it is forgotten.
+func TestDeclareTopics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ctx, s := b.ctx, b.store
+	require.NoError(t, s.DeclareTopics(ctx, map[string]string{"a": ModePull, "b": ModeHandler}))
+	require.NoError(t, s.DeclareTopics(ctx, map[string]string{"a": ModePull}))
+	err := s.DeclareTopics(ctx, map[string]string{"c": ModePull, "b": ModePull})
+	require.ErrorIs(t, err, ErrTopicMode)
+	m, err := s.TopicModes(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": ModePull, "b": ModeHandler}, m, "a refusal records nothing")
+	require.NoError(t, s.ForgetTopic(ctx, "b"))
+	require.NoError(t, s.DeclareTopics(ctx, map[string]string{"b": ModePull}))
+}
