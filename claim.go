@@ -106,6 +106,7 @@ type task struct {
 	part     int32     // the job's partition
 	verified bool      // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
 	rerun    bool      // an earlier run was claimed by an owner that is gone (ClaimResult.Rerun)
+	pull     bool      // a pulled topic's job, not claimed: handed out at its time (pull.go)
 }
 
 // jobRun is what a run's handler may keep: its Job and its context (see
@@ -139,6 +140,14 @@ func (q *Queue) newTask(key string, rec *persist.Record, due time.Time, part int
 		t = new(task)
 	}
 	*t = task{key: key, rec: rec, due: due, epoch: epoch, part: int32(part), verified: verified}
+	return t
+}
+
+// newPullTask returns the task of a pulled topic's job, due at due: not
+// claimed, held by the start gate until its time (see pull.go).
+func (q *Queue) newPullTask(key string, due time.Time, part int) *task {
+	t := q.newTask(key, nil, due, part, q.recov.Epoch(part), false)
+	t.pull = true
 	return t
 }
 
@@ -294,9 +303,28 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	}()
 	owned := bufs.owned[:0]
 	var busy []firedJob
+	var pulledNow, pulledWall time.Time
 	q.inflight.mu.Lock()
 	for _, f := range batch {
-		if q.recov.LoadedUntil(q.store.PartitionOf(f.key)) == recovery.NotOwned {
+		p := q.store.PartitionOf(f.key)
+		if q.recov.LoadedUntil(p) == recovery.NotOwned {
+			continue
+		}
+		if q.pulledKey(f.key) {
+			// A pulled topic's job is not claimed: at its time, the start
+			// gate hands it to the pull loop (pull.go), which hands it out.
+			if pulledNow.IsZero() {
+				pulledNow, pulledWall = wheel.Readings(q.clock)
+			}
+			// f.due is on the wheel's timeline, and before the job's
+			// time when it was armed with a burst's longer lead; the
+			// cached due time is exact but may be an earlier one (a
+			// reservation's deadline is armed without the cache).
+			due := pulledWall.Add(f.due.Sub(pulledNow))
+			if rec, ok := q.cache.Peek(f.key); ok && rec.Due.After(due) {
+				due = rec.Due
+			}
+			toHold = append(toHold, q.newPullTask(f.key, due, p))
 			continue
 		}
 		if _, running := q.inflight.keys[f.key]; running {

@@ -41,10 +41,14 @@ type startGate struct {
 // come. It only queues, never blocks.
 func (q *Queue) onStart(batch []wheel.Fired) {
 	starts := false
+	var pulls []*task
 	q.gate.mu.Lock()
 	for _, f := range batch {
 		if t, held := q.gate.held[f.ID]; held {
-			if q.startNowLocked(t) { // room for it: no hop through the starter
+			if t.pull {
+				delete(q.gate.held, f.ID)
+				pulls = append(pulls, t)
+			} else if q.startNowLocked(t) { // room for it: no hop through the starter
 				delete(q.gate.held, f.ID)
 			} else {
 				q.gate.startQ = append(q.gate.startQ, f.ID)
@@ -53,6 +57,7 @@ func (q *Queue) onStart(batch []wheel.Fired) {
 		}
 	}
 	q.gate.mu.Unlock()
+	q.pullArrive(pulls)
 	if starts {
 		wake(q.gate.sig)
 	}
@@ -65,6 +70,10 @@ func (q *Queue) onStart(batch []wheel.Fired) {
 // (wheel.Readings), taken once for a batch: they only ever trail the clock,
 // so no task starts early.
 func (q *Queue) hold(t *task, now, wall time.Time) {
+	if t.pull && !t.due.After(wall) {
+		q.pullArrive([]*task{t})
+		return
+	}
 	q.gate.mu.Lock()
 	if !t.due.After(wall) {
 		if q.startNowLocked(t) {

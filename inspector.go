@@ -548,4 +548,5 @@ type inspectorStore interface {
 	SetPaused(ctx context.Context, topic string, paused bool) error
 	PausedTopics(ctx context.Context) ([]string, error)
 	WatchPaused(ctx context.Context, changed func(topic string, paused bool)) error
+	WatchEvents(ctx context.Context, f func(op, topic string)) error
 }

@@ -59,7 +59,8 @@ type pauseStage struct {
 	// message: a read of Redis sent before one of them (a reply that
 	// may be older than the change) only adds to known. Guarded by mu.
 	knownGen uint64
-	resumed  chan string // topics resumed, from the subscription
+	resumed  chan string   // topics resumed, from the subscription
+	topics   chan struct{} // a topic's mode changed (pull.go), from the subscription
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the watcher returned
 }
@@ -285,6 +286,7 @@ func (ps *pauseStage) parkLocked(topic, key string, due int64) {
 func (q *Queue) startPauseWatch() {
 	ps := &q.pauses
 	ps.resumed = make(chan string, 64)
+	ps.topics = make(chan struct{}, 1)
 	ps.done = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	ps.cancel = cancel
@@ -314,7 +316,24 @@ func (q *Queue) watchPauses(ctx context.Context) {
 	defer subs.Wait()
 	subs.Go(func() {
 		for ctx.Err() == nil {
-			err := q.store.WatchPaused(ctx, func(topic string, paused bool) {
+			err := q.store.WatchEvents(ctx, func(op, topic string) {
+				switch op {
+				case "ready": // jobs of a pulled topic queued (pull.go)
+					if q.pullWaits(topic) {
+						q.announced()
+					}
+					return
+				case "topics": // a topic's mode recorded or forgotten
+					select {
+					case ps.topics <- struct{}{}:
+					default:
+					}
+					return
+				case "pause", "resume":
+				default:
+					return
+				}
+				paused := op == "pause"
 				q.notePaused(topic, paused)
 				if !paused {
 					select {
@@ -340,7 +359,11 @@ func (q *Queue) watchPauses(ctx context.Context) {
 			return
 		case topic := <-ps.resumed:
 			q.unpark(ctx, topic)
+		case <-ps.topics:
+			_ = q.readTopicModes(ctx) // the tick reads them again if this failed
 		case <-tick.C:
+			// The namespace's pulled topics (a message may be missed).
+			_ = q.readTopicModes(ctx)
 			topics := q.parkedTopics()
 			if len(topics) == 0 && !q.cfg.RunWhileRedisDown {
 				continue // with RunWhileRedisDown, the read keeps the known-paused set

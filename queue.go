@@ -59,6 +59,7 @@ type Queue struct {
 	gate     startGate   // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
 	pauses   pauseStage  // pause.go: jobs of paused topics, parked
+	pull     pullStage   // pull.go: blocked Reserves, due jobs of pulled topics
 	// lock is this process's lock file (lockfile_unix.go): set by Start
 	// before the recoverer starts, released by Shutdown after it stopped.
 	lock *lockFile
@@ -152,6 +153,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		gate:         startGate{held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	q.claims.sig = make(chan struct{}, 1)
+	q.pull.declared, q.pull.ready = map[string]bool{}, make(chan struct{})
+	q.pull.sig, q.pull.done = make(chan struct{}, 1), make(chan struct{})
+	q.pull.known.Store(&map[string]bool{})
 	if cfg.Testing != nil {
 		cfg.Testing.Bind(q.crash)
 	}
@@ -210,8 +214,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The round trips of the claimers and of the two retriers.
-	q.calls = newRunCtxs(claimers+2, cfg.WriteTimeout, true)
+	// The round trips of the claimers, of the two retriers and of the
+	// pull loop.
+	q.calls = newRunCtxs(claimers+3, cfg.WriteTimeout, true)
 	bc := batch.Config{MaxBatch: cfg.MaxBatch, Timeout: cfg.WriteTimeout}
 	q.writes = batch.NewBatcher(bc, func(ctx context.Context, ws []persist.Write) ([]persist.WriteResult, error) {
 		return store.Write(ctx, q.recov.Tokens(), ws)
@@ -245,6 +250,12 @@ func (q *Queue) Handle(topic string, h Handler) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.pull.mu.Lock()
+	pulled := q.pull.declared[topic]
+	q.pull.mu.Unlock()
+	if pulled {
+		return fmt.Errorf("%w: topic %q is pulled (Pull)", ErrTopicMode, topic)
+	}
 	q.handlers[topic] = h
 	return nil
 }
@@ -271,6 +282,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := q.checkLayout(ctx); err != nil {
 		return errs.Errorf("wheelq: start: %w", err)
 	}
+	if err := q.declareTopics(ctx); err != nil {
+		return errs.Errorf("wheelq: start: %w", err)
+	}
 	if q.cfg.RunWhileRedisDown {
 		// The paused topics, known before any job is armed: a claim that
 		// cannot reach Redis parks their jobs (pause.go).
@@ -292,6 +306,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		q.dispatchers.Go(func() { q.dispatch(&q.calls.slots[i]) })
 	}
 	go q.starter()
+	go q.pullLoop(&q.calls.slots[claimers+2])
 	q.startStuckWatch()
 	q.recov.Start(ctx)
 	q.state = stateStarted
@@ -407,6 +422,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.dispatchers.Wait()
 		q.stopPauseWatch()
 		<-q.gate.done
+		<-q.pull.done
 		q.gate.mu.Lock()
 		held := q.gate.held
 		q.gate.held = map[string]*task{}

@@ -29,6 +29,13 @@ type engineStore interface {
 	Settle(ctx context.Context, tokens []string, now int64, os []persist.Outcome) ([]bool, error)
 	DeadLetterCorrupt(ctx context.Context, tok, key string, raw, rec []byte, now int64) (bool, error)
 
+	// Pulled topics (pull.go).
+	DeclareTopics(ctx context.Context, modes map[string]string) error
+	TopicModes(ctx context.Context) (map[string]string, error)
+	Due(ctx context.Context, p int, tok string, now int64, jobs []persist.DueJob) ([]persist.DueResult, error)
+	Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (persist.TakeResult, error)
+	Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error)
+
 	Get(ctx context.Context, key string) (persist.Record, persist.State, error)
 	History(ctx context.Context, key string) (persist.Record, persist.State, bool, error)
 	Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error)

@@ -200,9 +200,23 @@ func (s *Store) PausedTopics(ctx context.Context) ([]string, error) {
 // subscription was broken are missed: a caller still reads PausedTopics
 // now and then.
 func (s *Store) WatchPaused(ctx context.Context, changed func(topic string, paused bool)) error {
+	return s.WatchEvents(ctx, func(op, topic string) {
+		if op == "pause" || op == "resume" {
+			changed(topic, op == "pause")
+		}
+	})
+}
+
+// WatchEvents calls f with every event announced on the namespace's
+// channel, until ctx ends: op "pause" or "resume" (SetPaused), "ready"
+// (jobs of topic queued to its ready sets: due.lua, resolve.lua) or
+// "topics" (a topic's mode recorded or forgotten; topic empty). It holds
+// a subscription (one connection) meanwhile; events published while it
+// was broken are missed.
+func (s *Store) WatchEvents(ctx context.Context, f func(op, topic string)) error {
 	return s.subscribe(ctx, pausedChannel(s.ns), func(msg string) {
 		op, topic, _ := strings.Cut(msg, " ")
-		changed(topic, op == "pause")
+		f(op, topic)
 	})
 }
 

@@ -1,0 +1,801 @@
+package wheelq
+
+// Pulled topics: instead of a Handler, consumers reserve due jobs
+// (Reserve), and ack, nack or touch each reservation by its token. A job
+// of a pulled topic goes through the claims' wheel and the start gate as
+// any job, but unclaimed: at its exact due time the partition's owner
+// hands it, in one round trip (due.lua), to a consumer blocked in Reserve
+// here, or queues it to its topic's ready set in Redis, where a consumer
+// of any process takes it, oldest first (take.lua), woken by the
+// announcement of the queueing. A reservation lives in Redis (the job's
+// mark "~" and its token; the job's score its deadline): its owner looks
+// at it again at the deadline and, if it was neither acked nor nacked nor
+// touched, stores the failed attempt, as for a handler that timed out.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wheelq/wheelq/internal/errs"
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// Errors of pulled topics.
+var (
+	// ErrReservationLost is returned by Ack, Nack and Touch when the
+	// reservation is no longer current: its time-to-run lapsed (the job
+	// counts a failed attempt and is handed out again), or the job was
+	// cancelled, or finished by another reservation, or the token is not
+	// one Reserve gave. The message says which where it is known.
+	ErrReservationLost = errors.New("wheelq: reservation lost")
+	// ErrTopicMode is returned by Pull and Handle for a topic that this
+	// queue consumes the other way, and by Start for a topic recorded in
+	// Redis as consumed the other way in the namespace (by another
+	// process; see ForgetTopicMode).
+	ErrTopicMode = persist.ErrTopicMode
+	// ErrNotPulled is returned by Reserve for a topic this queue did not
+	// declare with Pull.
+	ErrNotPulled = errors.New("wheelq: topic not pulled by this queue")
+	// ErrNotStarted is returned by Reserve before Start.
+	ErrNotStarted = errors.New("wheelq: queue not started")
+)
+
+// Bounds of Reserve.
+const (
+	// DefaultTTR is a reservation's time-to-run when ReserveOptions.TTR is
+	// zero.
+	DefaultTTR = 30 * time.Second
+	// MaxTTR is the longest time-to-run (of Reserve and Touch).
+	MaxTTR = 24 * time.Hour
+	// MinTTR is the shortest.
+	MinTTR = 10 * time.Millisecond
+	// MaxReserve is the most jobs one Reserve returns.
+	MaxReserve = 1000
+)
+
+// pullRecheck is how often a blocked Reserve looks at the ready sets
+// without an announcement (one may be lost with a broken subscription).
+const pullRecheck = time.Second
+
+// ReserveOptions says what Reserve takes.
+type ReserveOptions struct {
+	// Topics are the topics to take jobs of, each declared with Pull.
+	Topics []string
+	// Max is the most jobs to return, 1 to MaxReserve. Zero means 1.
+	Max int
+	// TTR is the reservations' time-to-run: unless touched, a reservation
+	// not acked or nacked within it lapses, counts a failed attempt, and
+	// the job is handed out again (after the topic's backoff). Zero means
+	// DefaultTTR; else MinTTR to MaxTTR.
+	TTR time.Duration
+}
+
+// Receipt names a reservation: the job and the token Reserve gave for it.
+// It is all Ack, Nack and Touch need, so it may travel to another process
+// (or another language, through the server).
+type Receipt struct {
+	Topic, ID, Token string
+}
+
+// Reservation is a job handed to a consumer by Reserve.
+type Reservation struct {
+	Receipt
+	// Job is the job as a handler would get it: Attempt counts this
+	// reservation.
+	Job Job
+	// Deadline is when the reservation lapses unless acked, nacked or
+	// touched.
+	Deadline time.Time
+}
+
+// NackOptions says what becomes of a job whose reservation is nacked.
+type NackOptions struct {
+	// Err is the failure, recorded as the job's LastError (nil: "nacked").
+	Err error
+	// RetryAfter, if above zero, is when the job is due again; zero uses
+	// the backoff (Config.Backoff), as for a handler's error.
+	RetryAfter time.Duration
+	// Permanent dead-letters the job at once, whatever its attempts.
+	Permanent bool
+}
+
+// pullStage holds the consumers blocked in Reserve and the jobs of pulled
+// topics whose time has come.
+type pullStage struct {
+	mu       sync.Mutex
+	declared map[string]bool // guarded by mu: topics this queue pulls (Pull)
+	// known holds the namespace's pulled topics: declared here, or
+	// recorded in Redis by another process (read at Start and every
+	// pauseRecheck, and when announced). A job of one is never run by a
+	// handler here. Replaced whole, never changed (read without mu on
+	// every fired job).
+	known   atomic.Pointer[map[string]bool]
+	waiters []*pullWaiter // guarded by mu: in the order they came
+	due     []*task       // guarded by mu: jobs whose time came, for the pull loop
+	// ready is closed (and replaced) when jobs are queued to a ready set:
+	// blocked Reserves look at the ready sets again. Guarded by mu.
+	ready chan struct{}
+	sig   chan struct{} // due has jobs
+	done  chan struct{} // closed when the pull loop returned (made by Start)
+	seq   uint64        // guarded by mu: nonces and the partition a take starts from
+}
+
+// pullWaiter is a Reserve blocked until jobs come.
+type pullWaiter struct {
+	topics   []string
+	max      int
+	ttr      time.Duration
+	got      []*Reservation // guarded by the stage's mu
+	promised int            // guarded by mu: jobs being reserved for it (a due.lua call in flight)
+	gone     bool           // guarded by mu: Reserve returned; what comes is released
+	sig      chan struct{}
+}
+
+func (w *pullWaiter) wants(topic string) bool {
+	return !w.gone && w.max-len(w.got)-w.promised > 0 && slices.Contains(w.topics, topic)
+}
+
+// Pull declares topics consumed by pulling (Reserve) in this queue, not by
+// a Handler. A topic has one way in a namespace: one with a Handler here
+// is refused with ErrTopicMode, and Start refuses a topic recorded in
+// Redis the other way. Call it before Start.
+func (q *Queue) Pull(topics ...string) error {
+	for _, t := range topics {
+		if err := validTopic(t); err != nil {
+			return err
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != stateNew {
+		return fmt.Errorf("%w: Pull after Start", ErrInvalidConfig)
+	}
+	for _, t := range topics {
+		if q.handlers[t] != nil {
+			return fmt.Errorf("%w: topic %q has a handler", ErrTopicMode, t)
+		}
+	}
+	ps := &q.pull
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	known := map[string]bool{}
+	for t := range *ps.known.Load() {
+		known[t] = true
+	}
+	for _, t := range topics {
+		ps.declared[t], known[t] = true, true
+	}
+	ps.known.Store(&known)
+	return nil
+}
+
+// pulled reports whether topic is pulled in the namespace (as far as this
+// process knows).
+func (q *Queue) pulled(topic string) bool {
+	known := *q.pull.known.Load()
+	return len(known) > 0 && known[topic]
+}
+
+// pulledKey is pulled for a job key.
+func (q *Queue) pulledKey(key string) bool {
+	known := *q.pull.known.Load()
+	if len(known) == 0 {
+		return false
+	}
+	topic, _, _ := strings.Cut(key, persist.KeySep)
+	return known[topic]
+}
+
+// declareTopics records, at Start, how this queue consumes its topics;
+// a topic recorded the other way fails it. It then reads the namespace's
+// pulled topics.
+func (q *Queue) declareTopics(ctx context.Context) error {
+	modes := map[string]string{}
+	for t := range q.handlers {
+		modes[t] = persist.ModeHandler
+	}
+	q.pull.mu.Lock()
+	for t := range q.pull.declared {
+		modes[t] = persist.ModePull
+	}
+	q.pull.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	if err := q.store.DeclareTopics(ctx, modes); err != nil {
+		return err
+	}
+	return q.readTopicModes(ctx)
+}
+
+// readTopicModes reads the namespace's pulled topics from Redis.
+func (q *Queue) readTopicModes(ctx context.Context) error {
+	m, err := q.store.TopicModes(ctx)
+	if err != nil {
+		return err
+	}
+	ps := &q.pull
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	known := map[string]bool{}
+	for t := range ps.declared {
+		known[t] = true
+	}
+	for t, mode := range m {
+		if mode == persist.ModePull {
+			known[t] = true
+		}
+	}
+	ps.known.Store(&known)
+	return nil
+}
+
+// announced wakes the blocked Reserves of this process: jobs were queued
+// to a ready set (here, or announced by another process).
+func (q *Queue) announced() {
+	ps := &q.pull
+	ps.mu.Lock()
+	if len(ps.waiters) > 0 {
+		close(ps.ready)
+		ps.ready = make(chan struct{})
+	}
+	ps.mu.Unlock()
+}
+
+// pullWaits reports whether a Reserve blocked here waits for topic.
+func (q *Queue) pullWaits(topic string) bool {
+	ps := &q.pull
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, w := range ps.waiters {
+		if slices.Contains(w.topics, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// pullArrive hands jobs of pulled topics whose time came (from the start
+// gate) to the pull loop.
+func (q *Queue) pullArrive(ts []*task) {
+	if len(ts) == 0 {
+		return
+	}
+	ps := &q.pull
+	ps.mu.Lock()
+	ps.due = append(ps.due, ts...)
+	ps.mu.Unlock()
+	wake(ps.sig)
+}
+
+// pullLoop hands due jobs of pulled topics out (pullStep) until the queue
+// stops.
+func (q *Queue) pullLoop(slot *runSlot) {
+	defer close(q.pull.done)
+	for {
+		select {
+		case <-q.pull.sig:
+		case <-q.stopDispatch:
+			return
+		}
+		for {
+			ps := &q.pull
+			ps.mu.Lock()
+			ts := ps.due
+			ps.due = nil
+			ps.mu.Unlock()
+			if len(ts) == 0 {
+				break
+			}
+			q.pullStep(ts, slot)
+		}
+	}
+}
+
+// pullStep passes due jobs through the start gate's checks (their time
+// has come by the wall clock, their partition is owned in the epoch they
+// fired in) and runs due.lua for them, a call per partition: each goes to
+// a consumer blocked here that wants it, or to its topic's ready set.
+func (q *Queue) pullStep(ts []*task, slot *runSlot) {
+	now, wall := wheel.Readings(q.clock)
+	byPart := map[int][]*task{}
+	var parts []int
+	for _, t := range ts {
+		p := int(t.part)
+		switch {
+		case wall.Before(t.due):
+			q.hold(t, now, wall) // the wall clock stepped back: never early
+		case q.recov.Epoch(p) != t.epoch || q.recov.LoadedUntil(p) == recovery.NotOwned:
+			q.stats.dropped.Add(1) // its new owner hands it out
+			q.freeTask(t)
+		case !q.recov.Owns(p, now):
+			// A renewal is late: look again shortly.
+			q.arm(t.key, wall.Add(10*time.Millisecond).UnixMicro(), nil)
+			q.freeTask(t)
+		default:
+			if byPart[p] == nil {
+				parts = append(parts, p)
+			}
+			byPart[p] = append(byPart[p], t)
+		}
+	}
+	for _, p := range parts {
+		q.pullDue(p, byPart[p], wall, slot)
+	}
+}
+
+// pullDue runs due.lua for due jobs of partition p (see pullStep).
+func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
+	ps := &q.pull
+	jobs := make([]persist.DueJob, len(ts))
+	to := make([]*pullWaiter, len(ts))
+	ps.mu.Lock()
+	for i, t := range ts {
+		jobs[i].Key = t.key
+		topic, _, _ := persist.SplitJobKey(t.key)
+		for _, w := range ps.waiters {
+			if w.wants(topic) {
+				w.promised++
+				to[i] = w
+				ps.seq++
+				jobs[i].Nonce = q.member[:min(len(q.member), 6)] + "." + fmt.Sprint(ps.seq)
+				jobs[i].Deadline = wall.Add(w.ttr).UnixMicro()
+				break
+			}
+		}
+	}
+	ps.mu.Unlock()
+	ctx, end := slot.call()
+	res, err := q.store.Due(ctx, p, q.fence[p], wall.UnixMicro(), jobs)
+	end()
+	if err != nil {
+		ps.mu.Lock()
+		for _, w := range to {
+			if w != nil {
+				w.promised--
+			}
+		}
+		ps.mu.Unlock()
+		if errors.Is(err, persist.ErrFenced) {
+			for _, t := range ts {
+				q.stats.dropped.Add(1)
+				q.freeTask(t)
+			}
+			return
+		}
+		q.stats.redisErrors.Add(1)
+		q.log.Warn("wheelq: handing out due jobs failed; trying again", "err", err, "jobs", len(ts))
+		again := wall.Add(50 * time.Millisecond).UnixMicro()
+		for _, t := range ts {
+			q.arm(t.key, again, nil)
+			q.freeTask(t)
+		}
+		return
+	}
+	_, after := wheel.Readings(q.clock)
+	recheck := after.Add(busyRecheck).UnixMicro()
+	var release []persist.ResolveOp
+	queued := false
+	for i, t := range ts {
+		r := res[i]
+		if to[i] != nil && r.Status != persist.DueReserved {
+			ps.mu.Lock()
+			to[i].promised--
+			ps.mu.Unlock()
+		}
+		switch r.Status {
+		case persist.DueGone:
+			q.stats.skipped.Add(1)
+			q.cache.Remove(t.key)
+		case persist.DueMoved:
+			// Rescheduled, or a reservation touched: held for the new
+			// time (or armed, if beyond the start gate's reach).
+			q.arm(t.key, r.Score, nil)
+		case persist.DuePaused:
+			q.park(t.key, r.Score)
+		case persist.DueBusy:
+			q.stats.skipped.Add(1)
+			q.arm(t.key, max(r.Score, recheck), nil)
+		case persist.DueQueued:
+			queued = true
+		case persist.DueCorrupt:
+			q.deadLetterCorrupt(t.key, r.Record, persist.ErrCorrupt)
+		case persist.DueLapsed:
+			q.lapsed(t, r.Record)
+			continue // t is settled and freed there
+		case persist.DueReserved:
+			rec, derr := persist.DecodeRecord(r.Record)
+			if derr != nil {
+				// It was read whole just now; a record that does not decode
+				// is dead-lettered as a claim's would be (its mark stays
+				// until then; the dead letter clears it).
+				q.deadLetterCorrupt(t.key, r.Record, derr)
+				break
+			}
+			rec.Topic, rec.ID, _ = persist.SplitJobKey(t.key)
+			res := q.reservation(t.key, r.Token, &rec, time.UnixMicro(r.Score), time.UnixMicro(jobs[i].Deadline), t.rerun)
+			q.late.record(after.Sub(res.Job.Due))
+			q.stats.fired.Add(1)
+			if obs := q.cfg.Observer; obs != nil {
+				obs.JobStarted(rec.Topic, max(after.Sub(res.Job.Due), 0))
+			}
+			// The owner looks at it again at its deadline (lapsed, or
+			// moved by a touch).
+			q.arm(t.key, jobs[i].Deadline, nil)
+			ps.mu.Lock()
+			w := to[i]
+			w.promised--
+			if w.gone {
+				ps.mu.Unlock()
+				release = append(release, persist.ResolveOp{Op: 'u', Key: t.key, Token: r.Token, Score: r.Score})
+				break
+			}
+			w.got = append(w.got, res)
+			ps.mu.Unlock()
+			wake(w.sig)
+		}
+		q.freeTask(t)
+	}
+	if len(release) > 0 {
+		ctx, end := slot.call()
+		_, err := q.store.Resolve(ctx, after.UnixMicro(), release)
+		end()
+		if err != nil {
+			q.log.Warn("wheelq: releasing reservations whose consumer left; they lapse instead", "err", err, "jobs", len(release))
+		}
+		queued = true
+	}
+	if queued {
+		q.announced()
+	}
+}
+
+// reservation makes the Reservation of a job reserved with token.
+func (q *Queue) reservation(key, token string, rec *persist.Record, due, deadline time.Time, rerun bool) *Reservation {
+	return &Reservation{
+		Receipt: Receipt{Topic: rec.Topic, ID: rec.ID, Token: token},
+		Job: Job{Topic: rec.Topic, ID: rec.ID, Payload: rec.Payload, Attempt: rec.Attempt + 1, Rerun: rerun,
+			MaxAttempts: rec.MaxAttempts, Due: due, Created: rec.Created, LastError: rec.LastError, Headers: rec.Headers},
+		Deadline: deadline,
+	}
+}
+
+// lapsed stores the failed attempt of a reservation whose time-to-run
+// lapsed (due.lua marked the job as this owner's claim): retried by the
+// backoff, or dead-lettered after its last attempt, as a handler's error.
+func (q *Queue) lapsed(t *task, raw []byte) {
+	rec, err := persist.DecodeRecord(raw)
+	if err != nil {
+		q.deadLetterCorrupt(t.key, raw, err)
+		q.freeTask(t)
+		return
+	}
+	rec.Topic, rec.ID, _ = persist.SplitJobKey(t.key)
+	q.inflight.mu.Lock()
+	q.inflight.keys[t.key] = struct{}{}
+	q.inflight.mu.Unlock()
+	t.rec, t.verified = &rec, true
+	q.settle(t, rec.Attempt+1, fmt.Errorf("%w: time-to-run lapsed", ErrReservationLost))
+	q.freeTask(t)
+}
+
+// Reserve returns up to opts.Max due jobs of opts.Topics, each reserved
+// for this caller until its deadline (opts.TTR from now), oldest first,
+// blocking until at least one is due or ctx ends (then ctx.Err(), with
+// nothing reserved). A job whose time comes while Reserve is blocked is
+// handed over at its due time, never before. Each reservation must be
+// acked (Ack) or nacked (Nack) before its deadline, or touched (Touch) to
+// extend it: one that lapses counts a failed attempt, and the job is
+// handed out again after the topic's backoff (or dead-lettered after its
+// last attempt). Delivery is at least once: a consumer that dies holding
+// reservations loses nothing; their jobs come back after their
+// deadlines.
+//
+// The queue must be started, and the topics declared with Pull
+// (ErrNotPulled). Reserve returns ErrPaused when every topic is paused,
+// ErrInvalidOption for a Max or TTR out of range, and ErrClosed once
+// Shutdown began.
+func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservation, error) {
+	if err := checkCtx(ctx, "Reserve"); err != nil {
+		return nil, err
+	}
+	if opts.Max == 0 {
+		opts.Max = 1
+	}
+	if opts.TTR == 0 {
+		opts.TTR = DefaultTTR
+	}
+	switch {
+	case len(opts.Topics) == 0:
+		return nil, fmt.Errorf("%w: Reserve of no topic", ErrInvalidOption)
+	case opts.Max < 1 || opts.Max > MaxReserve:
+		return nil, fmt.Errorf("%w: Reserve of %d jobs: want 1 to %d", ErrInvalidOption, opts.Max, MaxReserve)
+	case opts.TTR < MinTTR || opts.TTR > MaxTTR:
+		return nil, fmt.Errorf("%w: time-to-run %v: want %v to %v", ErrInvalidOption, opts.TTR, MinTTR, MaxTTR)
+	}
+	q.mu.Lock()
+	state := q.state
+	q.mu.Unlock()
+	switch state {
+	case stateNew:
+		return nil, ErrNotStarted
+	case stateClosing, stateClosed:
+		return nil, ErrClosed
+	}
+	ps := &q.pull
+	topics := slices.Clone(opts.Topics)
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	ps.mu.Lock()
+	for _, t := range topics {
+		if !ps.declared[t] {
+			ps.mu.Unlock()
+			if err := validTopic(t); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %q", ErrNotPulled, t)
+		}
+	}
+	w := &pullWaiter{topics: topics, max: opts.Max, ttr: opts.TTR, sig: make(chan struct{}, 1)}
+	ps.waiters = append(ps.waiters, w)
+	ps.mu.Unlock()
+	defer q.unwait(w)
+	recheck := time.NewTimer(pullRecheck)
+	defer recheck.Stop()
+	for {
+		ps.mu.Lock()
+		ready := ps.ready
+		got, want := len(w.got), w.max-len(w.got)-w.promised
+		ps.mu.Unlock()
+		if got > 0 {
+			return q.takeGot(w), nil
+		}
+		if want > 0 {
+			taken, err := q.take(ctx, w, want)
+			if err != nil {
+				if got := q.takeGot(w); len(got) > 0 {
+					return got, nil
+				}
+				return nil, err
+			}
+			if len(taken) > 0 {
+				return append(q.takeGot(w), taken...), nil
+			}
+		}
+		select {
+		case <-w.sig:
+		case <-ready:
+		case <-recheck.C:
+			recheck.Reset(pullRecheck)
+		case <-q.stopDispatch:
+			if got := q.takeGot(w); len(got) > 0 {
+				return got, nil
+			}
+			return nil, ErrClosed
+		case <-ctx.Done():
+			if got := q.takeGot(w); len(got) > 0 {
+				return got, nil
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// takeGot returns what was handed to w, and empties it.
+func (q *Queue) takeGot(w *pullWaiter) []*Reservation {
+	q.pull.mu.Lock()
+	defer q.pull.mu.Unlock()
+	got := w.got
+	w.got = nil
+	return got
+}
+
+// unwait removes w from the waiters: a job still being reserved for it is
+// released (pullDue) when it comes.
+func (q *Queue) unwait(w *pullWaiter) {
+	ps := &q.pull
+	ps.mu.Lock()
+	w.gone = true
+	if i := slices.Index(ps.waiters, w); i >= 0 {
+		ps.waiters = slices.Delete(ps.waiters, i, i+1)
+	}
+	left := w.got
+	w.got = nil
+	ps.mu.Unlock()
+	if len(left) > 0 {
+		// Handed over after Reserve decided to return: back to the ready
+		// sets.
+		ops := make([]persist.ResolveOp, len(left))
+		for i, r := range left {
+			ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
+		defer cancel()
+		_, wall := wheel.Readings(q.clock)
+		if _, err := q.store.Resolve(ctx, wall.UnixMicro(), ops); err != nil {
+			q.log.Warn("wheelq: releasing reservations; they lapse instead", "err", err, "jobs", len(ops))
+		}
+		q.announced()
+	}
+}
+
+// take reserves up to n jobs for w from the ready sets (take.lua).
+func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation, error) {
+	ps := &q.pull
+	ps.mu.Lock()
+	ps.seq++
+	seq := ps.seq
+	ps.mu.Unlock()
+	var b [9]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	nonce := base64.RawURLEncoding.EncodeToString(b[:]) + "."
+	_, wall := wheel.Readings(q.clock)
+	deadline := wall.Add(w.ttr)
+	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return nil, errs.Errorf("wheelq: reserve: %w", err)
+	}
+	res, err := q.store.Take(cctx, w.topics, n, wall.UnixMicro(), deadline.UnixMicro(), nonce, int(seq%uint64(q.cfg.Partitions)))
+	q.reach.note(err, probe, q.clock)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errs.Errorf("wheelq: reserve: %w", uncertain(err))
+	}
+	if len(res.Jobs) == 0 && len(res.Paused) == len(w.topics) {
+		return nil, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
+	}
+	out := make([]*Reservation, 0, len(res.Jobs))
+	_, after := wheel.Readings(q.clock)
+	for _, j := range res.Jobs {
+		rec, err := persist.DecodeRecord(j.Record)
+		if err != nil {
+			// take.lua hands out only records that hold a revision; one
+			// that does not decode goes to the dead set.
+			q.deadLetterCorrupt(j.Key, j.Record, err)
+			continue
+		}
+		rec.Topic, rec.ID, _ = persist.SplitJobKey(j.Key)
+		r := q.reservation(j.Key, j.Token, &rec, time.UnixMicro(j.Due), deadline, false)
+		q.late.record(after.Sub(r.Job.Due))
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Ack says the reserved job is done: it leaves the queue, into the run
+// history. It returns ErrReservationLost when the reservation is not
+// current (lapsed, cancelled, or finished by another reservation); an Ack
+// sent again after it applied (its reply lost) returns nil, as long as the
+// run history keeps the job.
+func (q *Queue) Ack(ctx context.Context, r Receipt) error {
+	return q.resolve(ctx, r, persist.ResolveOp{Op: 'a'})
+}
+
+// Nack says the reserved job failed: it is retried after opts.RetryAfter
+// (or the backoff), or dead-lettered when opts.Permanent or after its last
+// attempt (Job.MaxAttempts). It needs the Reservation (its job's record),
+// not only the Receipt. Errors as Ack's.
+func (q *Queue) Nack(ctx context.Context, res *Reservation, opts NackOptions) error {
+	if res == nil {
+		return fmt.Errorf("%w: nil reservation", ErrInvalidOption)
+	}
+	if opts.RetryAfter < 0 || opts.RetryAfter > q.cfg.MaxDelay {
+		return fmt.Errorf("%w: retry after %v: want 0 to %v", ErrInvalidOption, opts.RetryAfter, q.cfg.MaxDelay)
+	}
+	cause := opts.Err
+	if cause == nil {
+		cause = errors.New("nacked")
+	}
+	j := &res.Job
+	rec := persist.Record{Rev: rand.Uint32(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Created: j.Created,
+		LastError: truncate(cause.Error(), 2048), Headers: j.Headers, Payload: j.Payload}
+	op := persist.ResolveOp{Op: 'r', Record: rec.Encode()}
+	if opts.Permanent || j.Attempt >= j.MaxAttempts {
+		op.Op = 'd'
+	} else {
+		delay := opts.RetryAfter
+		if delay == 0 {
+			delay = q.cfg.Backoff(j.Attempt, cause)
+		}
+		_, wall := wheel.Readings(q.clock)
+		op.Score = ceilMicro(wall.Add(delay))
+	}
+	err := q.resolve(ctx, res.Receipt, op)
+	if err == nil {
+		switch op.Op {
+		case 'd':
+			q.stats.dead.Add(1)
+			q.observeDead(j.Topic)
+		default:
+			q.stats.retried.Add(1)
+			// Armed here if this process owns the job's partition (the
+			// owner of another drains the inbox resolve.lua pushed to).
+			q.arm(persist.JobKey(j.Topic, j.ID), op.Score, nil)
+		}
+	}
+	return err
+}
+
+// Touch extends a reservation: its deadline becomes ttr from now (if that
+// is later than the current one; MinTTR to MaxTTR). It returns the new
+// deadline. Errors as Ack's.
+func (q *Queue) Touch(ctx context.Context, r Receipt, ttr time.Duration) (time.Time, error) {
+	if ttr < MinTTR || ttr > MaxTTR {
+		return time.Time{}, fmt.Errorf("%w: time-to-run %v: want %v to %v", ErrInvalidOption, ttr, MinTTR, MaxTTR)
+	}
+	_, wall := wheel.Readings(q.clock)
+	deadline := time.UnixMicro(ceilMicro(wall.Add(ttr)))
+	if err := q.resolve(ctx, r, persist.ResolveOp{Op: 't', Score: deadline.UnixMicro()}); err != nil {
+		return time.Time{}, err
+	}
+	return deadline, nil
+}
+
+// opName names resolve's op in errors.
+func opName(op byte) string {
+	switch op {
+	case 'a':
+		return "ack"
+	case 't':
+		return "touch"
+	}
+	return "nack"
+}
+
+// resolve runs op on the reservation r (resolve.lua).
+func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) error {
+	if err := checkCtx(ctx, opName(op.Op)); err != nil {
+		return err
+	}
+	if err := validTopic(r.Topic); err != nil {
+		return err
+	}
+	if err := validID(r.ID); err != nil {
+		return err
+	}
+	if len(r.Token) < 9 || len(r.Token) > 128 {
+		return fmt.Errorf("%w: token %q is not one Reserve gave", ErrReservationLost, r.Token)
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	op.Key, op.Token = persist.JobKey(r.Topic, r.ID), r.Token
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return errs.Errorf("wheelq: %s %s: %w", opName(op.Op), op.Key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	_, wall := wheel.Readings(q.clock)
+	res, err := q.store.Resolve(ctx, wall.UnixMicro(), []persist.ResolveOp{op})
+	q.reach.note(err, probe, q.clock)
+	if err != nil {
+		return errs.Errorf("wheelq: %s %s: %w", opName(op.Op), op.Key, uncertain(err))
+	}
+	switch res[0] {
+	case persist.Resolved:
+		if op.Op == 'a' {
+			q.stats.succeeded.Add(1)
+			q.cache.Remove(op.Key)
+		}
+		return nil
+	case persist.ResolveGone:
+		return fmt.Errorf("%w: job %s/%s was cancelled", ErrReservationLost, r.Topic, r.ID)
+	default:
+		return fmt.Errorf("%w: job %s/%s: the reservation lapsed, or the job was handed out again or is gone", ErrReservationLost, r.Topic, r.ID)
+	}
+}

@@ -1,0 +1,316 @@
+package wheelq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// setupPull starts a redis-server and a started queue that pulls topics.
+func setupPull(t *testing.T, cfg Config, topics ...string) *bundle {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	b.q = b.newQueue(t, cfg)
+	require.NoError(t, b.q.Pull(topics...))
+	require.NoError(t, b.q.Start(b.ctx))
+	<-b.q.Ready()
+	return b
+}
+
+// reserve calls Reserve bounded by the test's wait.
+func reserve(t *testing.T, q *Queue, opts ReserveOptions) []*Reservation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	rs, err := q.Reserve(ctx, opts)
+	require.NoError(t, err)
+	require.NotEmpty(t, rs)
+	return rs
+}
+
+// TestPullReserveAtDueTime: a consumer blocked in Reserve gets a job at
+// its due time, never before, with its payload and attempt; Ack finishes
+// it (the run history says done), and a replayed Ack is not an error.
+func TestPullReserveAtDueTime(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	due := time.Now().Add(150 * time.Millisecond)
+	got := make(chan []*Reservation, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		rs, err := b.q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}, Max: 5})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- rs
+	}()
+	_, err := b.q.Schedule(b.ctx, "p", []byte("hello"), ID("a"), At(due))
+	require.NoError(t, err)
+	rs := <-got
+	at := time.Now()
+	require.Len(t, rs, 1)
+	r := rs[0]
+	require.False(t, at.Before(due), "never early")
+	require.Equal(t, "a", r.ID)
+	require.Equal(t, "hello", string(r.Job.Payload))
+	require.Equal(t, 1, r.Job.Attempt)
+	require.WithinDuration(t, due, r.Job.Due, time.Millisecond)
+	require.WithinDuration(t, time.Now().Add(DefaultTTR), r.Deadline, 2*time.Second)
+	info, err := b.q.Lookup(b.ctx, "p", "a")
+	require.NoError(t, err)
+	require.Equal(t, StateRunning, info.State, "a reserved job shows as running")
+	require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
+	require.NoError(t, b.q.Ack(b.ctx, r.Receipt), "a replayed ack is recognised")
+	info, err = b.q.Lookup(b.ctx, "p", "a")
+	require.NoError(t, err)
+	require.Equal(t, StateDone, info.State)
+}
+
+// TestPullNackTouchLapse: a nacked job comes back with its next attempt
+// and the error; a touched reservation does not lapse at its first
+// deadline; one left alone lapses, counts an attempt, and its old token
+// no longer acks; a permanent nack dead-letters.
+func TestPullNackTouchLapse(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	_, err := b.q.Schedule(b.ctx, "p", []byte("x"), ID("n"), MaxAttempts(4))
+	require.NoError(t, err)
+	r := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	require.NoError(t, b.q.Nack(b.ctx, r, NackOptions{Err: errors.New("partner down"), RetryAfter: 20 * time.Millisecond}))
+	require.ErrorIs(t, b.q.Ack(b.ctx, r.Receipt), ErrReservationLost, "nacked: the token is spent")
+
+	r2 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, TTR: 300 * time.Millisecond})[0]
+	require.Equal(t, 2, r2.Job.Attempt)
+	require.Equal(t, "partner down", r2.Job.LastError)
+	require.NotEqual(t, r.Token, r2.Token)
+	// Touch it past its first deadline: it is still ours after it.
+	dl, err := b.q.Touch(b.ctx, r2.Receipt, time.Second)
+	require.NoError(t, err)
+	require.True(t, dl.After(r2.Deadline))
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, b.q.Ack(b.ctx, r2.Receipt), "touched: not lapsed")
+
+	// A reservation left alone lapses: the job comes back, attempt 2.
+	_, err = b.q.Schedule(b.ctx, "p", []byte("y"), ID("l"), MaxAttempts(4))
+	require.NoError(t, err)
+	r3 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, TTR: 50 * time.Millisecond})[0]
+	r4 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	require.Equal(t, "l", r4.ID)
+	require.Equal(t, 2, r4.Job.Attempt)
+	require.Contains(t, r4.Job.LastError, "time-to-run lapsed")
+	require.False(t, time.Now().Before(r3.Deadline), "not handed out again before the deadline")
+	require.ErrorIs(t, b.q.Ack(b.ctx, r3.Receipt), ErrReservationLost)
+
+	// Permanent: dead at once.
+	require.NoError(t, b.q.Nack(b.ctx, r4, NackOptions{Err: errors.New("bad"), Permanent: true}))
+	info, err := b.q.Lookup(b.ctx, "p", "l")
+	require.NoError(t, err)
+	require.Equal(t, StateDead, info.State)
+	require.Equal(t, "bad", info.LastError)
+}
+
+// TestPullBacklogOldestFirst: due jobs nobody asked for wait in Redis;
+// a consumer that comes later drains them oldest first, in batches.
+func TestPullBacklogOldestFirst(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	base := time.Now().Add(-time.Hour)
+	const n = 60
+	for i := range n {
+		// Scheduled out of order, due in order of i.
+		j := (i * 37) % n
+		_, err := b.q.Schedule(b.ctx, "p", nil, ID(fmt.Sprint(j)), At(base.Add(time.Duration(j)*time.Second)))
+		require.NoError(t, err)
+	}
+	// The owner queues them to the ready sets once their time came (now).
+	eventually(t, func() bool {
+		var ready int64
+		for p := range 4 {
+			n, _ := b.rdb.ZCard(b.ctx, b.q.store.Keys(p).Ready+"p").Result()
+			ready += n
+		}
+		return ready == n
+	}, "all queued to the ready sets")
+	var ids []string
+	for len(ids) < n {
+		for _, r := range reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 25}) {
+			ids = append(ids, r.ID)
+			require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
+		}
+	}
+	for i, id := range ids {
+		require.Equal(t, fmt.Sprint(i), id, "oldest first")
+	}
+}
+
+// TestPullCancelWins: a job cancelled before its time is never handed
+// out; one cancelled while reserved answers ErrRunning, and its
+// consumer's ack is refused as cancelled.
+func TestPullCancelWins(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	_, err := b.q.Schedule(b.ctx, "p", nil, ID("c"), After(100*time.Millisecond))
+	require.NoError(t, err)
+	require.NoError(t, b.q.Cancel(b.ctx, "p", "c"))
+	ctx, cancel := context.WithTimeout(b.ctx, 400*time.Millisecond)
+	_, err = b.q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}})
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a cancelled job is never handed out")
+
+	_, err = b.q.Schedule(b.ctx, "p", nil, ID("d"))
+	require.NoError(t, err)
+	r := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	require.ErrorIs(t, b.q.Cancel(b.ctx, "p", "d"), ErrRunning)
+	err = b.q.Ack(b.ctx, r.Receipt)
+	require.ErrorIs(t, err, ErrReservationLost)
+	require.Contains(t, err.Error(), "cancelled")
+}
+
+// TestPullAcrossProcesses: with two processes on a namespace and a
+// consumer on one only, the jobs of every partition reach it, each once.
+func TestPullAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	other := b.newQueue(t, Config{})
+	require.NoError(t, other.Pull("p"))
+	require.NoError(t, other.Start(b.ctx))
+	eventually(t, func() bool { return len(other.Owned()) > 0 && len(b.q.Owned()) > 0 }, "both own partitions")
+	const n = 40
+	for i := range n {
+		_, err := b.q.Schedule(b.ctx, "p", nil, ID(fmt.Sprint(i)), After(time.Duration(i)*5*time.Millisecond))
+		require.NoError(t, err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		for _, r := range reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 10}) {
+			require.False(t, seen[r.ID], "each once")
+			require.False(t, time.Now().Before(r.Job.Due), "never early")
+			seen[r.ID] = true
+			require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
+		}
+	}
+}
+
+// TestPullTopicModes: a topic is consumed one way: a handler and Pull on
+// one queue conflict, and a process that pulls a topic another handles
+// cannot start.
+func TestPullTopicModes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	require.NoError(t, b.q.Handle("h", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	q := b.newQueue(t, Config{})
+	require.NoError(t, q.Pull("p"))
+	require.ErrorIs(t, q.Handle("p", HandlerFunc(func(context.Context, *Job) error { return nil })), ErrTopicMode)
+	q2 := b.newQueue(t, Config{})
+	require.NoError(t, q2.Handle("x", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	require.ErrorIs(t, q2.Pull("x"), ErrTopicMode)
+
+	// b.q started before it had a handler for h: declare it with a
+	// process that has one.
+	h := b.newQueue(t, Config{})
+	require.NoError(t, h.Handle("h", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	require.NoError(t, h.Start(b.ctx))
+	pq := b.newQueue(t, Config{})
+	require.NoError(t, pq.Pull("h"))
+	require.ErrorIs(t, pq.Start(b.ctx), ErrTopicMode)
+}
+
+// TestPullHandlerProcessLeavesPulledJobs: a process with handlers only
+// owns every partition, yet never runs a pulled topic's job (it knows the
+// topic from Redis): the consumer on another process gets it.
+func TestPullHandlerProcessLeavesPulledJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	var mu sync.Mutex
+	ran := 0
+	require.NoError(t, b.q.Handle("h", HandlerFunc(func(context.Context, *Job) error {
+		mu.Lock()
+		ran++
+		mu.Unlock()
+		return nil
+	})))
+	c := b.newQueue(t, Config{})
+	require.NoError(t, c.Pull("p"))
+	require.NoError(t, c.Start(b.ctx))
+	eventually(t, func() bool { return b.q.pulled("p") }, "the handler process learns the pulled topic")
+	for i := range 10 {
+		_, err := b.q.Schedule(b.ctx, "p", nil, ID(fmt.Sprint(i)), After(20*time.Millisecond))
+		require.NoError(t, err)
+	}
+	seen := 0
+	for seen < 10 {
+		for _, r := range reserve(t, c, ReserveOptions{Topics: []string{"p"}, Max: 10}) {
+			require.NoError(t, c.Ack(b.ctx, r.Receipt))
+			seen++
+		}
+	}
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Fired+st.Retried+st.DeadLettered, "no handler ran a pulled job")
+	mu.Lock()
+	require.Zero(t, ran)
+	mu.Unlock()
+}
+
+// TestReserveBadInput: each misuse a clear error, never a hang.
+func TestReserveBadInput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{})
+	require.NoError(t, q.Pull("p", "s"))
+	require.ErrorIs(t, q.Pull("a/b"), ErrInvalidTopic)
+	_, err := q.Reserve(b.ctx, ReserveOptions{Topics: []string{"p"}})
+	require.ErrorIs(t, err, ErrNotStarted)
+	require.NoError(t, q.Start(b.ctx))
+	require.ErrorIs(t, q.Pull("late"), ErrInvalidConfig)
+	for _, o := range []ReserveOptions{
+		{},
+		{Topics: []string{"p"}, Max: -1},
+		{Topics: []string{"p"}, Max: MaxReserve + 1},
+		{Topics: []string{"p"}, TTR: time.Nanosecond},
+		{Topics: []string{"p"}, TTR: MaxTTR + 1},
+	} {
+		_, err := q.Reserve(b.ctx, o)
+		require.ErrorIs(t, err, ErrInvalidOption, "%+v", o)
+	}
+	_, err = q.Reserve(b.ctx, ReserveOptions{Topics: []string{"other"}})
+	require.ErrorIs(t, err, ErrNotPulled)
+	require.NoError(t, q.Pause(b.ctx, "s"))
+	_, err = q.Reserve(b.ctx, ReserveOptions{Topics: []string{"s"}})
+	require.ErrorIs(t, err, ErrPaused)
+	for _, rc := range []Receipt{{Topic: "p", ID: "x", Token: "short"}, {Topic: "p", ID: "x", Token: "0000000000000000"}} {
+		require.ErrorIs(t, q.Ack(b.ctx, rc), ErrReservationLost)
+	}
+	require.ErrorIs(t, q.Ack(b.ctx, Receipt{Topic: "", ID: "x", Token: "0000000000000"}), ErrInvalidTopic)
+	_, err = q.Touch(b.ctx, Receipt{Topic: "p", ID: "x", Token: "0000000000000"}, 0)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorIs(t, q.Nack(b.ctx, nil, NackOptions{}), ErrInvalidOption)
+
+	// A blocked Reserve returns ErrClosed at Shutdown; calls after it too.
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Reserve(context.Background(), ReserveOptions{Topics: []string{"p"}})
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, q.Shutdown(b.ctx))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(wait):
+		t.Fatal("Reserve hangs past Shutdown")
+	}
+	require.ErrorIs(t, q.Ack(b.ctx, Receipt{Topic: "p", ID: "x", Token: "0000000000000"}), ErrClosed)
+	_, err = q.Reserve(b.ctx, ReserveOptions{Topics: []string{"p"}})
+	require.ErrorIs(t, err, ErrClosed)
+}
