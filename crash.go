@@ -294,3 +294,40 @@ func abandoned(ctx context.Context) context.Context {
 	cancel(crashpoint.ErrCrashed)
 	return ctx
 }
+
+// The pulled topics' calls: a dead queue sends none.
+
+func (c *crashStore) DeclareTopics(ctx context.Context, modes map[string]string) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.engineStore.DeclareTopics(ctx, modes)
+}
+
+func (c *crashStore) TopicModes(ctx context.Context) (map[string]string, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	return c.engineStore.TopicModes(ctx)
+}
+
+func (c *crashStore) Due(ctx context.Context, p int, tok string, now int64, jobs []persist.DueJob) ([]persist.DueResult, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	return c.engineStore.Due(ctx, p, tok, now, jobs)
+}
+
+func (c *crashStore) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (persist.TakeResult, error) {
+	if err := c.dead(); err != nil {
+		return persist.TakeResult{}, err
+	}
+	return c.engineStore.Take(ctx, topics, max, now, deadline, nonce, start)
+}
+
+func (c *crashStore) Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	return c.engineStore.Resolve(ctx, now, ops)
+}

@@ -94,6 +94,29 @@
 // forever. A write whose outcome cannot be known (its reply was lost) fails
 // with an error wrapping ErrOutcomeUnknown; calling again is safe.
 //
+// # Pulled topics
+//
+// A topic may be consumed by pulling instead of a Handler, by any process
+// (or, through a server, any language): Pull declares it, Reserve blocks
+// until jobs of it are due and returns up to Max of them, each reserved
+// for a time-to-run, and Ack, Nack and Touch settle or extend a
+// reservation by its Receipt (the job and a token). Every promise above
+// holds for pulled jobs: a job is never handed out before its due time;
+// a consumer already blocked in Reserve gets it at that time, through
+// the same start gate that starts handlers (its reservation written in
+// Redis before Reserve returns); after Cancel returned nil it is never
+// handed out, and Cancel of a reserved job returns ErrRunning (the
+// consumer's Ack then fails with ErrReservationLost); delivery is at
+// least once: a reservation neither acked nor nacked by its deadline
+// lapses, counts a failed attempt, and the job is handed out again after
+// the backoff (dead-lettered after its last attempt). Due jobs no
+// consumer has asked for wait in Redis, in due order, costing no memory
+// in any process, and Reserve in any process of the namespace takes them,
+// oldest first. Reservations live in Redis, not in a process: a consumer
+// may ack through any process, and a process that dies loses none. A
+// topic is consumed one way in a namespace: Start refuses a topic recorded
+// the other way (ErrTopicMode).
+//
 // # Partitions
 //
 // Jobs are spread over Config.Partitions partitions by a hash of topic

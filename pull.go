@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/batch"
 	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
@@ -218,8 +219,11 @@ func (q *Queue) declareTopics(ctx context.Context) error {
 	return q.readTopicModes(ctx)
 }
 
-// readTopicModes reads the namespace's pulled topics from Redis.
+// readTopicModes reads the namespace's pulled topics from Redis, within
+// WriteTimeout (a client may honour only a context's deadline).
 func (q *Queue) readTopicModes(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
 	m, err := q.store.TopicModes(ctx)
 	if err != nil {
 		return err
@@ -778,15 +782,16 @@ func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) er
 	if err != nil {
 		return errs.Errorf("wheelq: %s %s: %w", opName(op.Op), op.Key, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	defer cancel()
-	_, wall := wheel.Readings(q.clock)
-	res, err := q.store.Resolve(ctx, wall.UnixMicro(), []persist.ResolveOp{op})
+	// Concurrent calls share round trips, as Schedule calls do.
+	res, err := q.resolves.Do(ctx, op)
 	q.reach.note(err, probe, q.clock)
+	if errors.Is(err, batch.ErrClosed) {
+		return ErrClosed
+	}
 	if err != nil {
 		return errs.Errorf("wheelq: %s %s: %w", opName(op.Op), op.Key, uncertain(err))
 	}
-	switch res[0] {
+	switch res {
 	case persist.Resolved:
 		if op.Op == 'a' {
 			q.stats.succeeded.Add(1)

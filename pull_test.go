@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -313,4 +317,93 @@ func TestReserveBadInput(t *testing.T) {
 	require.ErrorIs(t, q.Ack(b.ctx, Receipt{Topic: "p", ID: "x", Token: "0000000000000"}), ErrClosed)
 	_, err = q.Reserve(b.ctx, ReserveOptions{Topics: []string{"p"}})
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+const (
+	envPullRedis = "WHEELQ_PULL_CHILD_REDIS"
+	envPullLog   = "WHEELQ_PULL_CHILD_LOG"
+)
+
+func pullKillConfig() Config {
+	return Config{Namespace: "pullkill", Partitions: 4, Backoff: func(int, error) time.Duration { return 10 * time.Millisecond }}
+}
+
+// TestPullChild is the process TestPullKill9HoldingReservations kills: it
+// pulls "p" and reserves every job it can (time-to-run 1 s), logging each
+// reservation's id and deadline, and acks none.
+func TestPullChild(t *testing.T) {
+	addr := os.Getenv(envPullRedis)
+	if addr == "" {
+		t.Skip("child process of TestPullKill9HoldingReservations")
+	}
+	f, err := os.OpenFile(os.Getenv(envPullLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), pullKillConfig())
+	require.NoError(t, err)
+	require.NoError(t, q.Pull("p"))
+	require.NoError(t, q.Start(context.Background()))
+	for {
+		rs, err := q.Reserve(context.Background(), ReserveOptions{Topics: []string{"p"}, Max: 100, TTR: time.Second})
+		require.NoError(t, err)
+		for _, r := range rs {
+			_, err := fmt.Fprintf(f, "%s %d\n", r.ID, r.Deadline.UnixMicro()) // one write(2)
+			require.NoError(t, err)
+		}
+	}
+}
+
+// TestPullKill9HoldingReservations: the process that owns every
+// partition, with a consumer holding reservations of every job, is killed
+// with -9. Nothing is lost: another process takes the partitions over at
+// once (its lock file), and every job is handed to its consumer after the
+// dead one's reservation lapsed (never before its deadline), once, as a
+// second attempt.
+func TestPullKill9HoldingReservations(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	logPath := filepath.Join(t.TempDir(), "reserved")
+	c := startTestChild(t, "TestPullChild", envPullRedis+"="+srv.Addr, envPullLog+"="+logPath)
+	t.Cleanup(c.kill)
+	eventually(t, func() bool {
+		n, err := b.rdb.Exists(b.ctx, "wq:{pullkill:0}:lease", "wq:{pullkill:1}:lease", "wq:{pullkill:2}:lease", "wq:{pullkill:3}:lease").Result()
+		return err == nil && n == 4
+	}, "the child owns every partition")
+	producer := b.newQueue(t, pullKillConfig())
+	const n = 20
+	for i := range n {
+		_, err := producer.Schedule(b.ctx, "p", []byte(fmt.Sprint(i)), ID(fmt.Sprint(i)), After(300*time.Millisecond))
+		require.NoError(t, err)
+	}
+	deadlines := map[string]time.Time{}
+	eventually(t, func() bool {
+		data, _ := os.ReadFile(logPath)
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var id string
+			var us int64
+			if _, err := fmt.Sscanf(line, "%s %d", &id, &us); err == nil {
+				deadlines[id] = time.UnixMicro(us)
+			}
+		}
+		return len(deadlines) == n
+	}, "the child reserved every job")
+	c.kill()
+
+	q := b.newQueue(t, pullKillConfig())
+	require.NoError(t, q.Pull("p"))
+	require.NoError(t, q.Start(b.ctx))
+	got := map[string]int{}
+	for len(got) < n {
+		for _, r := range reserve(t, q, ReserveOptions{Topics: []string{"p"}, Max: n}) {
+			require.False(t, time.Now().Before(deadlines[r.ID]), "handed out again before the dead consumer's reservation lapsed")
+			require.Equal(t, 2, r.Job.Attempt, "the lapsed reservation counts an attempt")
+			require.Equal(t, r.ID, string(r.Job.Payload))
+			got[r.ID]++
+			require.NoError(t, q.Ack(b.ctx, r.Receipt))
+		}
+	}
+	for id, k := range got {
+		require.Equal(t, 1, k, "job %s handed out once after the kill", id)
+	}
 }

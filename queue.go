@@ -44,8 +44,10 @@ type Queue struct {
 	writes  *batch.Batcher[persist.Write, persist.WriteResult]
 	cancels *batch.Batcher[string, persist.Change]
 	moves   *batch.Batcher[persist.Move, persist.Change] // reschedules
-	settles *batch.Retrier[persist.Outcome]
-	fence   []string // our token for every partition: claims and settles are always fenced
+	// resolves are the consumers' acks, nacks and touches (pull.go).
+	resolves *batch.Batcher[persist.ResolveOp, byte]
+	settles  *batch.Retrier[persist.Outcome]
+	fence    []string // our token for every partition: claims and settles are always fenced
 
 	mu       sync.Mutex
 	state    int                // guarded by mu
@@ -224,6 +226,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.cancels = batch.NewBatcher(bc, store.CancelMany)
 	q.moves = batch.NewBatcher(bc, func(ctx context.Context, ms []persist.Move) ([]persist.Change, error) {
 		return store.RescheduleMany(ctx, q.recov.Tokens(), ms)
+	})
+	q.resolves = batch.NewBatcher(bc, func(ctx context.Context, ops []persist.ResolveOp) ([]byte, error) {
+		_, wall := wheel.Readings(q.clock)
+		return store.Resolve(ctx, wall.UnixMicro(), ops)
 	})
 	sc := bc
 	sc.Linger = settleLinger
@@ -410,6 +416,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	q.writes.Stop()
 	q.cancels.Stop()
 	q.moves.Stop()
+	q.resolves.Stop()
 	// 2. Arming: the wheel stops firing (nothing more is claimed or
 	//    started from it).
 	q.sched.Stop()

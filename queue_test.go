@@ -135,13 +135,15 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 // wqKeys returns the Redis keys the queue left, but for the namespace's
 // meta key and roster, the partitions' leases and loaded markers, and the
 // tombstones of recent cancels (which expire two minutes after the last
-// cancel), and the run history (bounded by Config.History).
+// cancel), the run history (bounded by Config.History), and the topics'
+// modes (pull.go).
 func wqKeys(t *testing.T, b *bundle) []string {
 	keys := b.keys(t, "")
 	var out []string
 	for _, k := range keys {
 		if !strings.HasSuffix(k, ":meta") && !strings.HasSuffix(k, ":lease") && !strings.HasSuffix(k, ":loaded") && !strings.Contains(k, ":cancelled") &&
-			!strings.HasSuffix(k, ":members") && !strings.HasSuffix(k, ":members-version") && !strings.Contains(k, ":history") {
+			!strings.HasSuffix(k, ":members") && !strings.HasSuffix(k, ":members-version") && !strings.Contains(k, ":history") &&
+			!strings.HasSuffix(k, ":topics") {
 			out = append(out, k)
 		}
 	}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/persist"
+)
+
+func init() {
+	workloads = append(workloads,
+		workload{"pull", "W1 pulled: 20,000 jobs with 64 payload bytes due over [1s, 3s], 8 consumers blocked in Reserve (lateness: Reserve's return minus due); then precision64's handlers in the same run", runPull},
+		workload{"pulldrain", "100,000 jobs already due, drained by 8 consumers reserving up to 100 and acking each; then the same backlog run by handlers", runPullDrain},
+	)
+}
+
+// consume runs consumers goroutines that reserve up to max jobs of topic
+// "p" from q and ack each (the acks of a batch concurrently, so that they
+// share round trips), calling got with each reservation and the time
+// Reserve returned, until ctx ends. It returns the acks that failed.
+func consume(ctx context.Context, q *wheelq.Queue, consumers, max int, got func(r *wheelq.Reservation, at time.Time)) (wait func() int64) {
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range consumers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				rs, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"p"}, Max: max})
+				at := time.Now()
+				if err != nil {
+					if ctx.Err() == nil && !errors.Is(err, wheelq.ErrClosed) {
+						failed.Add(1)
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				var acks sync.WaitGroup
+				for _, r := range rs {
+					got(r, at)
+					acks.Go(func() {
+						if err := q.Ack(context.WithoutCancel(ctx), r.Receipt); err != nil {
+							failed.Add(1)
+						}
+					})
+				}
+				acks.Wait()
+			}
+		})
+	}
+	return func() int64 { wg.Wait(); return failed.Load() }
+}
+
+// runPull is W1 with consumers instead of a handler: lateness is the
+// return of the Reserve that got the job minus its due time.
+func runPull(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(20_000, 2_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("pull")})
+	if err != nil {
+		return err
+	}
+	if err := q.Pull("p"); err != nil {
+		return err
+	}
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	<-q.Ready()
+	lat := newLateness(n)
+	wanted := make([]time.Time, n)
+	cctx, stop := context.WithCancel(ctx)
+	wait := consume(cctx, q, 8, 100, func(r *wheelq.Reservation, at time.Time) {
+		if i, err := strconv.Atoi(strings.TrimPrefix(r.ID, "job-")); err == nil && i >= 0 && i < n {
+			lat.record(i, wanted[i], at)
+		}
+	})
+	order := rand.Perm(n)
+	runtime.GC()
+	time.Sleep(cfg.warm)
+	t0 := time.Now()
+	ds := dues(t0, n, time.Second, 3*time.Second)
+	copy(wanted, ds)
+	var wg sync.WaitGroup
+	var failed, next atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				i := order[k]
+				payload := make([]byte, 64)
+				_, _ = crand.Read(payload)
+				if _, err := q.Schedule(ctx, "p", payload, wheelq.ID(fmt.Sprintf("job-%08d", i)), wheelq.At(ds[i])); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	redis0, _ := br.usedCPU(ctx)
+	own0 := processCPU()
+	waitAll(ctx, lat, t0.Add(8*time.Second))
+	redis1, _ := br.usedCPU(ctx)
+	own1 := processCPU()
+	stop()
+	ackFailed := wait()
+	_ = q.Shutdown(ctx)
+	r := lat.result("pull", "wheelq", n)
+	r["schedule_errors"] = failed.Load()
+	r["ack_errors"] = ackFailed
+	r["firing_redis_cpu_us_per_job"] = round((redis1 - redis0) * 1e6 / float64(n))
+	r["firing_go_cpu_us_per_job"] = round((own1 - own0) * 1e6 / float64(n))
+	emit(r)
+
+	// precision64's handlers in the same run, the baseline.
+	return runPrecision64(ctx, cfg, emit)
+}
+
+// runPullDrain: a backlog of n due jobs, queued to the ready sets while
+// no consumer waits; then 8 consumers drain it. The baseline: the same
+// backlog written by a producer, then run by a started queue's handlers.
+func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(100_000, 10_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	payload := make([]byte, 64)
+	schedule := func(q *wheelq.Queue) error {
+		past := time.Now().Add(-time.Minute)
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		var first error
+		var mu sync.Mutex
+		for range 32 {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+					if _, err := q.Schedule(ctx, "p", payload, wheelq.ID(fmt.Sprintf("job-%08d", i)), wheelq.At(past.Add(time.Duration(i)*time.Microsecond))); err != nil {
+						mu.Lock()
+						first = errors.Join(first, err)
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return first
+	}
+
+	// Pulled.
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("drain")})
+	if err != nil {
+		return err
+	}
+	if err := q.Pull("p"); err != nil {
+		return err
+	}
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	<-q.Ready()
+	if err := schedule(q); err != nil {
+		return err
+	}
+	// Wait until the owner queued them all to the ready sets.
+	st, err := persist.New(br.rdb, persist.Options{Namespace: namespace("drain")})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var ready int64
+		for p := range st.Partitions() {
+			c, _ := br.rdb.ZCard(ctx, st.Keys(p).Ready+"p").Result()
+			ready += c
+		}
+		if ready >= int64(n) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var acked atomic.Int64
+	done := make(chan struct{})
+	cctx, stop := context.WithCancel(ctx)
+	t0 := time.Now()
+	wait := consume(cctx, q, 8, 100, func(*wheelq.Reservation, time.Time) {
+		if acked.Add(1) == int64(n) {
+			close(done)
+		}
+	})
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+	}
+	el := time.Since(t0)
+	stop()
+	failed := wait()
+	_ = q.Shutdown(ctx)
+	emit(result{"workload": "pulldrain", "system": "wheelq pull", "n": n, "reserved": acked.Load(), "ack_errors": failed,
+		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(acked.Load()) / el.Seconds())})
+
+	// Handlers on the same backlog.
+	ns := namespace("drainh")
+	prod, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	if err := schedule(prod); err != nil {
+		return err
+	}
+	_ = prod.Shutdown(ctx)
+	hq, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	var ran atomic.Int64
+	hdone := make(chan struct{})
+	_ = hq.Handle("p", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		if ran.Add(1) == int64(n) {
+			close(hdone)
+		}
+		return nil
+	}))
+	t1 := time.Now()
+	if err := hq.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-hdone:
+	case <-time.After(120 * time.Second):
+	}
+	el = time.Since(t1)
+	_ = hq.Shutdown(ctx)
+	emit(result{"workload": "pulldrain", "system": "wheelq handlers", "n": n, "ran": ran.Load(),
+		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(ran.Load()) / el.Seconds())})
+	return ctx.Err()
+}

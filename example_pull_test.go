@@ -1,0 +1,63 @@
+package wheelq_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/wheelq/wheelq"
+)
+
+// A consumer pulls jobs instead of registering a handler: Reserve blocks
+// until a job is due and hands it over at its time; Ack finishes it, Nack
+// sends it back to be retried.
+func ExampleQueue_Reserve() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := wheelq.New(rdb, wheelq.Config{Backoff: func(int, error) time.Duration { return 10 * time.Millisecond }})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Pull("sms.send"); err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+
+	if _, err := q.Schedule(ctx, "sms.send", []byte("your code is 4242"), wheelq.ID("otp-1"), wheelq.After(30*time.Millisecond)); err != nil {
+		panic(err)
+	}
+	for sent := false; !sent; {
+		rs, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"sms.send"}, Max: 10, TTR: time.Minute})
+		if err != nil {
+			panic(err)
+		}
+		for _, r := range rs {
+			if r.Job.Attempt == 1 {
+				fmt.Printf("attempt 1 of %s: the gateway is down\n", r.ID)
+				if err := q.Nack(ctx, r, wheelq.NackOptions{Err: fmt.Errorf("gateway down")}); err != nil {
+					panic(err)
+				}
+				continue
+			}
+			fmt.Printf("attempt %d of %s: sent %q (last error: %s)\n", r.Job.Attempt, r.ID, r.Job.Payload, r.Job.LastError)
+			if err := q.Ack(ctx, r.Receipt); err != nil {
+				panic(err)
+			}
+			sent = true
+		}
+	}
+	info, err := q.Lookup(ctx, "sms.send", "otp-1")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(info.State)
+	// Output:
+	// attempt 1 of otp-1: the gateway is down
+	// attempt 2 of otp-1: sent "your code is 4242" (last error: gateway down)
+	// done
+}
