@@ -319,9 +319,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 			err := q.store.WatchEvents(ctx, func(op, topic string) {
 				switch op {
 				case "ready": // jobs of a pulled topic queued (pull.go)
-					if q.pullWaits(topic) {
-						q.announced()
-					}
+					q.announced(topic)
 					return
 				case "topics": // a topic's mode recorded or forgotten
 					select {

@@ -127,7 +127,15 @@ type pullStage struct {
 	// ready is closed (and replaced) when jobs are queued to a ready set:
 	// blocked Reserves look at the ready sets again. Guarded by mu.
 	ready chan struct{}
-	sig   chan struct{} // due has jobs
+	// gen counts, per topic, the announcements that jobs were queued to
+	// its ready sets; drained is gen as it was before the last take that
+	// found fewer jobs of the topic than it asked for. A Reserve reads the
+	// ready sets only while a topic may have some (gen != drained), or
+	// every pullRecheck: a take costs a read of every partition, and at
+	// thousands of Reserves a second they kept Redis from handing out the
+	// jobs coming due. Guarded by mu.
+	gen, drained map[string]uint64
+	sig          chan struct{} // due has jobs
 	done  chan struct{} // closed when the pull loop returned (made by Start)
 	seq   uint64        // guarded by mu: nonces and the partition a take starts from
 }
@@ -176,6 +184,7 @@ func (q *Queue) Pull(topics ...string) error {
 	}
 	for _, t := range topics {
 		ps.declared[t], known[t] = true, true
+		ps.gen[t] = 1 // jobs may be queued already: the first Reserve looks
 	}
 	ps.known.Store(&known)
 	return nil
@@ -244,29 +253,19 @@ func (q *Queue) readTopicModes(ctx context.Context) error {
 	return nil
 }
 
-// announced wakes the blocked Reserves of this process: jobs were queued
-// to a ready set (here, or announced by another process).
-func (q *Queue) announced() {
+// announced wakes the blocked Reserves of this process: jobs of topics
+// were queued to a ready set (here, or announced by another process).
+func (q *Queue) announced(topics ...string) {
 	ps := &q.pull
 	ps.mu.Lock()
+	for _, t := range topics {
+		ps.gen[t]++
+	}
 	if len(ps.waiters) > 0 {
 		close(ps.ready)
 		ps.ready = make(chan struct{})
 	}
 	ps.mu.Unlock()
-}
-
-// pullWaits reports whether a Reserve blocked here waits for topic.
-func (q *Queue) pullWaits(topic string) bool {
-	ps := &q.pull
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	for _, w := range ps.waiters {
-		if slices.Contains(w.topics, topic) {
-			return true
-		}
-	}
-	return false
 }
 
 // pullArrive hands jobs of pulled topics whose time came (from the start
@@ -388,8 +387,13 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
 	}
 	_, after := wheel.Readings(q.clock)
 	recheck := after.Add(busyRecheck).UnixMicro()
+	type delivery struct {
+		w *pullWaiter
+		r *Reservation
+	}
+	var given []delivery
 	var release []persist.ResolveOp
-	queued := false
+	var queued []string
 	for i, t := range ts {
 		r := res[i]
 		if to[i] != nil && r.Status != persist.DueReserved {
@@ -411,7 +415,9 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
 			q.stats.skipped.Add(1)
 			q.arm(t.key, max(r.Score, recheck), nil)
 		case persist.DueQueued:
-			queued = true
+			if topic, _, _ := strings.Cut(t.key, persist.KeySep); !slices.Contains(queued, topic) {
+				queued = append(queued, topic)
+			}
 		case persist.DueCorrupt:
 			q.deadLetterCorrupt(t.key, r.Record, persist.ErrCorrupt)
 		case persist.DueLapsed:
@@ -436,19 +442,41 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
 			// The owner looks at it again at its deadline (lapsed, or
 			// moved by a touch).
 			q.arm(t.key, jobs[i].Deadline, nil)
-			ps.mu.Lock()
-			w := to[i]
-			w.promised--
-			if w.gone {
-				ps.mu.Unlock()
-				release = append(release, persist.ResolveOp{Op: 'u', Key: t.key, Token: r.Token, Score: r.Score})
-				break
-			}
-			w.got = append(w.got, res)
-			ps.mu.Unlock()
-			wake(w.sig)
+			given = append(given, delivery{to[i], res})
 		}
 		q.freeTask(t)
+	}
+	// Handed over together: a Reserve returns at its first job, and the
+	// rest of its jobs would otherwise find it gone. A job whose waiter
+	// has gone meanwhile goes to another that wants it with the same
+	// time-to-run (the deadline in Redis is that), else back to the ready
+	// set.
+	var woken []*pullWaiter
+	ps.mu.Lock()
+	for _, d := range given {
+		w := d.w
+		w.promised--
+		if w.gone {
+			w = nil
+			for _, o := range ps.waiters {
+				if o.ttr == d.w.ttr && o.wants(d.r.Topic) {
+					w = o
+					break
+				}
+			}
+		}
+		if w == nil {
+			release = append(release, persist.ResolveOp{Op: 'u', Key: persist.JobKey(d.r.Topic, d.r.ID), Token: d.r.Token, Score: d.r.Job.Due.UnixMicro()})
+			continue
+		}
+		w.got = append(w.got, d.r)
+		if !slices.Contains(woken, w) {
+			woken = append(woken, w)
+		}
+	}
+	ps.mu.Unlock()
+	for _, w := range woken {
+		wake(w.sig)
 	}
 	if len(release) > 0 {
 		ctx, end := slot.call()
@@ -457,10 +485,14 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
 		if err != nil {
 			q.log.Warn("wheelq: releasing reservations whose consumer left; they lapse instead", "err", err, "jobs", len(release))
 		}
-		queued = true
+		for _, o := range release {
+			if topic, _, _ := strings.Cut(o.Key, persist.KeySep); !slices.Contains(queued, topic) {
+				queued = append(queued, topic)
+			}
+		}
 	}
-	if queued {
-		q.announced()
+	if len(queued) > 0 {
+		q.announced(queued...)
 	}
 }
 
@@ -556,16 +588,22 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	defer q.unwait(w)
 	recheck := time.NewTimer(pullRecheck)
 	defer recheck.Stop()
+	force := false
 	for {
 		ps.mu.Lock()
 		ready := ps.ready
 		got, want := len(w.got), w.max-len(w.got)-w.promised
+		may := force
+		for _, t := range w.topics {
+			may = may || ps.gen[t] != ps.drained[t]
+		}
 		ps.mu.Unlock()
+		force = false
 		if got > 0 {
 			return q.takeGot(w), nil
 		}
-		if want > 0 {
-			taken, err := q.take(ctx, w, want)
+		if want > 0 && may {
+			taken, stale, err := q.take(ctx, w, want)
 			if err != nil {
 				if got := q.takeGot(w); len(got) > 0 {
 					return got, nil
@@ -575,12 +613,17 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 			if len(taken) > 0 {
 				return append(q.takeGot(w), taken...), nil
 			}
+			if stale > 0 {
+				force = true // stale entries were in the way: look again at once
+				continue
+			}
 		}
 		select {
 		case <-w.sig:
 		case <-ready:
 		case <-recheck.C:
 			recheck.Reset(pullRecheck)
+			force = true // an announcement may have been missed
 		case <-q.stopDispatch:
 			if got := q.takeGot(w); len(got) > 0 {
 				return got, nil
@@ -629,16 +672,21 @@ func (q *Queue) unwait(w *pullWaiter) {
 		if _, err := q.store.Resolve(ctx, wall.UnixMicro(), ops); err != nil {
 			q.log.Warn("wheelq: releasing reservations; they lapse instead", "err", err, "jobs", len(ops))
 		}
-		q.announced()
+		q.announced(w.topics...)
 	}
 }
 
 // take reserves up to n jobs for w from the ready sets (take.lua).
-func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation, error) {
+// It also returns how many stale ready entries it removed.
+func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation, int, error) {
 	ps := &q.pull
 	ps.mu.Lock()
 	ps.seq++
 	seq := ps.seq
+	gens := make([]uint64, len(w.topics))
+	for i, t := range w.topics {
+		gens[i] = ps.gen[t]
+	}
 	ps.mu.Unlock()
 	var b [9]byte
 	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
@@ -649,18 +697,28 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 	defer cancel()
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: reserve: %w", err)
+		return nil, 0, errs.Errorf("wheelq: reserve: %w", err)
 	}
 	res, err := q.store.Take(cctx, w.topics, n, wall.UnixMicro(), deadline.UnixMicro(), nonce, int(seq%uint64(q.cfg.Partitions)))
 	q.reach.note(err, probe, q.clock)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
-		return nil, errs.Errorf("wheelq: reserve: %w", uncertain(err))
+		return nil, 0, errs.Errorf("wheelq: reserve: %w", uncertain(err))
+	}
+	if len(res.Jobs) == 0 && res.Stale == 0 {
+		// Every ready set of these topics was empty (as of the take): the
+		// next look waits for an announcement. (A take that found fewer
+		// than it asked for may have stopped at its byte budget.)
+		ps.mu.Lock()
+		for i, t := range w.topics {
+			ps.drained[t] = gens[i]
+		}
+		ps.mu.Unlock()
 	}
 	if len(res.Jobs) == 0 && len(res.Paused) == len(w.topics) {
-		return nil, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
+		return nil, 0, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
 	}
 	out := make([]*Reservation, 0, len(res.Jobs))
 	_, after := wheel.Readings(q.clock)
@@ -677,7 +735,7 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 		q.late.record(after.Sub(r.Job.Due))
 		out = append(out, r)
 	}
-	return out, nil
+	return out, res.Stale, nil
 }
 
 // Ack says the reserved job is done: it leaves the queue, into the run

@@ -156,6 +156,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	}
 	q.claims.sig = make(chan struct{}, 1)
 	q.pull.declared, q.pull.ready = map[string]bool{}, make(chan struct{})
+	q.pull.gen, q.pull.drained = map[string]uint64{}, map[string]uint64{}
 	q.pull.sig, q.pull.done = make(chan struct{}, 1), make(chan struct{})
 	q.pull.known.Store(&map[string]bool{})
 	if cfg.Testing != nil {

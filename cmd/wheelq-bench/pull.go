@@ -163,7 +163,8 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 
 	// Pulled.
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("drain")})
+	dns := namespace("drain")
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: dns})
 	if err != nil {
 		return err
 	}
@@ -178,7 +179,7 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 		return err
 	}
 	// Wait until the owner queued them all to the ready sets.
-	st, err := persist.New(br.rdb, persist.Options{Namespace: namespace("drain")})
+	st, err := persist.New(br.rdb, persist.Options{Namespace: dns})
 	if err != nil {
 		return err
 	}

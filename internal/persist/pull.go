@@ -227,6 +227,9 @@ type TakeResult struct {
 	// Paused lists the requested topics that are paused (their jobs were
 	// not taken).
 	Paused []string
+	// Stale counts the ready entries removed because their jobs were
+	// gone, moved or marked: they may have kept the take from max.
+	Stale int
 }
 
 // Take reserves up to max due jobs of topics from the ready sets, oldest
@@ -272,7 +275,11 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 		if !ok || len(arr) < 1 || (len(arr)-1)%4 != 0 {
 			return res, fmt.Errorf("%w: take reply %T", ErrCorrupt, v)
 		}
-		flags, _ := arr[0].(string)
+		head, _ := arr[0].(string)
+		flags, staleN, _ := strings.Cut(head, ",")
+		if n, _ := strconv.Atoi(staleN); n > 0 {
+			res.Stale += n
+		}
 		for i := range topics {
 			if i < len(flags) && flags[i] == '1' {
 				paused[i] = true

@@ -25,71 +25,129 @@
 -- whose job is gone, not due, or marked is stale (cancelled, moved,
 -- claimed): it is removed and skipped.
 --
--- Returns {paused, key, token, due, record, key, token, ...}: paused has
--- one byte per topic, "1" where the topic is paused (its jobs are not
--- taken), else "0".
+-- Returns {head, key, token, due, record, key, token, ...}: head is one
+-- byte per topic, "1" where the topic is paused (its jobs are not taken),
+-- else "0", then "," and the number of stale entries removed (the caller
+-- looks again at once when they kept it from taking what it asked for).
 local now, max, deadline, nonce, budget, nt =
   tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local stride = 6 + nt
+-- Each ready ZSET is a stream read in chunks (ZRANGEBYSCORE with an
+-- offset, nothing removed meanwhile), merged by (due, key), so that the
+-- jobs taken are the oldest of all without reading max entries of every
+-- partition (16 partitions x 100 entries sorted per call cost more than
+-- the jobs taken). The chunk: twice a partition's share of max, at least 4.
+local nparts = #KEYS / stride
+local chunk = math.max(4, math.ceil(2 * max / nparts))
 local pausedFlags = {}
-local out = {''}
-local taken, used = 0, 0
--- A round reads up to max entries of each ready ZSET; stale entries it
--- met are removed, and another round (of at most 4) reads on when they
--- kept it from taking max jobs.
-for _ = 1, 4 do
-  local cands = {}
-  for k = 1, #KEYS, stride do
-    for t = 1, nt do
-      local topic = string.match(KEYS[k + 5 + t], 'ready:(.*)$')
-      if redis.call('HEXISTS', KEYS[k + 3], topic) == 1 then
-        pausedFlags[t] = '1'
-      else
-        pausedFlags[t] = pausedFlags[t] or '0'
-        local es = redis.call('ZRANGEBYSCORE', KEYS[k + 5 + t], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max - taken)
-        for i = 1, #es, 2 do
-          cands[#cands + 1] = {tonumber(es[i + 1]), es[i], k, k + 5 + t}
-        end
-      end
-    end
-  end
-  table.sort(cands, function(a, b)
-    if a[1] ~= b[1] then
-      return a[1] < b[1]
-    end
-    return a[2] < b[2]
-  end)
-  local stale = 0
-  for _, c in ipairs(cands) do
-    if taken >= max or (taken > 0 and used >= budget) then
-      break
-    end
-    local key, k, ready = c[2], c[3], KEYS[c[4]]
-    local score = redis.call('ZSCORE', KEYS[k], key)
-    local rec = score and redis.call('HGET', KEYS[k + 1], key)
-    local mark = rec and redis.call('HGET', KEYS[k + 2], key)
-    redis.call('ZREM', ready, key)
-    if rec and #rec >= 5 and tonumber(score) <= now and (not mark or mark == '!') then
-      taken = taken + 1
-      used = used + #rec
-      local token = string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5)) .. nonce .. taken
-      redis.call('HSET', KEYS[k + 2], key, '~' .. token)
-      redis.call('ZADD', KEYS[k], deadline, key)
-      local loaded = tonumber(redis.call('GET', KEYS[k + 4]) or '')
-      if loaded and tonumber(deadline) <= loaded then
-        redis.call('RPUSH', KEYS[k + 5], key)
-      end
-      out[#out + 1] = key
-      out[#out + 1] = token
-      out[#out + 1] = score
-      out[#out + 1] = rec
+local streams = {}
+for k = 1, #KEYS, stride do
+  for t = 1, nt do
+    local topic = string.match(KEYS[k + 5 + t], 'ready:(.*)$')
+    if redis.call('HEXISTS', KEYS[k + 3], topic) == 1 then
+      pausedFlags[t] = '1'
     else
-      stale = stale + 1
+      pausedFlags[t] = pausedFlags[t] or '0'
+      streams[#streams + 1] = {k = k, key = KEYS[k + 5 + t], off = 0, buf = {}, pos = 1, more = true}
     end
-  end
-  if stale == 0 or taken >= max or (taken > 0 and used >= budget) then
-    break
   end
 end
-out[1] = table.concat(pausedFlags)
+local function refill(s)
+  if s.pos <= #s.buf or not s.more then
+    return
+  end
+  local es = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, chunk)
+  s.buf, s.pos = {}, 1
+  for i = 1, #es, 2 do
+    s.buf[#s.buf + 1] = {tonumber(es[i + 1]), es[i]}
+  end
+  s.off = s.off + #s.buf
+  s.more = #s.buf == chunk
+end
+-- The candidates, oldest first: up to 2 * max (stale ones are skipped),
+-- per partition in order.
+local cands, byPart = {}, {}
+while #cands < 2 * max do
+  local best
+  for _, s in ipairs(streams) do
+    refill(s)
+    local h = s.buf[s.pos]
+    if h and (not best or h[1] < best.buf[best.pos][1] or (h[1] == best.buf[best.pos][1] and h[2] < best.buf[best.pos][2])) then
+      best = s
+    end
+  end
+  if not best then
+    break
+  end
+  local h = best.buf[best.pos]
+  best.pos = best.pos + 1
+  cands[#cands + 1] = {h[1], h[2], best.k, best.key}
+end
+local out = {''}
+local taken, used, stale = 0, 0, 0
+local parts = {}
+for _, c in ipairs(cands) do
+  local p = parts[c[3]]
+  if not p then
+    p = {cands = {}}
+    parts[c[3]] = p
+  end
+  p.cands[#p.cands + 1] = c
+end
+-- Per partition, the candidates' scores, records and marks in three
+-- multi-key commands; then, in the merged order, the taking.
+for k, p in pairs(parts) do
+  local keys = {}
+  for i, c in ipairs(p.cands) do
+    keys[i] = c[2]
+  end
+  p.scores = redis.call('ZMSCORE', KEYS[k], unpack(keys))
+  p.recs = redis.call('HMGET', KEYS[k + 1], unpack(keys))
+  p.marks = redis.call('HMGET', KEYS[k + 2], unpack(keys))
+  p.loaded = tonumber(redis.call('GET', KEYS[k + 4]) or '')
+  p.i = 0
+  p.mark, p.zadd, p.inbox, p.zrem = {}, {}, {}, {}
+end
+for _, c in ipairs(cands) do
+  local p = parts[c[3]]
+  p.i = p.i + 1
+  local key, i = c[2], p.i
+  if taken >= max or (taken > 0 and used >= budget) then
+    break
+  end
+  local score, rec, mark = p.scores[i], p.recs[i], p.marks[i]
+  p.zrem[c[4]] = p.zrem[c[4]] or {}
+  table.insert(p.zrem[c[4]], key)
+  if score and rec and #rec >= 5 and tonumber(score) <= now and (not mark or mark == '!') then
+    taken = taken + 1
+    used = used + #rec
+    local token = string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5)) .. nonce .. taken
+    p.mark[#p.mark + 1] = key
+    p.mark[#p.mark + 1] = '~' .. token
+    p.zadd[#p.zadd + 1] = deadline
+    p.zadd[#p.zadd + 1] = key
+    if p.loaded and tonumber(deadline) <= p.loaded then
+      p.inbox[#p.inbox + 1] = key
+    end
+    out[#out + 1] = key
+    out[#out + 1] = token
+    out[#out + 1] = score
+    out[#out + 1] = rec
+  else
+    stale = stale + 1
+  end
+end
+for k, p in pairs(parts) do
+  for ready, keys in pairs(p.zrem) do
+    redis.call('ZREM', ready, unpack(keys))
+  end
+  if #p.mark > 0 then
+    redis.call('HSET', KEYS[k + 2], unpack(p.mark))
+    redis.call('ZADD', KEYS[k], unpack(p.zadd))
+  end
+  if #p.inbox > 0 then
+    redis.call('RPUSH', KEYS[k + 5], unpack(p.inbox))
+  end
+end
+out[1] = table.concat(pausedFlags) .. ',' .. stale
 return out
