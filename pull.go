@@ -136,8 +136,8 @@ type pullStage struct {
 	// jobs coming due. Guarded by mu.
 	gen, drained map[string]uint64
 	sig          chan struct{} // due has jobs
-	done  chan struct{} // closed when the pull loop returned (made by Start)
-	seq   uint64        // guarded by mu: nonces and the partition a take starts from
+	done         chan struct{} // closed when the pull loop returned (made by Start)
+	seq          uint64        // guarded by mu: nonces and the partition a take starts from
 }
 
 // pullWaiter is a Reserve blocked until jobs come.
