@@ -106,7 +106,12 @@ type task struct {
 	part     int32     // the job's partition
 	verified bool      // claimed in Redis (false: run from the cache while Redis was down; RunWhileRedisDown)
 	rerun    bool      // an earlier run was claimed by an owner that is gone (ClaimResult.Rerun)
-	pull     bool      // a pulled topic's job, not claimed: handed out at its time (pull.go)
+	// pull marks a pulled topic's job, not claimed: handed out at its
+	// time (pull.go); res, if set, is its reservation made ahead for the
+	// waiter to (pullAhead).
+	pull bool
+	res  *Reservation
+	to   *pullWaiter
 }
 
 // jobRun is what a run's handler may keep: its Job and its context (see
@@ -303,6 +308,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	}()
 	owned := bufs.owned[:0]
 	var busy []firedJob
+	var pulls []*task
 	var pulledNow, pulledWall time.Time
 	q.inflight.mu.Lock()
 	for _, f := range batch {
@@ -324,7 +330,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			if rec, ok := q.cache.Peek(f.key); ok && rec.Due.After(due) {
 				due = rec.Due
 			}
-			toHold = append(toHold, q.newPullTask(f.key, due, p))
+			pulls = append(pulls, q.newPullTask(f.key, due, p))
 			continue
 		}
 		if _, running := q.inflight.keys[f.key]; running {
@@ -336,6 +342,9 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	}
 	q.inflight.mu.Unlock()
 	bufs.owned = owned
+	if len(pulls) > 0 {
+		q.pullAhead(pulls, slot)
+	}
 	_, wall := wheel.Readings(q.clock)
 	recheckUs := wall.Add(busyRecheck).UnixMicro()
 	for _, f := range busy {

@@ -245,7 +245,9 @@ func (s *sink) Release(p int) {
 	var drop []*task
 	q.gate.mu.Lock()
 	for k, t := range q.gate.held {
-		if int(t.part) == p {
+		// A pulled job reserved ahead stays: its reservation is in Redis,
+		// whoever owns the partition.
+		if int(t.part) == p && t.res == nil {
 			delete(q.gate.held, k)
 			drop = append(drop, t)
 		}

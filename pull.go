@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -305,19 +306,28 @@ func (q *Queue) pullLoop(slot *runSlot) {
 	}
 }
 
-// pullStep passes due jobs through the start gate's checks (their time
-// has come by the wall clock, their partition is owned in the epoch they
-// fired in) and runs due.lua for them, a call per partition: each goes to
-// a consumer blocked here that wants it, or to its topic's ready set.
+// pullStep hands out pulled jobs whose time came (from the start gate).
+// One reserved ahead (pullAhead) goes to its consumer with no round trip.
+// The others pass the start gate's checks (the wall clock shows their
+// time, their partition is owned in the epoch they fired in) and go
+// through due.lua, a call per partition: each to a consumer blocked here
+// that wants it, or to its topic's ready set.
 func (q *Queue) pullStep(ts []*task, slot *runSlot) {
 	now, wall := wheel.Readings(q.clock)
 	byPart := map[int][]*task{}
 	var parts []int
+	var given []delivery
 	for _, t := range ts {
 		p := int(t.part)
 		switch {
 		case wall.Before(t.due):
 			q.hold(t, now, wall) // the wall clock stepped back: never early
+		case t.res != nil:
+			// Reserved in Redis ahead of its time: the reservation holds
+			// whoever owns the partition now.
+			q.delivered(t.res, wall)
+			given = append(given, delivery{t.to, t.res})
+			q.freeTask(t)
 		case q.recov.Epoch(p) != t.epoch || q.recov.LoadedUntil(p) == recovery.NotOwned:
 			q.stats.dropped.Add(1) // its new owner hands it out
 			q.freeTask(t)
@@ -332,125 +342,80 @@ func (q *Queue) pullStep(ts []*task, slot *runSlot) {
 			byPart[p] = append(byPart[p], t)
 		}
 	}
+	q.deliver(given, slot)
 	for _, p := range parts {
-		q.pullDue(p, byPart[p], wall, slot)
+		q.pullDue(p, byPart[p], wall, false, slot)
 	}
 }
 
-// pullDue runs due.lua for due jobs of partition p (see pullStep).
-func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
+// pullAhead is the claimers' step for pulled jobs fired ClaimLead before
+// their time: those of a topic a Reserve blocked here wants are reserved
+// in Redis now (due.lua), so that at their time they are handed over with
+// no round trip, as a claim does for a handler; the others are held
+// unclaimed until their time (pullStep). A job reserved ahead answers
+// Cancel with ErrRunning for up to ClaimLead before its time, as a
+// claimed one does.
+func (q *Queue) pullAhead(ts []*task, slot *runSlot) {
 	ps := &q.pull
-	jobs := make([]persist.DueJob, len(ts))
-	to := make([]*pullWaiter, len(ts))
+	byPart := map[int][]*task{}
+	var parts []int
+	var bare []*task
 	ps.mu.Lock()
-	for i, t := range ts {
-		jobs[i].Key = t.key
-		topic, _, _ := persist.SplitJobKey(t.key)
+	for _, t := range ts {
+		topic, _, _ := strings.Cut(t.key, persist.KeySep)
+		wanted := false
 		for _, w := range ps.waiters {
 			if w.wants(topic) {
-				w.promised++
-				to[i] = w
-				ps.seq++
-				jobs[i].Nonce = q.member[:min(len(q.member), 6)] + "." + fmt.Sprint(ps.seq)
-				jobs[i].Deadline = wall.Add(w.ttr).UnixMicro()
+				wanted = true
 				break
 			}
 		}
+		if !wanted {
+			bare = append(bare, t)
+			continue
+		}
+		p := int(t.part)
+		if byPart[p] == nil {
+			parts = append(parts, p)
+		}
+		byPart[p] = append(byPart[p], t)
 	}
 	ps.mu.Unlock()
-	ctx, end := slot.call()
-	res, err := q.store.Due(ctx, p, q.fence[p], wall.UnixMicro(), jobs)
-	end()
-	if err != nil {
-		ps.mu.Lock()
-		for _, w := range to {
-			if w != nil {
-				w.promised--
-			}
-		}
-		ps.mu.Unlock()
-		if errors.Is(err, persist.ErrFenced) {
-			for _, t := range ts {
-				q.stats.dropped.Add(1)
-				q.freeTask(t)
-			}
-			return
-		}
-		q.stats.redisErrors.Add(1)
-		q.log.Warn("wheelq: handing out due jobs failed; trying again", "err", err, "jobs", len(ts))
-		again := wall.Add(50 * time.Millisecond).UnixMicro()
-		for _, t := range ts {
-			q.arm(t.key, again, nil)
-			q.freeTask(t)
-		}
+	now, wall := wheel.Readings(q.clock)
+	for _, t := range bare {
+		q.hold(t, now, wall)
+	}
+	for _, p := range parts {
+		q.pullDue(p, byPart[p], wall, true, slot)
+	}
+}
+
+// delivery is a reservation for a waiter (see deliver).
+type delivery struct {
+	w *pullWaiter
+	r *Reservation
+}
+
+// delivered counts a reservation handed to a consumer at wall.
+func (q *Queue) delivered(r *Reservation, wall time.Time) {
+	q.late.record(wall.Sub(r.Job.Due))
+	q.stats.fired.Add(1)
+	if obs := q.cfg.Observer; obs != nil {
+		obs.JobStarted(r.Topic, max(wall.Sub(r.Job.Due), 0))
+	}
+}
+
+// deliver hands reservations to their waiters, all at once: a Reserve
+// returns at its first job, and the rest of its jobs would otherwise find
+// it gone. A job whose waiter has gone goes to another that wants it with
+// the same time-to-run (the deadline in Redis is that), else back to the
+// ready set.
+func (q *Queue) deliver(given []delivery, slot *runSlot) {
+	if len(given) == 0 {
 		return
 	}
-	_, after := wheel.Readings(q.clock)
-	recheck := after.Add(busyRecheck).UnixMicro()
-	type delivery struct {
-		w *pullWaiter
-		r *Reservation
-	}
-	var given []delivery
+	ps := &q.pull
 	var release []persist.ResolveOp
-	var queued []string
-	for i, t := range ts {
-		r := res[i]
-		if to[i] != nil && r.Status != persist.DueReserved {
-			ps.mu.Lock()
-			to[i].promised--
-			ps.mu.Unlock()
-		}
-		switch r.Status {
-		case persist.DueGone:
-			q.stats.skipped.Add(1)
-			q.cache.Remove(t.key)
-		case persist.DueMoved:
-			// Rescheduled, or a reservation touched: held for the new
-			// time (or armed, if beyond the start gate's reach).
-			q.arm(t.key, r.Score, nil)
-		case persist.DuePaused:
-			q.park(t.key, r.Score)
-		case persist.DueBusy:
-			q.stats.skipped.Add(1)
-			q.arm(t.key, max(r.Score, recheck), nil)
-		case persist.DueQueued:
-			if topic, _, _ := strings.Cut(t.key, persist.KeySep); !slices.Contains(queued, topic) {
-				queued = append(queued, topic)
-			}
-		case persist.DueCorrupt:
-			q.deadLetterCorrupt(t.key, r.Record, persist.ErrCorrupt)
-		case persist.DueLapsed:
-			q.lapsed(t, r.Record)
-			continue // t is settled and freed there
-		case persist.DueReserved:
-			rec, derr := persist.DecodeRecord(r.Record)
-			if derr != nil {
-				// It was read whole just now; a record that does not decode
-				// is dead-lettered as a claim's would be (its mark stays
-				// until then; the dead letter clears it).
-				q.deadLetterCorrupt(t.key, r.Record, derr)
-				break
-			}
-			rec.Topic, rec.ID, _ = persist.SplitJobKey(t.key)
-			res := q.reservation(t.key, r.Token, &rec, time.UnixMicro(r.Score), time.UnixMicro(jobs[i].Deadline), t.rerun)
-			q.late.record(after.Sub(res.Job.Due))
-			q.stats.fired.Add(1)
-			if obs := q.cfg.Observer; obs != nil {
-				obs.JobStarted(rec.Topic, max(after.Sub(res.Job.Due), 0))
-			}
-			// The owner looks at it again at its deadline (lapsed, or
-			// moved by a touch).
-			q.arm(t.key, jobs[i].Deadline, nil)
-			given = append(given, delivery{to[i], res})
-		}
-		q.freeTask(t)
-	}
-	// Handed over together: a Reserve returns at its first job, and the
-	// rest of its jobs would otherwise find it gone. A job whose waiter
-	// has gone meanwhile goes to another that wants it with the same
-	// time-to-run (the deadline in Redis is that), else back to the ready
-	// set.
 	var woken []*pullWaiter
 	ps.mu.Lock()
 	for _, d := range given {
@@ -478,19 +443,150 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, slot *runSlot) {
 	for _, w := range woken {
 		wake(w.sig)
 	}
-	if len(release) > 0 {
-		ctx, end := slot.call()
-		_, err := q.store.Resolve(ctx, after.UnixMicro(), release)
-		end()
-		if err != nil {
-			q.log.Warn("wheelq: releasing reservations whose consumer left; they lapse instead", "err", err, "jobs", len(release))
+	if len(release) == 0 {
+		return
+	}
+	ctx, end := slot.call()
+	_, wall := wheel.Readings(q.clock)
+	_, err := q.store.Resolve(ctx, wall.UnixMicro(), release)
+	end()
+	if err != nil {
+		q.log.Warn("wheelq: releasing reservations whose consumer left; they lapse instead", "err", err, "jobs", len(release))
+	}
+	var topics []string
+	for _, o := range release {
+		if topic, _, _ := strings.Cut(o.Key, persist.KeySep); !slices.Contains(topics, topic) {
+			topics = append(topics, topic)
 		}
-		for _, o := range release {
-			if topic, _, _ := strings.Cut(o.Key, persist.KeySep); !slices.Contains(queued, topic) {
-				queued = append(queued, topic)
+	}
+	q.announced(topics...)
+}
+
+// pullDue runs due.lua for jobs of partition p, at their time or, ahead,
+// ClaimLead before it (see pullStep and pullAhead).
+func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *runSlot) {
+	ps := &q.pull
+	jobs := make([]persist.DueJob, len(ts))
+	to := make([]*pullWaiter, len(ts))
+	ps.mu.Lock()
+	for i, t := range ts {
+		jobs[i].Key = t.key
+		topic, _, _ := strings.Cut(t.key, persist.KeySep)
+		for _, w := range ps.waiters {
+			if w.wants(topic) {
+				w.promised++
+				to[i] = w
+				ps.seq++
+				jobs[i].Nonce = q.member[:min(len(q.member), 6)] + "." + strconv.FormatUint(ps.seq, 10)
+				jobs[i].Deadline = wall.Add(w.ttr).UnixMicro()
+				if ahead && t.due.After(wall) {
+					jobs[i].Deadline = t.due.Add(w.ttr).UnixMicro()
+				}
+				break
 			}
 		}
 	}
+	ps.mu.Unlock()
+	until := wall
+	if ahead {
+		// A job fired ClaimLead (and its slack) before its time; one
+		// armed with a burst's longer lead waits for its time unreserved.
+		until = wall.Add(2 * q.cfg.ClaimLead)
+	}
+	ctx, end := slot.call()
+	res, err := q.store.Due(ctx, p, q.fence[p], wall.UnixMicro(), until.UnixMicro(), jobs)
+	end()
+	if err != nil {
+		ps.mu.Lock()
+		for _, w := range to {
+			if w != nil {
+				w.promised--
+			}
+		}
+		ps.mu.Unlock()
+		if errors.Is(err, persist.ErrFenced) {
+			for _, t := range ts {
+				q.stats.dropped.Add(1)
+				q.freeTask(t)
+			}
+			return
+		}
+		q.stats.redisErrors.Add(1)
+		q.log.Warn("wheelq: handing out due jobs failed; trying again", "err", err, "jobs", len(ts))
+		now, after := wheel.Readings(q.clock)
+		for _, t := range ts {
+			if ahead {
+				q.hold(t, now, after) // at its time, due.lua again
+				continue
+			}
+			q.arm(t.key, after.Add(50*time.Millisecond).UnixMicro(), nil)
+			q.freeTask(t)
+		}
+		return
+	}
+	now, after := wheel.Readings(q.clock)
+	recheck := after.Add(busyRecheck).UnixMicro()
+	var given []delivery
+	var queued []string
+	for i, t := range ts {
+		r := res[i]
+		if to[i] != nil && r.Status != persist.DueReserved {
+			ps.mu.Lock()
+			to[i].promised--
+			ps.mu.Unlock()
+		}
+		switch r.Status {
+		case persist.DueGone:
+			q.stats.skipped.Add(1)
+			q.cache.Remove(t.key)
+		case persist.DueMoved:
+			// Rescheduled, or a reservation touched: armed for the new
+			// time.
+			q.arm(t.key, r.Score, nil)
+		case persist.DuePaused:
+			q.park(t.key, r.Score)
+		case persist.DueBusy:
+			q.stats.skipped.Add(1)
+			q.arm(t.key, max(r.Score, recheck), nil)
+		case persist.DueQueued:
+			if topic, _, _ := strings.Cut(t.key, persist.KeySep); !slices.Contains(queued, topic) {
+				queued = append(queued, topic)
+			}
+		case persist.DueCorrupt:
+			q.deadLetterCorrupt(t.key, r.Record, persist.ErrCorrupt)
+		case persist.DueLapsed:
+			q.lapsed(t, r.Record)
+			continue // t is settled and freed there
+		case persist.DueReserved:
+			rec, derr := persist.DecodeRecord(r.Record)
+			if derr != nil {
+				// It was read whole just now; a record that does not decode
+				// is dead-lettered as a claim's would be (its mark stays
+				// until then; the dead letter clears it).
+				ps.mu.Lock()
+				to[i].promised--
+				ps.mu.Unlock()
+				q.deadLetterCorrupt(t.key, r.Record, derr)
+				break
+			}
+			rec.Topic, rec.ID, _ = persist.SplitJobKey(t.key)
+			due := time.UnixMicro(r.Score)
+			res := q.reservation(t.key, r.Token, &rec, due, time.UnixMicro(jobs[i].Deadline), t.rerun)
+			// The owner looks at it again at its deadline (lapsed, or
+			// moved by a touch).
+			q.arm(t.key, jobs[i].Deadline, nil)
+			if due.After(after) {
+				// Reserved ahead: handed over at its time (pullStep).
+				t.due, t.res, t.to = due, res, to[i]
+				q.hold(t, now, after)
+				continue
+			}
+			q.delivered(res, after)
+			given = append(given, delivery{to[i], res})
+		}
+		q.freeTask(t)
+	}
+	q.deliver(given, slot)
 	if len(queued) > 0 {
 		q.announced(queued...)
 	}

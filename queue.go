@@ -437,8 +437,23 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		waiting := q.gate.leaseWait
 		q.gate.leaseWait = nil
 		q.gate.mu.Unlock()
+		var release []persist.ResolveOp
 		for _, t := range held {
+			if t.res != nil {
+				// Reserved ahead for a consumer here: back to the ready
+				// set for the consumers of other processes.
+				release = append(release, persist.ResolveOp{Op: 'u', Key: t.key, Token: t.res.Token, Score: t.res.Job.Due.UnixMicro()})
+				continue
+			}
 			q.unclaim(t)
+		}
+		if len(release) > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, wall := wheel.Readings(q.clock)
+			if _, err := q.store.Resolve(rctx, wall.UnixMicro(), release); err != nil {
+				q.log.Warn("wheelq: releasing reservations made ahead; they lapse instead", "err", err, "jobs", len(release))
+			}
+			cancel()
 		}
 		for _, t := range waiting {
 			q.unclaim(t)

@@ -131,13 +131,15 @@ type DueResult struct {
 // Due hands the jobs of pulled topics whose time has come, all of
 // partition p, to consumers or to the ready sets (due.lua), in one round
 // trip. tok is the caller's lease token of p (ErrFenced if not current);
-// now (unix µs, the caller's wall clock) bounds what is due.
-func (s *Store) Due(ctx context.Context, p int, tok string, now int64, jobs []DueJob) ([]DueResult, error) {
+// now (unix µs, the caller's wall clock) bounds what is due; a job with a
+// Nonce is reserved if due by ahead (>= now: reserved before its time,
+// to be handed over at it).
+func (s *Store) Due(ctx context.Context, p int, tok string, now, ahead int64, jobs []DueJob) ([]DueResult, error) {
 	k := s.parts[p]
 	keys := []string{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused}
 	idx := map[string]int{}
 	args := make([]any, 0, 3+4*len(jobs))
-	args = append(args, tok, now, pausedChannel(s.ns))
+	args = append(args, tok, now, pausedChannel(s.ns), max(ahead, now))
 	for _, j := range jobs {
 		topic, _, err := SplitJobKey(j.Key)
 		if err != nil {

@@ -33,11 +33,11 @@ func TestPullScripts(t *testing.T) {
 	require.NoError(t, err)
 
 	// Fenced: another token changes nothing.
-	_, err = s.Due(ctx, 0, "other", 2000, []DueJob{{Key: "p/0"}})
+	_, err = s.Due(ctx, 0, "other", 2000, 2000, []DueJob{{Key: "p/0"}})
 	require.ErrorIs(t, err, ErrFenced)
 
 	// p/0..2 queued, p/3 reserved at once, p/later not due, q/x gone.
-	res, err := s.Due(ctx, 0, "own", 2000, []DueJob{{Key: "p/1"}, {Key: "p/0"}, {Key: "p/2"},
+	res, err := s.Due(ctx, 0, "own", 2000, 2000, []DueJob{{Key: "p/1"}, {Key: "p/0"}, {Key: "p/2"},
 		{Key: "p/3", Nonce: "n3", Deadline: 9000}, {Key: "p/later"}, {Key: "q/x"}})
 	require.NoError(t, err)
 	require.Equal(t, []DueStatus{DueQueued, DueQueued, DueQueued, DueReserved, DueMoved, DueGone},
@@ -101,11 +101,11 @@ func TestPullScripts(t *testing.T) {
 
 	// p/3's reservation: at its deadline due.lua says lapsed and claims
 	// it for the owner; the consumer's ack is then lost.
-	res, err = s.Due(ctx, 0, "own", 8999, []DueJob{{Key: "p/3"}})
+	res, err = s.Due(ctx, 0, "own", 8999, 8999, []DueJob{{Key: "p/3"}})
 	require.NoError(t, err)
 	require.Equal(t, DueMoved, res[0].Status)
 	require.Equal(t, int64(9000), res[0].Score)
-	res, err = s.Due(ctx, 0, "own", 9000, []DueJob{{Key: "p/3"}})
+	res, err = s.Due(ctx, 0, "own", 9000, 9000, []DueJob{{Key: "p/3"}})
 	require.NoError(t, err)
 	require.Equal(t, DueLapsed, res[0].Status)
 	r, err = s.Resolve(ctx, 9001, []ResolveOp{{Op: 'a', Key: "p/3", Token: tok3}})
@@ -113,13 +113,13 @@ func TestPullScripts(t *testing.T) {
 	require.Equal(t, "x", string(r))
 
 	// Release: back in the ready set at its due time, for the next take.
-	res, err = s.Due(ctx, 0, "own", 6000, []DueJob{{Key: "p/later", Nonce: "L", Deadline: 50000}})
+	res, err = s.Due(ctx, 0, "own", 6000, 6000, []DueJob{{Key: "p/later", Nonce: "L", Deadline: 50000}})
 	require.NoError(t, err)
 	require.Equal(t, DueReserved, res[0].Status)
 	r, err = s.Resolve(ctx, 6000, []ResolveOp{{Op: 'u', Key: "p/later", Token: res[0].Token, Score: 5000}})
 	require.NoError(t, err)
 	require.Equal(t, "1", string(r))
-	res, err = s.Due(ctx, 0, "own", 6000, []DueJob{{Key: "p/1"}}) // the retry's time came
+	res, err = s.Due(ctx, 0, "own", 6000, 6000, []DueJob{{Key: "p/1"}}) // the retry's time came
 	require.NoError(t, err)
 	require.Equal(t, DueQueued, res[0].Status)
 	tr, err = s.Take(ctx, []string{"p"}, 5, 6000, 70000, "K", 0)

@@ -11,7 +11,10 @@
 --          is later is handed out
 -- ARGV[3]  the channel on which a job queued to a ready set is announced
 --          ("ready <topic>", once per topic per call)
--- ARGV[4..] 4 per job: job key, the index in KEYS of its topic's ready
+-- ARGV[4]  ahead, unix µs (>= now): a job with a reservation token is
+--          reserved when its score is at or before it (ahead of its time:
+--          the caller hands it over at its time)
+-- ARGV[5..] 4 per job: job key, the index in KEYS of its topic's ready
 --          ZSET, a reservation token ("" to queue the job for any
 --          consumer), the reservation's deadline (unix µs; "" when no
 --          token)
@@ -20,8 +23,8 @@
 -- order; scores the jobs' scores, "," after each (where a status needs
 -- one); the records of the jobs whose status is 'r' or 'l', in order.
 --   g   gone (done, cancelled, dead) or its record is missing
---   m   not due by now (rescheduled, or a reservation touched): its score
---       is the new time to look again
+--   m   not due by now (rescheduled, or a reservation touched; or, with
+--       a token, not by ahead): its score is the new time to look again
 --   p   its topic is paused: left as it is
 --   b   a run of it is claimed (a handler's mark, not a reservation)
 --   q   queued: in its topic's ready ZSET at its due time, for any
@@ -37,7 +40,7 @@
 --       the mark is still a reservation's): now marked as the caller's
 --       claim, so that no consumer's ack applies; its record follows, and
 --       the caller stores the failed attempt (settle.lua)
-local tok, now, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local tok, now, channel, ahead = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 if redis.call('GET', KEYS[3]) ~= tok then
   return redis.error_reply('WHEELQ_FENCED partition lease is held by another owner')
 end
@@ -49,7 +52,7 @@ if redis.call('HLEN', KEYS[5]) > 0 then
 end
 local st, sc, out = {}, {}, {'', ''}
 local announce = {}
-for i = 4, #ARGV, 4 do
+for i = 5, #ARGV, 4 do
   local key, ready, res, deadline = ARGV[i], KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3]
   local score = redis.call('ZSCORE', KEYS[1], key)
   local rec = score and redis.call('HGET', KEYS[2], key)
@@ -60,7 +63,7 @@ for i = 4, #ARGV, 4 do
   elseif #rec < 5 then
     st[#st + 1], sc[#sc + 1] = 'x', score
     out[#out + 1] = rec
-  elseif tonumber(score) > now then
+  elseif tonumber(score) > ahead or (tonumber(score) > now and (res == '' or (mark and mark ~= '!'))) then
     st[#st + 1], sc[#sc + 1] = 'm', score
   elseif mark and string.sub(mark, 1, 1) == '~' then
     redis.call('HSET', KEYS[4], key, tok)
