@@ -198,6 +198,8 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	var acked atomic.Int64
 	done := make(chan struct{})
 	cctx, stop := context.WithCancel(ctx)
+	redis0, _ := br.usedCPU(ctx)
+	own0 := processCPU()
 	t0 := time.Now()
 	wait := consume(cctx, q, 8, 100, func(*wheelq.Reservation, time.Time) {
 		if acked.Add(1) == int64(n) {
@@ -209,11 +211,14 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	case <-time.After(120 * time.Second):
 	}
 	el := time.Since(t0)
+	redis1, _ := br.usedCPU(ctx)
+	own1 := processCPU()
 	stop()
 	failed := wait()
 	_ = q.Shutdown(ctx)
 	emit(result{"workload": "pulldrain", "system": "wheelq pull", "n": n, "reserved": acked.Load(), "ack_errors": failed,
-		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(acked.Load()) / el.Seconds())})
+		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(acked.Load()) / el.Seconds()),
+		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
 
 	// Handlers on the same backlog.
 	ns := namespace("drainh")
@@ -237,6 +242,8 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 		return nil
 	}))
+	redis0, _ = br.usedCPU(ctx)
+	own0 = processCPU()
 	t1 := time.Now()
 	if err := hq.Start(ctx); err != nil {
 		return err
@@ -246,8 +253,11 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	case <-time.After(120 * time.Second):
 	}
 	el = time.Since(t1)
+	redis1, _ = br.usedCPU(ctx)
+	own1 = processCPU()
 	_ = hq.Shutdown(ctx)
 	emit(result{"workload": "pulldrain", "system": "wheelq handlers", "n": n, "ran": ran.Load(),
-		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(ran.Load()) / el.Seconds())})
+		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(ran.Load()) / el.Seconds()),
+		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
 	return ctx.Err()
 }

@@ -35,17 +35,45 @@ local pending, jobs, running, dead, hidx, hist, loadedKey, inbox =
 local out, done = {}, {}
 local acked = {} -- job key -> the token this call acked it with
 local loaded
+-- The ops' marks and records in two multi-key reads; the acks' deletes
+-- in three multi-key commands (flushed before a job named again is read
+-- again), as settle.lua does: most calls are batches of acks.
+local keys = {}
 for i = 5, #ARGV, 6 do
+  keys[#keys + 1] = ARGV[i + 1]
+end
+local marks, curs = {}, {}
+if #keys > 0 then
+  marks = many('HMGET', running, keys)
+  curs = many('HMGET', jobs, keys)
+end
+local acks = {}
+local function flushAcks()
+  if #acks > 0 then
+    many('HDEL', running, acks)
+    many('ZREM', pending, acks)
+    many('HDEL', jobs, acks)
+    acks = {}
+  end
+end
+local seen = {}
+local j = 0
+for i = 5, #ARGV, 6 do
+  j = j + 1
   local op, key, token, score, rec, ready = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-  local mark = redis.call('HGET', running, key)
-  local cur = redis.call('HGET', jobs, key)
+  local mark, cur = marks[j], curs[j]
+  if seen[key] then
+    -- Named again in this call: read what the ops before it left.
+    flushAcks()
+    mark = redis.call('HGET', running, key)
+    cur = redis.call('HGET', jobs, key)
+  end
+  seen[key] = true
   local r = 'x'
   if cur and mark == '~' .. token then
     r = '1'
     if op == 'a' then
-      redis.call('HDEL', running, key)
-      redis.call('ZREM', pending, key)
-      redis.call('HDEL', jobs, key)
+      acks[#acks + 1] = key
       acked[key] = token
       if maxCount > 0 then
         done[#done + 1] = key
@@ -90,5 +118,6 @@ for i = 5, #ARGV, 6 do
   end
   out[#out + 1] = r
 end
+flushAcks()
 finished(hidx, hist, done, now, maxAge, maxCount)
 return table.concat(out)

@@ -36,7 +36,9 @@ local stride = 6 + nt
 -- offset, nothing removed meanwhile), merged by (due, key), so that the
 -- jobs taken are the oldest of all without reading max entries of every
 -- partition (16 partitions x 100 entries sorted per call cost more than
--- the jobs taken). The chunk: twice a partition's share of max, at least 4.
+-- the jobs taken), through a heap of the streams (a scan of 16 streams
+-- per pick cost 3 ms per take of 100). The chunk: twice a partition's
+-- share of max, at least 4.
 local nparts = #KEYS / stride
 local chunk = math.max(4, math.ceil(2 * max / nparts))
 local pausedFlags = {}
@@ -48,40 +50,66 @@ for k = 1, #KEYS, stride do
       pausedFlags[t] = '1'
     else
       pausedFlags[t] = pausedFlags[t] or '0'
-      streams[#streams + 1] = {k = k, key = KEYS[k + 5 + t], off = 0, buf = {}, pos = 1, more = true}
+      streams[#streams + 1] = {k = k, key = KEYS[k + 5 + t], off = 0}
     end
   end
 end
 local function refill(s)
-  if s.pos <= #s.buf or not s.more then
-    return
-  end
   local es = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, chunk)
-  s.buf, s.pos = {}, 1
-  for i = 1, #es, 2 do
-    s.buf[#s.buf + 1] = {tonumber(es[i + 1]), es[i]}
+  s.buf, s.pos = es, 1
+  s.off = s.off + #es / 2
+  s.more = #es / 2 == chunk
+  if #es > 0 then
+    s.score, s.member = tonumber(es[2]), es[1]
+    return true
   end
-  s.off = s.off + #s.buf
-  s.more = #s.buf == chunk
+  return false
 end
--- The candidates, oldest first: up to 2 * max (stale ones are skipped),
--- per partition in order.
-local cands, byPart = {}, {}
-while #cands < 2 * max do
-  local best
-  for _, s in ipairs(streams) do
-    refill(s)
-    local h = s.buf[s.pos]
-    if h and (not best or h[1] < best.buf[best.pos][1] or (h[1] == best.buf[best.pos][1] and h[2] < best.buf[best.pos][2])) then
-      best = s
-    end
+-- A binary heap of the streams by their head (score, member): a pick
+-- costs a few comparisons, not one per stream.
+local function less(a, b)
+  return a.score < b.score or (a.score == b.score and a.member < b.member)
+end
+local heap = {}
+local function down(i)
+  local n = #heap
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and less(heap[l], heap[m]) then m = l end
+    if r <= n and less(heap[r], heap[m]) then m = r end
+    if m == i then return end
+    heap[i], heap[m] = heap[m], heap[i]
+    i = m
   end
-  if not best then
-    break
+end
+for _, s in ipairs(streams) do
+  if refill(s) then
+    heap[#heap + 1] = s
   end
-  local h = best.buf[best.pos]
-  best.pos = best.pos + 1
-  cands[#cands + 1] = {h[1], h[2], best.k, best.key}
+end
+for i = math.floor(#heap / 2), 1, -1 do
+  down(i)
+end
+-- The candidates, oldest first: max of them (the caller looks again
+-- when stale ones kept it from max), per partition in order.
+local cands = {}
+while #cands < max and #heap > 0 do
+  local s = heap[1]
+  cands[#cands + 1] = {s.score, s.member, s.k, s.key}
+  s.pos = s.pos + 2
+  local ok = true
+  if s.pos > #s.buf then
+    ok = s.more and refill(s)
+  else
+    s.score, s.member = tonumber(s.buf[s.pos + 1]), s.buf[s.pos]
+  end
+  if not ok then
+    heap[1] = heap[#heap]
+    heap[#heap] = nil
+  end
+  if #heap > 0 then
+    down(1)
+  end
 end
 local out = {''}
 local taken, used, stale = 0, 0, 0
