@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -158,4 +159,52 @@ func TestDeclareTopics(t *testing.T) {
 	require.Equal(t, map[string]string{"a": ModePull, "b": ModeHandler}, m, "a refusal records nothing")
 	require.NoError(t, s.ForgetTopic(ctx, "b"))
 	require.NoError(t, s.DeclareTopics(ctx, map[string]string{"b": ModePull}))
+}
+
+// BenchmarkTake: reserving 100 due jobs from the ready sets of 16
+// partitions (outside a cluster, one call), and acking them (Resolve).
+// Compare with BenchmarkClaimSettle's per-job figures.
+func BenchmarkTake(b *testing.B) {
+	bb := setup(b, 16)
+	ctx, s := bb.ctx, bb.store
+	const batch = 100
+	n := b.N * batch
+	var ws []Write
+	for i := range n {
+		ws = append(ws, Write{Key: JobKey("p", fmt.Sprint(i)), Due: int64(1000 + i), Record: rec("0123456789012345678901234567890123456789012345678901234567890123"), Replace: true})
+		if len(ws) == 1000 || i == n-1 {
+			_, err := s.Write(ctx, nil, ws)
+			require.NoError(b, err)
+			ws = ws[:0]
+		}
+	}
+	pipe := bb.rdb.Pipeline()
+	for i := range n {
+		k := JobKey("p", fmt.Sprint(i))
+		pipe.ZAdd(ctx, s.ReadyKey(s.PartitionOf(k), "p"), redis.Z{Score: float64(1000 + i), Member: k})
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(b, err)
+	b.ReportAllocs()
+	b.ResetTimer()
+	taken := 0
+	var inTake time.Duration
+	for i := range b.N {
+		t0 := time.Now()
+		tr, err := s.Take(ctx, []string{"p"}, batch, 1<<40, 1<<41, "n"+fmt.Sprint(i), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		inTake += time.Since(t0)
+		ops := make([]ResolveOp, len(tr.Jobs))
+		for j, t := range tr.Jobs {
+			ops[j] = ResolveOp{Op: 'a', Key: t.Key, Token: t.Token}
+		}
+		if _, err := s.Resolve(ctx, 1<<40, ops); err != nil {
+			b.Fatal(err)
+		}
+		taken += len(tr.Jobs)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(taken, 1)), "ns/job")
+	b.ReportMetric(float64(inTake.Nanoseconds())/float64(max(taken, 1)), "take-ns/job")
 }

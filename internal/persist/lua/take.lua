@@ -6,9 +6,9 @@
 -- (due.lua, run by the partition's owner).
 --
 -- KEYS     groups of 6 + nt, one per partition: pending ZSET, jobs HASH,
---          running HASH (marks), paused HASH, loaded STRING (the owner's
---          loaded-until time), inbox LIST, then the ready ZSET of each of
---          the nt topics, in the order of ARGV's topics
+--          running HASH (marks), paused HASH, loaded STRING (unused: kept
+--          for the layout), inbox LIST, then the ready ZSET of each of the
+--          nt topics, in the order of ARGV's topics
 -- ARGV[1]  now, unix µs: only jobs due by then are taken
 -- ARGV[2]  the most jobs to take
 -- ARGV[3]  the reservations' deadline, unix µs
@@ -20,8 +20,10 @@
 --
 -- A taken job is marked "~" .. token in running, its score becomes the
 -- deadline (the owner looks at it then: due.lua), it leaves its ready
--- ZSET, and it is pushed to the owner's inbox when the deadline is within
--- the owner's loaded window, so that the owner arms it. A ready entry
+-- ZSET, and it is pushed to the owner's inbox, so that the owner arms it
+-- (the owner arms what is due within its loaded window, and its poller
+-- reads the rest when the window reaches it; reading the loaded time here
+-- cost a call per partition). A ready entry
 -- whose job is gone, not due, or marked is stale (cancelled, moved,
 -- claimed): it is removed and skipped.
 --
@@ -43,10 +45,15 @@ local nparts = #KEYS / stride
 local chunk = math.max(4, math.ceil(2 * max / nparts))
 local pausedFlags = {}
 local streams = {}
+-- Every partition's paused HASH holds every paused topic: the first
+-- partition's says it.
+local paused = {}
+for t = 1, nt do
+  paused[t] = redis.call('HEXISTS', KEYS[4], string.match(KEYS[6 + t], 'ready:(.*)$')) == 1
+end
 for k = 1, #KEYS, stride do
   for t = 1, nt do
-    local topic = string.match(KEYS[k + 5 + t], 'ready:(.*)$')
-    if redis.call('HEXISTS', KEYS[k + 3], topic) == 1 then
+    if paused[t] then
       pausedFlags[t] = '1'
     else
       pausedFlags[t] = pausedFlags[t] or '0'
@@ -132,7 +139,6 @@ for k, p in pairs(parts) do
   p.scores = redis.call('ZMSCORE', KEYS[k], unpack(keys))
   p.recs = redis.call('HMGET', KEYS[k + 1], unpack(keys))
   p.marks = redis.call('HMGET', KEYS[k + 2], unpack(keys))
-  p.loaded = tonumber(redis.call('GET', KEYS[k + 4]) or '')
   p.i = 0
   p.mark, p.zadd, p.inbox, p.zrem = {}, {}, {}, {}
 end
@@ -154,9 +160,7 @@ for _, c in ipairs(cands) do
     p.mark[#p.mark + 1] = '~' .. token
     p.zadd[#p.zadd + 1] = deadline
     p.zadd[#p.zadd + 1] = key
-    if p.loaded and tonumber(deadline) <= p.loaded then
-      p.inbox[#p.inbox + 1] = key
-    end
+    p.inbox[#p.inbox + 1] = key
     out[#out + 1] = key
     out[#out + 1] = token
     out[#out + 1] = score
