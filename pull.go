@@ -549,6 +549,10 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *run
 			q.stats.skipped.Add(1)
 			q.arm(t.key, max(r.Score, recheck), nil)
 		case persist.DueQueued:
+			// A consumer's take reads its record from Redis: the cache's
+			// copy is of no use while it waits (a backlog would fill the
+			// cache with them).
+			q.cache.Remove(t.key)
 			if topic, _, _ := strings.Cut(t.key, persist.KeySep); !slices.Contains(queued, topic) {
 				queued = append(queued, topic)
 			}

@@ -261,3 +261,207 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
 	return ctx.Err()
 }
+
+func init() {
+	workloads = append(workloads,
+		workload{"pullbacklog", "1,000,000 jobs of a pulled topic come due with no consumer: Go heap of the owner, then the first Reserve's wait and the drain", runPullBacklog},
+		workload{"pullteam", "W1 pulled over three queues (team members) on one namespace, consumers on one of them only: lateness of jobs owned by the others", runPullTeam},
+	)
+}
+
+// runPullBacklog: n jobs due at once with nobody reserving; the owner
+// queues them to the ready sets. Reported: the owner's Go heap after a GC
+// (bounded: queued jobs cost no memory), and how long the first Reserve
+// of a consumer that comes then takes.
+func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(1_000_000, 100_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	ns := namespace("pbacklog")
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	if err := q.Pull("p"); err != nil {
+		return err
+	}
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	defer q.Shutdown(context.WithoutCancel(ctx))
+	<-q.Ready()
+	payload := make([]byte, 64)
+	due := time.Now().Add(2 * time.Second)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	var next, failed atomic.Int64
+	var peak atomic.Uint64
+	stopPeak := make(chan struct{})
+	go func() { // the heap's peak while they are written and queued
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopPeak:
+				return
+			case <-tick.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > peak.Load() {
+					peak.Store(ms.HeapAlloc)
+				}
+			}
+		}
+	}()
+	for range 32 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, "p", payload, wheelq.ID(fmt.Sprintf("job-%08d", i)), wheelq.At(due.Add(time.Duration(i%1000)*time.Microsecond))); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	written := time.Since(t0)
+	st, err := persist.New(br.rdb, persist.Options{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	var ready int64
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		ready = 0
+		for p := range st.Partitions() {
+			c, _ := br.rdb.ZCard(ctx, st.Keys(p).Ready+"p").Result()
+			ready += c
+		}
+		if ready >= int64(n)-failed.Load() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	queuedAfter := time.Since(t0)
+	close(stopPeak)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t1 := time.Now()
+	rs, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"p"}, Max: 100})
+	first := time.Since(t1)
+	if err != nil {
+		return err
+	}
+	oldest := rs[0].ID
+	emit(result{"workload": "pullbacklog", "system": "wheelq", "n": n, "schedule_errors": failed.Load(),
+		"written_s": round(written.Seconds()), "queued_s": round(queuedAfter.Seconds()), "ready": ready,
+		"heap_peak_mb": round(float64(peak.Load()) / 1e6), "heap_after_gc_mb": round(float64(ms.HeapAlloc) / 1e6),
+		"first_reserve_ms": round(float64(first.Microseconds()) / 1000), "first_reserved": len(rs), "first_id": oldest})
+	return ctx.Err()
+}
+
+// runPullTeam: three queues on one namespace share its partitions; only
+// the first has consumers. A job of a partition another owns is queued
+// to the ready set at its time and announced; the consumers' process
+// takes it.
+func runPullTeam(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(20_000, 2_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	ns := namespace("pteam")
+	var qs []*wheelq.Queue
+	for range 3 {
+		q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+		if err != nil {
+			return err
+		}
+		if err := q.Pull("p"); err != nil {
+			return err
+		}
+		if err := q.Start(ctx); err != nil {
+			return err
+		}
+		qs = append(qs, q)
+	}
+	defer func() {
+		for _, q := range qs {
+			_ = q.Shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
+		if len(qs[0].Owned()) > 0 && len(qs[1].Owned()) > 0 && len(qs[2].Owned()) > 0 && len(qs[0].Owned())+len(qs[1].Owned())+len(qs[2].Owned()) == 16 {
+			break
+		}
+	}
+	owned := map[int]bool{}
+	for _, p := range qs[0].Owned() {
+		owned[p] = true
+	}
+	st, err := persist.New(br.rdb, persist.Options{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	local, remote := newLateness(n), newLateness(n)
+	wanted := make([]time.Time, n)
+	isLocal := make([]bool, n)
+	cctx, stop := context.WithCancel(ctx)
+	wait := consume(cctx, qs[0], 8, 100, func(r *wheelq.Reservation, at time.Time) {
+		if i, err := strconv.Atoi(strings.TrimPrefix(r.ID, "job-")); err == nil && i >= 0 && i < n {
+			if isLocal[i] {
+				local.record(i, wanted[i], at)
+			} else {
+				remote.record(i, wanted[i], at)
+			}
+		}
+	})
+	t0 := time.Now()
+	ds := dues(t0, n, time.Second, 3*time.Second)
+	nl := 0
+	for i := range n {
+		id := fmt.Sprintf("job-%08d", i)
+		wanted[i] = ds[i]
+		isLocal[i] = owned[st.PartitionOf(persist.JobKey("p", id))]
+		if isLocal[i] {
+			nl++
+		}
+	}
+	var wg sync.WaitGroup
+	var next, failed atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				if _, err := qs[1].Schedule(ctx, "p", make([]byte, 64), wheelq.ID(fmt.Sprintf("job-%08d", k)), wheelq.At(ds[k])); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	deadline := t0.Add(10 * time.Second)
+	for time.Now().Before(deadline) && local.count()+remote.count() < n {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	ackFailed := wait()
+	lr := local.result("pullteam", "wheelq: jobs of the consumers' process", nl)
+	lr["missing"] = nl - local.count()
+	rr := remote.result("pullteam", "wheelq: jobs of the other two", n-nl)
+	rr["missing"] = n - nl - remote.count()
+	rr["schedule_errors"], rr["ack_errors"] = failed.Load(), ackFailed
+	emit(lr)
+	emit(rr)
+	return ctx.Err()
+}
+
+// count returns how many indices fired.
+func (l *lateness) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lat)
+}
