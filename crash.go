@@ -311,11 +311,11 @@ func (c *crashStore) TopicModes(ctx context.Context) (map[string]string, error) 
 	return c.engineStore.TopicModes(ctx)
 }
 
-func (c *crashStore) Due(ctx context.Context, p int, tok string, now, ahead int64, jobs []persist.DueJob) ([]persist.DueResult, error) {
+func (c *crashStore) Due(ctx context.Context, tokens []string, now, ahead int64, jobs []persist.DueJob) ([]persist.DueResult, error) {
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
-	return c.engineStore.Due(ctx, p, tok, now, ahead, jobs)
+	return c.engineStore.Due(ctx, tokens, now, ahead, jobs)
 }
 
 func (c *crashStore) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (persist.TakeResult, error) {

@@ -23,6 +23,11 @@ import (
 // wait), and must be safe for concurrent use. The arguments are never
 // retained by the queue; a topic string may be kept.
 //
+// For a pulled topic (Queue.Pull), JobStarted is a reservation handed to a
+// consumer, JobSucceeded an Ack and JobFailed a Nack or a reservation that
+// lapsed, each with took 0 (the consumer's time is the consumer's); Ack
+// and Nack are told by the process they were called in.
+//
 // Methods may be added to this interface in later versions: embed
 // NopObserver in an implementation so that it keeps compiling.
 type Observer interface {

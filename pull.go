@@ -136,10 +136,32 @@ type pullStage struct {
 	// thousands of Reserves a second they kept Redis from handing out the
 	// jobs coming due. Guarded by mu.
 	gen, drained map[string]uint64
-	sig          chan struct{} // due has jobs
+	// spare holds jobs reserved for a Reserve that returned before they
+	// were handed over (it returns at its first job): the next Reserve
+	// here that wants them takes them with no round trip; those left
+	// spareTTL are released to the ready sets (pullLoop). Releasing each
+	// at once sent every consumer to read the ready sets again. Guarded
+	// by mu.
+	spare []spareJob
+	// taking says a Reserve here is reading the ready sets for every
+	// waiter like it (takeFor): the others wait for its result rather
+	// than all reading at once. Guarded by mu.
+	taking bool
+	sig    chan struct{} // due has jobs
 	done         chan struct{} // closed when the pull loop returned (made by Start)
 	seq          uint64        // guarded by mu: nonces and the partition a take starts from
 }
+
+// spareJob is a reservation waiting here for a Reserve (see spare).
+type spareJob struct {
+	r   *Reservation
+	ttr time.Duration
+	at  time.Time // when it became spare
+}
+
+// spareTTL is how long a spare reservation waits for a Reserve here
+// before it is released to the ready sets, for any process.
+const spareTTL = 20 * time.Millisecond
 
 // pullWaiter is a Reserve blocked until jobs come.
 type pullWaiter struct {
@@ -286,11 +308,19 @@ func (q *Queue) pullArrive(ts []*task) {
 // stops.
 func (q *Queue) pullLoop(slot *runSlot) {
 	defer close(q.pull.done)
+	spare := time.NewTimer(time.Hour)
+	spare.Stop()
+	defer spare.Stop()
 	for {
 		select {
 		case <-q.pull.sig:
+		case <-spare.C:
 		case <-q.stopDispatch:
+			q.releaseSpare(true, slot)
 			return
+		}
+		if next := q.releaseSpare(false, slot); next > 0 {
+			spare.Reset(next)
 		}
 		for {
 			ps := &q.pull
@@ -314,8 +344,7 @@ func (q *Queue) pullLoop(slot *runSlot) {
 // that wants it, or to its topic's ready set.
 func (q *Queue) pullStep(ts []*task, slot *runSlot) {
 	now, wall := wheel.Readings(q.clock)
-	byPart := map[int][]*task{}
-	var parts []int
+	var due []*task
 	var given []delivery
 	for _, t := range ts {
 		p := int(t.part)
@@ -336,15 +365,12 @@ func (q *Queue) pullStep(ts []*task, slot *runSlot) {
 			q.arm(t.key, wall.Add(10*time.Millisecond).UnixMicro(), nil)
 			q.freeTask(t)
 		default:
-			if byPart[p] == nil {
-				parts = append(parts, p)
-			}
-			byPart[p] = append(byPart[p], t)
+			due = append(due, t)
 		}
 	}
-	q.deliver(given, slot)
-	for _, p := range parts {
-		q.pullDue(p, byPart[p], wall, false, slot)
+	q.deliver(given)
+	if len(due) > 0 {
+		q.pullDue(due, wall, false, slot)
 	}
 }
 
@@ -357,36 +383,30 @@ func (q *Queue) pullStep(ts []*task, slot *runSlot) {
 // claimed one does.
 func (q *Queue) pullAhead(ts []*task, slot *runSlot) {
 	ps := &q.pull
-	byPart := map[int][]*task{}
-	var parts []int
-	var bare []*task
+	var wanted, bare []*task
 	ps.mu.Lock()
 	for _, t := range ts {
 		topic, _, _ := strings.Cut(t.key, persist.KeySep)
-		wanted := false
+		want := false
 		for _, w := range ps.waiters {
 			if w.wants(topic) {
-				wanted = true
+				want = true
 				break
 			}
 		}
-		if !wanted {
+		if !want {
 			bare = append(bare, t)
 			continue
 		}
-		p := int(t.part)
-		if byPart[p] == nil {
-			parts = append(parts, p)
-		}
-		byPart[p] = append(byPart[p], t)
+		wanted = append(wanted, t)
 	}
 	ps.mu.Unlock()
 	now, wall := wheel.Readings(q.clock)
 	for _, t := range bare {
 		q.hold(t, now, wall)
 	}
-	for _, p := range parts {
-		q.pullDue(p, byPart[p], wall, true, slot)
+	if len(wanted) > 0 {
+		q.pullDue(wanted, wall, true, slot)
 	}
 }
 
@@ -408,14 +428,14 @@ func (q *Queue) delivered(r *Reservation, wall time.Time) {
 // deliver hands reservations to their waiters, all at once: a Reserve
 // returns at its first job, and the rest of its jobs would otherwise find
 // it gone. A job whose waiter has gone goes to another that wants it with
-// the same time-to-run (the deadline in Redis is that), else back to the
-// ready set.
-func (q *Queue) deliver(given []delivery, slot *runSlot) {
+// the same time-to-run (the deadline in Redis is that), else to the spare
+// reservations, for the next Reserve here (or, after spareTTL, back to the
+// ready set).
+func (q *Queue) deliver(given []delivery) {
 	if len(given) == 0 {
 		return
 	}
 	ps := &q.pull
-	var release []persist.ResolveOp
 	var woken []*pullWaiter
 	ps.mu.Lock()
 	for _, d := range given {
@@ -431,7 +451,8 @@ func (q *Queue) deliver(given []delivery, slot *runSlot) {
 			}
 		}
 		if w == nil {
-			release = append(release, persist.ResolveOp{Op: 'u', Key: persist.JobKey(d.r.Topic, d.r.ID), Token: d.r.Token, Score: d.r.Job.Due.UnixMicro()})
+			ps.spare = append(ps.spare, spareJob{r: d.r, ttr: d.w.ttr, at: q.clock.Now()})
+			wake(ps.sig) // the pull loop releases it if no Reserve takes it
 			continue
 		}
 		w.got = append(w.got, d.r)
@@ -443,28 +464,52 @@ func (q *Queue) deliver(given []delivery, slot *runSlot) {
 	for _, w := range woken {
 		wake(w.sig)
 	}
-	if len(release) == 0 {
-		return
-	}
-	ctx, end := slot.call()
-	_, wall := wheel.Readings(q.clock)
-	_, err := q.store.Resolve(ctx, wall.UnixMicro(), release)
-	end()
-	if err != nil {
-		q.log.Warn("wheelq: releasing reservations whose consumer left; they lapse instead", "err", err, "jobs", len(release))
-	}
-	var topics []string
-	for _, o := range release {
-		if topic, _, _ := strings.Cut(o.Key, persist.KeySep); !slices.Contains(topics, topic) {
-			topics = append(topics, topic)
-		}
-	}
-	q.announced(topics...)
 }
 
-// pullDue runs due.lua for jobs of partition p, at their time or, ahead,
-// ClaimLead before it (see pullStep and pullAhead).
-func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *runSlot) {
+// releaseSpare releases the spare reservations that waited spareTTL (all
+// of them if all), to the ready sets, and returns when the next would be
+// due for release (zero: none left).
+func (q *Queue) releaseSpare(all bool, slot *runSlot) time.Duration {
+	ps := &q.pull
+	now := q.clock.Now()
+	var release []persist.ResolveOp
+	var topics []string
+	ps.mu.Lock()
+	keep := ps.spare[:0]
+	for _, sj := range ps.spare {
+		if !all && now.Sub(sj.at) < spareTTL {
+			keep = append(keep, sj)
+			continue
+		}
+		release = append(release, persist.ResolveOp{Op: 'u', Key: persist.JobKey(sj.r.Topic, sj.r.ID), Token: sj.r.Token, Score: sj.r.Job.Due.UnixMicro()})
+		if !slices.Contains(topics, sj.r.Topic) {
+			topics = append(topics, sj.r.Topic)
+		}
+	}
+	clear(ps.spare[len(keep):])
+	ps.spare = keep
+	var next time.Duration
+	if len(keep) > 0 {
+		next = max(spareTTL-now.Sub(keep[0].at), time.Millisecond)
+	}
+	ps.mu.Unlock()
+	if len(release) > 0 {
+		ctx, end := slot.call()
+		_, wall := wheel.Readings(q.clock)
+		_, err := q.store.Resolve(ctx, wall.UnixMicro(), release)
+		end()
+		if err != nil {
+			q.log.Warn("wheelq: releasing reservations whose consumer left; they lapse instead", "err", err, "jobs", len(release))
+		}
+		q.announced(topics...)
+	}
+	return next
+}
+
+// pullDue runs due.lua for jobs, in one round trip (a call per
+// partition), at their time or, ahead, ClaimLead before it (see pullStep
+// and pullAhead).
+func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runSlot) {
 	ps := &q.pull
 	jobs := make([]persist.DueJob, len(ts))
 	to := make([]*pullWaiter, len(ts))
@@ -494,7 +539,7 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *run
 		until = wall.Add(2 * q.cfg.ClaimLead)
 	}
 	ctx, end := slot.call()
-	res, err := q.store.Due(ctx, p, q.fence[p], wall.UnixMicro(), until.UnixMicro(), jobs)
+	res, err := q.store.Due(ctx, q.fence, wall.UnixMicro(), until.UnixMicro(), jobs)
 	end()
 	if err != nil {
 		ps.mu.Lock()
@@ -504,13 +549,6 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *run
 			}
 		}
 		ps.mu.Unlock()
-		if errors.Is(err, persist.ErrFenced) {
-			for _, t := range ts {
-				q.stats.dropped.Add(1)
-				q.freeTask(t)
-			}
-			return
-		}
 		q.stats.redisErrors.Add(1)
 		q.log.Warn("wheelq: handing out due jobs failed; trying again", "err", err, "jobs", len(ts))
 		now, after := wheel.Readings(q.clock)
@@ -536,6 +574,8 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *run
 			ps.mu.Unlock()
 		}
 		switch r.Status {
+		case persist.DueFenced:
+			q.stats.dropped.Add(1) // the partition's new owner hands it out
 		case persist.DueGone:
 			q.stats.skipped.Add(1)
 			q.cache.Remove(t.key)
@@ -590,7 +630,7 @@ func (q *Queue) pullDue(p int, ts []*task, wall time.Time, ahead bool, slot *run
 		}
 		q.freeTask(t)
 	}
-	q.deliver(given, slot)
+	q.deliver(given)
 	if len(queued) > 0 {
 		q.announced(queued...)
 	}
@@ -621,7 +661,11 @@ func (q *Queue) lapsed(t *task, raw []byte) {
 	q.inflight.keys[t.key] = struct{}{}
 	q.inflight.mu.Unlock()
 	t.rec, t.verified = &rec, true
-	q.settle(t, rec.Attempt+1, fmt.Errorf("%w: time-to-run lapsed", ErrReservationLost))
+	err = fmt.Errorf("%w: time-to-run lapsed", ErrReservationLost)
+	if obs := q.cfg.Observer; obs != nil {
+		obs.JobFailed(rec.Topic, 0, err)
+	}
+	q.settle(t, rec.Attempt+1, err)
 	q.freeTask(t)
 }
 
@@ -691,27 +735,32 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	force := false
 	for {
 		ps.mu.Lock()
+		ps.pickSpareLocked(w)
 		ready := ps.ready
 		got, want := len(w.got), w.max-len(w.got)-w.promised
 		may := force
 		for _, t := range w.topics {
 			may = may || ps.gen[t] != ps.drained[t]
 		}
+		taker := got == 0 && want > 0 && may && !ps.taking
+		if taker {
+			ps.taking = true
+		}
 		ps.mu.Unlock()
 		force = false
 		if got > 0 {
 			return q.takeGot(w), nil
 		}
-		if want > 0 && may {
-			taken, stale, err := q.take(ctx, w, want)
+		if taker {
+			stale, err := q.takeFor(ctx, w)
 			if err != nil {
 				if got := q.takeGot(w); len(got) > 0 {
 					return got, nil
 				}
 				return nil, err
 			}
-			if len(taken) > 0 {
-				return append(q.takeGot(w), taken...), nil
+			if got := q.takeGot(w); len(got) > 0 {
+				return got, nil
 			}
 			if stale > 0 {
 				force = true // stale entries were in the way: look again at once
@@ -747,8 +796,8 @@ func (q *Queue) takeGot(w *pullWaiter) []*Reservation {
 	return got
 }
 
-// unwait removes w from the waiters: a job still being reserved for it is
-// released (pullDue) when it comes.
+// unwait removes w from the waiters: a job still being reserved for it
+// becomes spare (deliver) when it comes.
 func (q *Queue) unwait(w *pullWaiter) {
 	ps := &q.pull
 	ps.mu.Lock()
@@ -758,10 +807,19 @@ func (q *Queue) unwait(w *pullWaiter) {
 	}
 	left := w.got
 	w.got = nil
+	if len(left) > 0 && !q.closing() {
+		// Handed over after Reserve decided to return: spare, for the
+		// next Reserve here (the pull loop releases them after spareTTL).
+		now := q.clock.Now()
+		for _, r := range left {
+			ps.spare = append(ps.spare, spareJob{r: r, ttr: w.ttr, at: now})
+		}
+		left = nil
+		wake(ps.sig)
+	}
 	ps.mu.Unlock()
 	if len(left) > 0 {
-		// Handed over after Reserve decided to return: back to the ready
-		// sets.
+		// At Shutdown: back to the ready sets.
 		ops := make([]persist.ResolveOp, len(left))
 		for i, r := range left {
 			ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
@@ -776,8 +834,92 @@ func (q *Queue) unwait(w *pullWaiter) {
 	}
 }
 
-// take reserves up to n jobs for w from the ready sets (take.lua).
-// It also returns how many stale ready entries it removed.
+// pickSpareLocked moves spare reservations w wants into w.got. The
+// caller holds ps.mu.
+func (ps *pullStage) pickSpareLocked(w *pullWaiter) {
+	if len(ps.spare) == 0 {
+		return
+	}
+	keep := ps.spare[:0]
+	for _, sj := range ps.spare {
+		if sj.ttr == w.ttr && w.wants(sj.r.Topic) {
+			w.got = append(w.got, sj.r)
+			continue
+		}
+		keep = append(keep, sj)
+	}
+	clear(ps.spare[len(keep):])
+	ps.spare = keep
+}
+
+// takeFor reads the ready sets (take.lua) for w and for every waiter
+// like it (the same topics and time-to-run), in one round trip, and hands
+// each its share; the caller set ps.taking, which takeFor clears. It
+// returns how many stale ready entries the take removed.
+func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
+	ps := &q.pull
+	type share struct {
+		w *pullWaiter
+		n int
+	}
+	var shares []share
+	total := 0
+	ps.mu.Lock()
+	for _, o := range ps.waiters {
+		if o != w && (o.ttr != w.ttr || !slices.Equal(o.topics, w.topics)) {
+			continue
+		}
+		n := min(o.max-len(o.got)-o.promised, MaxReserve-total)
+		if n > 0 {
+			o.promised += n
+			shares = append(shares, share{o, n})
+			total += n
+		}
+	}
+	if !slices.ContainsFunc(shares, func(sh share) bool { return sh.w == w }) {
+		shares, total = nil, 0 // w wants nothing after all
+	}
+	ps.mu.Unlock()
+	var taken []*Reservation
+	stale := 0
+	var err error
+	if total > 0 {
+		taken, stale, err = q.take(ctx, w, total)
+	}
+	ps.mu.Lock()
+	ps.taking = false
+	var woken []*pullWaiter
+	for _, sh := range shares {
+		sh.w.promised -= sh.n
+		k := min(sh.n, len(taken))
+		if sh.w.gone {
+			k = 0
+		}
+		if k > 0 {
+			sh.w.got = append(sh.w.got, taken[:k]...)
+			taken = taken[k:]
+			woken = append(woken, sh.w)
+		}
+	}
+	for _, r := range taken { // their waiters left meanwhile
+		ps.spare = append(ps.spare, spareJob{r: r, ttr: w.ttr, at: q.clock.Now()})
+	}
+	// The other waiters look again: at what they got, or at the ready sets
+	// (a take that stopped at its byte budget leaves jobs there).
+	close(ps.ready)
+	ps.ready = make(chan struct{})
+	ps.mu.Unlock()
+	for _, o := range woken {
+		wake(o.sig)
+	}
+	if len(taken) > 0 {
+		wake(ps.sig)
+	}
+	return stale, err
+}
+
+// take reserves up to n jobs of w's topics, with w's time-to-run, from
+// the ready sets (take.lua).
 func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation, int, error) {
 	ps := &q.pull
 	ps.mu.Lock()
@@ -878,12 +1020,16 @@ func (q *Queue) Nack(ctx context.Context, res *Reservation, opts NackOptions) er
 	}
 	err := q.resolve(ctx, res.Receipt, op)
 	if err == nil {
+		if obs := q.cfg.Observer; obs != nil {
+			obs.JobFailed(j.Topic, 0, cause)
+		}
 		switch op.Op {
 		case 'd':
 			q.stats.dead.Add(1)
 			q.observeDead(j.Topic)
 		default:
 			q.stats.retried.Add(1)
+			q.observeRetried(j.Topic, time.Until(time.UnixMicro(op.Score)))
 			// Armed here if this process owns the job's partition (the
 			// owner of another drains the inbox resolve.lua pushed to).
 			q.arm(persist.JobKey(j.Topic, j.ID), op.Score, nil)
@@ -954,6 +1100,9 @@ func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) er
 		if op.Op == 'a' {
 			q.stats.succeeded.Add(1)
 			q.cache.Remove(op.Key)
+			if obs := q.cfg.Observer; obs != nil {
+				obs.JobSucceeded(r.Topic, 0) // how long the consumer took is the consumer's
+			}
 		}
 		return nil
 	case persist.ResolveGone:

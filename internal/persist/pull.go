@@ -118,6 +118,7 @@ const (
 	DueReserved DueStatus = 'r' // Record and Token are set
 	DueLapsed   DueStatus = 'l' // Record is set; the job is claimed by the caller
 	DueCorrupt  DueStatus = 'x' // Record holds the raw bytes
+	DueFenced   DueStatus = 'F' // the partition's lease is another's: nothing done
 )
 
 // DueResult is Due's answer for one job.
@@ -128,78 +129,115 @@ type DueResult struct {
 	Token  string // DueReserved: the reservation's token
 }
 
-// Due hands the jobs of pulled topics whose time has come, all of
-// partition p, to consumers or to the ready sets (due.lua), in one round
-// trip. tok is the caller's lease token of p (ErrFenced if not current);
-// now (unix µs, the caller's wall clock) bounds what is due; a job with a
-// Nonce is reserved if due by ahead (>= now: reserved before its time,
-// to be handed over at it).
-func (s *Store) Due(ctx context.Context, p int, tok string, now, ahead int64, jobs []DueJob) ([]DueResult, error) {
-	k := s.parts[p]
-	keys := []string{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused}
-	idx := map[string]int{}
-	args := make([]any, 0, 3+4*len(jobs))
-	args = append(args, tok, now, pausedChannel(s.ns), max(ahead, now))
-	for _, j := range jobs {
-		topic, _, err := SplitJobKey(j.Key)
-		if err != nil {
-			return nil, err
+// Due hands the jobs of pulled topics whose time has come to consumers
+// or to the ready sets (due.lua), in one round trip (outside a cluster
+// one call for all the partitions; in a cluster a call per partition, in
+// one pipeline). tokens[p] is the caller's lease token of
+// partition p: the jobs of a partition whose lease is another's come
+// back DueFenced, changing nothing there. now (unix µs, the caller's
+// wall clock) bounds what is due; a job with a Nonce is reserved if due
+// by ahead (>= now: reserved before its time, to be handed over at it).
+func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs []DueJob) ([]DueResult, error) {
+	// The jobs by partition, each partition's in order.
+	var parts []int
+	byPart := map[int][]int{}
+	for i, j := range jobs {
+		p := s.PartitionOf(j.Key)
+		if byPart[p] == nil {
+			parts = append(parts, p)
 		}
-		i, ok := idx[topic]
-		if !ok {
-			keys = append(keys, k.Ready+topic)
-			i = len(keys)
-			idx[topic] = i
-		}
-		dl := ""
-		if j.Nonce != "" {
-			dl = strconv.FormatInt(j.Deadline, 10)
-		}
-		args = append(args, j.Key, i, j.Nonce, dl)
+		byPart[p] = append(byPart[p], i)
 	}
-	res, err := s.due.Run(ctx, s.rdb, keys, args...).Result()
+	groups := [][]int{parts} // outside a cluster, one call for all
+	if s.cluster {
+		groups = groups[:0]
+		for _, p := range parts {
+			groups = append(groups, []int{p})
+		}
+	}
+	args := make([][]any, len(groups))
+	order := make([][]int, len(groups)) // by call: its jobs, in the order of its reply
+	for gi, g := range groups {
+		var keys, argv []any
+		argv = append(argv, now, pausedChannel(s.ns), max(ahead, now))
+		for _, p := range g {
+			k := s.parts[p]
+			pk := []any{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused}
+			ready := map[string]int{}
+			idx := byPart[p]
+			pargs := make([]any, 0, 4*len(idx))
+			for _, i := range idx {
+				j := jobs[i]
+				topic, _, err := SplitJobKey(j.Key)
+				if err != nil {
+					return nil, err
+				}
+				n, ok := ready[topic]
+				if !ok {
+					pk = append(pk, k.Ready+topic)
+					n = len(pk)
+					ready[topic] = n
+				}
+				dl := ""
+				if j.Nonce != "" {
+					dl = strconv.FormatInt(j.Deadline, 10)
+				}
+				pargs = append(pargs, j.Key, n, j.Nonce, dl)
+			}
+			keys = append(keys, pk...)
+			argv = append(argv, token(tokens, p), len(pk), len(idx))
+			argv = append(argv, pargs...)
+			order[gi] = append(order[gi], idx...)
+		}
+		a := make([]any, 0, 3+len(keys)+len(argv))
+		a = append(a, "evalsha", s.due.Hash(), len(keys))
+		args[gi] = append(append(a, keys...), argv...)
+	}
+	replies, err := s.runCalls(ctx, args)
 	if err != nil {
-		return nil, wrap(err)
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) < 2 {
-		return nil, fmt.Errorf("%w: due reply %T", ErrCorrupt, res)
-	}
-	st, _ := arr[0].(string)
-	scores, _ := arr[1].(string)
-	recs := arr[2:]
-	if len(st) != len(jobs) {
-		return nil, fmt.Errorf("%w: due reply of %d for %d jobs", ErrCorrupt, len(st), len(jobs))
+		return nil, err
 	}
 	out := make([]DueResult, len(jobs))
-	nrec := 0
-	for i := range jobs {
-		score, rest, ok := strings.Cut(scores, ",")
-		if !ok {
-			return nil, fmt.Errorf("%w: short due reply", ErrCorrupt)
+	for ci, idx := range order {
+		arr, ok := replies[ci].([]any)
+		if !ok || len(arr) < 2 {
+			return nil, fmt.Errorf("%w: due reply %T", ErrCorrupt, replies[ci])
 		}
-		scores = rest
-		r := &out[i]
-		r.Status = DueStatus(st[i])
-		if score != "" {
-			if r.Score, err = scoreOf(score); err != nil {
-				return nil, err
-			}
+		st, _ := arr[0].(string)
+		scores, _ := arr[1].(string)
+		recs := arr[2:]
+		if len(st) != len(idx) {
+			return nil, fmt.Errorf("%w: due reply of %d for %d jobs", ErrCorrupt, len(st), len(idx))
 		}
-		switch r.Status {
-		case DueReserved, DueLapsed, DueCorrupt:
-			if nrec >= len(recs) {
+		nrec := 0
+		for w, i := range idx {
+			score, rest, ok := strings.Cut(scores, ",")
+			if !ok {
 				return nil, fmt.Errorf("%w: short due reply", ErrCorrupt)
 			}
-			b, _ := recs[nrec].(string)
-			nrec++
-			r.Record = []byte(b)
-			if r.Status == DueReserved {
-				r.Token = RevHex(b) + jobs[i].Nonce
+			scores = rest
+			r := &out[i]
+			r.Status = DueStatus(st[w])
+			if score != "" {
+				if r.Score, err = scoreOf(score); err != nil {
+					return nil, err
+				}
 			}
-		case DueGone, DueMoved, DuePaused, DueBusy, DueQueued:
-		default:
-			return nil, fmt.Errorf("%w: due status %q", ErrCorrupt, st[i])
+			switch r.Status {
+			case DueReserved, DueLapsed, DueCorrupt:
+				if nrec >= len(recs) {
+					return nil, fmt.Errorf("%w: short due reply", ErrCorrupt)
+				}
+				b, _ := recs[nrec].(string)
+				nrec++
+				r.Record = []byte(b)
+				if r.Status == DueReserved {
+					r.Token = RevHex(b) + jobs[i].Nonce
+				}
+			case DueGone, DueMoved, DuePaused, DueBusy, DueQueued, DueFenced:
+			default:
+				return nil, fmt.Errorf("%w: due status %q", ErrCorrupt, st[w])
+			}
 		}
 	}
 	return out, nil
@@ -317,76 +355,82 @@ type ResolveOp struct {
 
 // Resolve's answers, per op.
 const (
-	Resolved     = '1' // applied (or applied before: a replay)
-	ResolveLost  = 'x' // the reservation is not current
-	ResolveGone  = 'c' // the job was cancelled
-	resolveBatch = 256
+	Resolved    = '1' // applied (or applied before: a replay)
+	ResolveLost = 'x' // the reservation is not current
+	ResolveGone = 'c' // the job was cancelled
 )
 
-// Resolve applies ops on reservations, in order, in one round trip (a
-// call per partition, pipelined), and returns one answer byte per op:
+// Resolve applies ops on reservations, in order, in one round trip
+// (outside a cluster one call; in a cluster a call per partition,
+// pipelined), and returns one answer byte per op:
 // Resolved, ResolveLost or ResolveGone. now (unix µs) is an ack's finish
 // time and a dead job's score.
 func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte, error) {
-	type call struct {
-		p   int
-		idx []int
-	}
-	var calls []*call
-	byPart := map[int]*call{}
+	var parts []int
+	byPart := map[int][]int{}
 	for i, o := range ops {
 		p := s.PartitionOf(o.Key)
-		c := byPart[p]
-		if c == nil || len(c.idx) >= resolveBatch {
-			c = &call{p: p}
-			byPart[p] = c
-			calls = append(calls, c)
+		if byPart[p] == nil {
+			parts = append(parts, p)
 		}
-		c.idx = append(c.idx, i)
+		byPart[p] = append(byPart[p], i)
 	}
-	args := make([][]any, len(calls))
-	for ci, c := range calls {
-		k := s.parts[c.p]
-		keys := []string{k.Pending, k.Jobs, k.Running, k.Dead, k.HistoryIdx, k.History, k.Loaded, k.Inbox}
-		ready := map[string]int{}
-		a := []any{s.resolve.Hash(), 0}
+	groups := [][]int{parts} // outside a cluster, one call for all
+	if s.cluster {
+		groups = groups[:0]
+		for _, p := range parts {
+			groups = append(groups, []int{p})
+		}
+	}
+	args := make([][]any, len(groups))
+	order := make([][]int, len(groups))
+	for gi, g := range groups {
+		var keys []any
 		argv := []any{now, s.histAge, s.histCount, pausedChannel(s.ns)}
-		for _, i := range c.idx {
-			o := ops[i]
-			ri := ""
-			if o.Op == 'u' {
-				topic, _, err := SplitJobKey(o.Key)
-				if err != nil {
-					return nil, err
+		for _, p := range g {
+			k := s.parts[p]
+			pk := []any{k.Pending, k.Jobs, k.Running, k.Dead, k.HistoryIdx, k.History, k.Loaded, k.Inbox}
+			ready := map[string]int{}
+			idx := byPart[p]
+			pargs := make([]any, 0, 6*len(idx))
+			for _, i := range idx {
+				o := ops[i]
+				ri := ""
+				if o.Op == 'u' {
+					topic, _, err := SplitJobKey(o.Key)
+					if err != nil {
+						return nil, err
+					}
+					n, ok := ready[topic]
+					if !ok {
+						pk = append(pk, k.Ready+topic)
+						n = len(pk)
+						ready[topic] = n
+					}
+					ri = strconv.Itoa(n)
 				}
-				n, ok := ready[topic]
-				if !ok {
-					keys = append(keys, k.Ready+topic)
-					n = len(keys)
-					ready[topic] = n
-				}
-				ri = strconv.Itoa(n)
+				pargs = append(pargs, string(o.Op), o.Key, o.Token, o.Score, o.Record, ri)
 			}
-			argv = append(argv, string(o.Op), o.Key, o.Token, o.Score, o.Record, ri)
+			keys = append(keys, pk...)
+			argv = append(append(argv, len(pk), len(idx)), pargs...)
+			order[gi] = append(order[gi], idx...)
 		}
-		a[1] = len(keys)
-		for _, key := range keys {
-			a = append(a, key)
-		}
-		args[ci] = append(append([]any{"evalsha"}, a...), argv...)
+		a := make([]any, 0, 3+len(keys)+len(argv))
+		a = append(a, "evalsha", s.resolve.Hash(), len(keys))
+		args[gi] = append(append(a, keys...), argv...)
 	}
 	replies, err := s.runWrites(ctx, args)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]byte, len(ops))
-	for ci, c := range calls {
+	for ci, idx := range order {
 		r, _ := replies[ci].(string)
-		if len(r) != len(c.idx) {
-			return nil, fmt.Errorf("%w: resolve reply %q for %d ops", ErrCorrupt, r, len(c.idx))
+		if len(r) != len(idx) {
+			return nil, fmt.Errorf("%w: resolve reply %q for %d ops", ErrCorrupt, r, len(idx))
 		}
-		for j, i := range c.idx {
-			out[i] = r[j]
+		for w, i := range idx {
+			out[i] = r[w]
 		}
 	}
 	return out, nil

@@ -34,11 +34,12 @@ func TestPullScripts(t *testing.T) {
 	require.NoError(t, err)
 
 	// Fenced: another token changes nothing.
-	_, err = s.Due(ctx, 0, "other", 2000, 2000, []DueJob{{Key: "p/0"}})
-	require.ErrorIs(t, err, ErrFenced)
+	fenced, err := s.Due(ctx, []string{"other"}, 2000, 2000, []DueJob{{Key: "p/0"}})
+	require.NoError(t, err)
+	require.Equal(t, DueFenced, fenced[0].Status)
 
 	// p/0..2 queued, p/3 reserved at once, p/later not due, q/x gone.
-	res, err := s.Due(ctx, 0, "own", 2000, 2000, []DueJob{{Key: "p/1"}, {Key: "p/0"}, {Key: "p/2"},
+	res, err := s.Due(ctx, []string{"own"}, 2000, 2000, []DueJob{{Key: "p/1"}, {Key: "p/0"}, {Key: "p/2"},
 		{Key: "p/3", Nonce: "n3", Deadline: 9000}, {Key: "p/later"}, {Key: "q/x"}})
 	require.NoError(t, err)
 	require.Equal(t, []DueStatus{DueQueued, DueQueued, DueQueued, DueReserved, DueMoved, DueGone},
@@ -102,11 +103,11 @@ func TestPullScripts(t *testing.T) {
 
 	// p/3's reservation: at its deadline due.lua says lapsed and claims
 	// it for the owner; the consumer's ack is then lost.
-	res, err = s.Due(ctx, 0, "own", 8999, 8999, []DueJob{{Key: "p/3"}})
+	res, err = s.Due(ctx, []string{"own"}, 8999, 8999, []DueJob{{Key: "p/3"}})
 	require.NoError(t, err)
 	require.Equal(t, DueMoved, res[0].Status)
 	require.Equal(t, int64(9000), res[0].Score)
-	res, err = s.Due(ctx, 0, "own", 9000, 9000, []DueJob{{Key: "p/3"}})
+	res, err = s.Due(ctx, []string{"own"}, 9000, 9000, []DueJob{{Key: "p/3"}})
 	require.NoError(t, err)
 	require.Equal(t, DueLapsed, res[0].Status)
 	r, err = s.Resolve(ctx, 9001, []ResolveOp{{Op: 'a', Key: "p/3", Token: tok3}})
@@ -114,13 +115,13 @@ func TestPullScripts(t *testing.T) {
 	require.Equal(t, "x", string(r))
 
 	// Release: back in the ready set at its due time, for the next take.
-	res, err = s.Due(ctx, 0, "own", 6000, 6000, []DueJob{{Key: "p/later", Nonce: "L", Deadline: 50000}})
+	res, err = s.Due(ctx, []string{"own"}, 6000, 6000, []DueJob{{Key: "p/later", Nonce: "L", Deadline: 50000}})
 	require.NoError(t, err)
 	require.Equal(t, DueReserved, res[0].Status)
 	r, err = s.Resolve(ctx, 6000, []ResolveOp{{Op: 'u', Key: "p/later", Token: res[0].Token, Score: 5000}})
 	require.NoError(t, err)
 	require.Equal(t, "1", string(r))
-	res, err = s.Due(ctx, 0, "own", 6000, 6000, []DueJob{{Key: "p/1"}}) // the retry's time came
+	res, err = s.Due(ctx, []string{"own"}, 6000, 6000, []DueJob{{Key: "p/1"}}) // the retry's time came
 	require.NoError(t, err)
 	require.Equal(t, DueQueued, res[0].Status)
 	tr, err = s.Take(ctx, []string{"p"}, 5, 6000, 70000, "K", 0)
@@ -207,4 +208,57 @@ func BenchmarkTake(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(taken, 1)), "ns/job")
 	b.ReportMetric(float64(inTake.Nanoseconds())/float64(max(taken, 1)), "take-ns/job")
+}
+
+// TestDueSpansPartitions: one due.lua call covers the jobs of several
+// partitions; those of a partition whose lease is another's are answered
+// fenced while the others are handed out.
+func TestDueSpansPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4)
+	ctx, s := b.ctx, b.store
+	var keys []string
+	for i := 0; len(keys) < 12; i++ {
+		keys = append(keys, JobKey("p", fmt.Sprint(i)))
+	}
+	var ws []Write
+	for i, k := range keys {
+		ws = append(ws, Write{Key: k, Due: int64(100 + i), Record: rec("x"), Replace: true})
+	}
+	_, err := s.Write(ctx, nil, ws)
+	require.NoError(t, err)
+	tokens := []string{"a", "a", "a", "a"}
+	for p := range 3 {
+		held, _, err := s.Lease(ctx, p, LeaseAcquire, "a", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held)
+	}
+	held, _, err := s.Lease(ctx, 3, LeaseAcquire, "other", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	jobs := make([]DueJob, len(keys))
+	for i, k := range keys {
+		jobs[i] = DueJob{Key: k}
+		if i%2 == 0 {
+			jobs[i].Nonce, jobs[i].Deadline = fmt.Sprint("n", i), 9000
+		}
+	}
+	res, err := s.Due(ctx, tokens, 1000, 1000, jobs)
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for i, r := range res {
+		p := s.PartitionOf(keys[i])
+		seen[p] = true
+		switch {
+		case p == 3:
+			require.Equal(t, DueFenced, r.Status, keys[i])
+		case i%2 == 0:
+			require.Equal(t, DueReserved, r.Status, keys[i])
+			require.Equal(t, int64(100+i), r.Score)
+			require.Equal(t, RevHex(string(r.Record))+fmt.Sprint("n", i), r.Token)
+		default:
+			require.Equal(t, DueQueued, r.Status, keys[i])
+		}
+	}
+	require.Len(t, seen, 4, "the jobs span every partition")
 }
