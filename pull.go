@@ -66,6 +66,10 @@ const (
 	MaxReserve = 1000
 )
 
+// ackLinger is how long an Ack (Nack, Touch) waits for others to share
+// its round trip.
+const ackLinger = 200 * time.Microsecond
+
 // pullRecheck is how often a blocked Reserve looks at the ready sets
 // without an announcement (one may be lost with a broken subscription).
 const pullRecheck = time.Second
