@@ -71,6 +71,10 @@ type JobInfo struct {
 	// Headers are the job's headers (the Headers option), kept in the run
 	// history too; nil if none.
 	Headers map[string]string
+	// Reserved says a consumer holds the job (Reserve, a pulled topic's;
+	// State is StateRunning): Due is then when the reservation lapses
+	// unless acked, nacked or touched. Lookup tells it; List does not.
+	Reserved bool
 }
 
 func infoOf(r persist.Record, st persist.State) JobInfo {
@@ -87,6 +91,9 @@ func infoOf(r persist.Record, st persist.State) JobInfo {
 	case persist.Running:
 		info.State = StateRunning
 		info.Attempts++ // the run in progress (the record is its start's)
+	case persist.Reserved:
+		info.State, info.Reserved = StateRunning, true
+		info.Attempts++ // the reservation's attempt
 	}
 	return info
 }

@@ -25,6 +25,7 @@ type jobInfoJSON struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
 	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
+	Reserved      bool              `json:"reserved,omitempty"`
 }
 
 func timeOrNil(t time.Time) *time.Time {
@@ -40,12 +41,14 @@ func timeOrNil(t time.Time) *time.Time {
 //	 "due": "2026-11-26T10:00:00.5Z", "attempts": 0, "max_attempts": 10,
 //	 "created": "2026-11-26T09:30:00Z", "payload": "{\"order\":1}"}
 //
-// with "last_error", "finished" and "headers" when set, and the payload
+// with "last_error", "finished", "headers" and "reserved" (a consumer
+// holds the job; "due" is then when its reservation lapses) when set, and
+// the payload
 // as "payload" (text) when it is UTF-8, else as "payload_base64".
 func (j JobInfo) MarshalJSON() ([]byte, error) {
 	v := jobInfoJSON{Topic: j.Topic, ID: j.ID, State: j.State.String(), Due: timeOrNil(j.Due),
 		Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, LastError: j.LastError,
-		Created: timeOrNil(j.Created), Finished: timeOrNil(j.Finished), Headers: j.Headers}
+		Created: timeOrNil(j.Created), Finished: timeOrNil(j.Finished), Headers: j.Headers, Reserved: j.Reserved}
 	switch {
 	case j.Payload == nil:
 	case utf8.Valid(j.Payload):
@@ -68,7 +71,7 @@ func (j *JobInfo) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*j = JobInfo{Topic: v.Topic, ID: v.ID, State: st, Attempts: v.Attempts, MaxAttempts: v.MaxAttempts,
-		LastError: v.LastError, Headers: v.Headers, Payload: v.PayloadBase64}
+		LastError: v.LastError, Headers: v.Headers, Payload: v.PayloadBase64, Reserved: v.Reserved}
 	for _, f := range []struct {
 		dst *time.Time
 		src *time.Time

@@ -72,6 +72,8 @@ func TestPullReserveAtDueTime(t *testing.T) {
 	info, err := b.q.Lookup(b.ctx, "p", "a")
 	require.NoError(t, err)
 	require.Equal(t, StateRunning, info.State, "a reserved job shows as running")
+	require.True(t, info.Reserved)
+	require.WithinDuration(t, r.Deadline, info.Due, time.Millisecond, "with its reservation's deadline")
 	require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
 	require.NoError(t, b.q.Ack(b.ctx, r.Receipt), "a replayed ack is recognised")
 	info, err = b.q.Lookup(b.ctx, "p", "a")
@@ -405,5 +407,60 @@ func TestPullKill9HoldingReservations(t *testing.T) {
 	}
 	for id, k := range got {
 		require.Equal(t, 1, k, "job %s handed out once after the kill", id)
+	}
+}
+
+// TestPullManyConsumers: jobs coming due fast to several consumers that
+// each take a few at a time: a Reserve returns at its first jobs, and the
+// jobs reserved for it a moment later go to the next Reserve (spare) or
+// back to the ready set; every job is handed out once, none early, and
+// none waits for its reservation to lapse.
+func TestPullManyConsumers(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	const n = 300
+	t0 := time.Now().Add(300 * time.Millisecond)
+	for i := range n {
+		_, err := b.q.Schedule(b.ctx, "p", nil, ID(fmt.Sprint(i)), At(t0.Add(time.Duration(i)*time.Millisecond)))
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	got := map[string]int{}
+	ctx, cancel := context.WithTimeout(b.ctx, wait)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				rs, err := b.q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}, Max: 3, TTR: time.Minute})
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				for _, r := range rs {
+					if now.Before(r.Job.Due) {
+						t.Errorf("%s handed out %v early", r.ID, r.Job.Due.Sub(now))
+					}
+					if r.Job.Attempt != 1 {
+						t.Errorf("%s: attempt %d (a reservation lapsed)", r.ID, r.Job.Attempt)
+					}
+					if err := b.q.Ack(b.ctx, r.Receipt); err != nil {
+						t.Errorf("ack %s: %v", r.ID, err)
+					}
+					mu.Lock()
+					got[r.ID]++
+					done := len(got) == n
+					mu.Unlock()
+					if done {
+						cancel()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, got, n, "every job handed out")
+	for id, k := range got {
+		require.Equal(t, 1, k, "job %s handed out %d times", id, k)
 	}
 }

@@ -679,7 +679,7 @@ func (h *Harness) ExpectScheduled(topic, id string, due time.Time, tolerance tim
 	if err != nil && !errors.Is(err, persist.ErrNotFound) {
 		return err
 	}
-	if st != persist.Pending && st != persist.Running {
+	if st != persist.Pending && st != persist.Running && st != persist.Reserved {
 		return fmt.Errorf("%w: %s/%s is not pending", ErrNotScheduled, topic, id)
 	}
 	jobs, err := h.Scheduled(topic)

@@ -1282,6 +1282,7 @@ const (
 	Done                      // acked: in the run history only
 	Cancelled                 // cancelled: in the run history only
 	Running                   // in the pending set, and a run of it claimed (marked)
+	Reserved                  // in the pending set, reserved by a consumer (marked "~"); Due is the reservation's deadline
 )
 
 // Get reads a job's record and state. The record's Due is its due time
@@ -1314,6 +1315,9 @@ func (s *Store) Get(ctx context.Context, key string) (Record, State, error) {
 		state, r.Due = Pending, time.UnixMicro(int64(v))
 		if m, err := mark.Result(); claimed(m, err == nil) {
 			state = Running
+			if strings.HasPrefix(m, ReservationMark) {
+				state = Reserved
+			}
 		}
 	} else if v, err := dead.Result(); err == nil {
 		state, r.Due = DeadLettered, time.UnixMicro(int64(v))
