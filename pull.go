@@ -152,8 +152,8 @@ type pullStage struct {
 	// than all reading at once. Guarded by mu.
 	taking bool
 	sig    chan struct{} // due has jobs
-	done         chan struct{} // closed when the pull loop returned (made by Start)
-	seq          uint64        // guarded by mu: nonces and the partition a take starts from
+	done   chan struct{} // closed when the pull loop returned (made by Start)
+	seq    uint64        // guarded by mu: nonces and the partition a take starts from
 }
 
 // spareJob is a reservation waiting here for a Reserve (see spare).
