@@ -25,11 +25,13 @@ func init() {
 }
 
 // consume runs consumers goroutines that reserve up to max jobs of topic
-// "p" from q and ack each (the acks of a batch concurrently, so that they
-// share round trips), calling got with each reservation and the time
-// Reserve returned, until ctx ends. It returns the acks that failed.
+// "p" from q and ack each, calling got with each reservation and the time
+// Reserve returned, until ctx ends. A consumer acks in the background and
+// is back in Reserve at once, as a consumer that works on its jobs
+// concurrently is (the acks share round trips). wait returns the
+// failures once every ack is done.
 func consume(ctx context.Context, q *wheelq.Queue, consumers, max int, got func(r *wheelq.Reservation, at time.Time)) (wait func() int64) {
-	var wg sync.WaitGroup
+	var wg, acks sync.WaitGroup
 	var failed atomic.Int64
 	for range consumers {
 		wg.Go(func() {
@@ -43,7 +45,6 @@ func consume(ctx context.Context, q *wheelq.Queue, consumers, max int, got func(
 					}
 					continue
 				}
-				var acks sync.WaitGroup
 				for _, r := range rs {
 					got(r, at)
 					acks.Go(func() {
@@ -52,11 +53,10 @@ func consume(ctx context.Context, q *wheelq.Queue, consumers, max int, got func(
 						}
 					})
 				}
-				acks.Wait()
 			}
 		})
 	}
-	return func() int64 { wg.Wait(); return failed.Load() }
+	return func() int64 { wg.Wait(); acks.Wait(); return failed.Load() }
 }
 
 // runPull is W1 with consumers instead of a handler: lateness is the
@@ -195,7 +195,7 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var acked atomic.Int64
+	var acked atomic.Int64 // reserved; wait() waits for their acks
 	done := make(chan struct{})
 	cctx, stop := context.WithCancel(ctx)
 	redis0, _ := br.usedCPU(ctx)
@@ -210,13 +210,13 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	case <-done:
 	case <-time.After(120 * time.Second):
 	}
+	stop()
+	failed := wait() // every ack stored
 	el := time.Since(t0)
 	redis1, _ := br.usedCPU(ctx)
 	own1 := processCPU()
-	stop()
-	failed := wait()
 	_ = q.Shutdown(ctx)
-	emit(result{"workload": "pulldrain", "system": "wheelq pull", "n": n, "reserved": acked.Load(), "ack_errors": failed,
+	emit(result{"workload": "pulldrain", "system": "wheelq pull (reserved and acked)", "n": n, "reserved": acked.Load(), "ack_errors": failed,
 		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(acked.Load()) / el.Seconds()),
 		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
 
