@@ -318,11 +318,11 @@ func (c *crashStore) Due(ctx context.Context, tokens []string, now, ahead int64,
 	return c.engineStore.Due(ctx, tokens, now, ahead, jobs)
 }
 
-func (c *crashStore) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (persist.TakeResult, error) {
+func (c *crashStore) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (persist.TakeResult, error) {
 	if err := c.dead(); err != nil {
 		return persist.TakeResult{}, err
 	}
-	return c.engineStore.Take(ctx, topics, max, now, deadline, nonce, start)
+	return c.engineStore.Take(ctx, topics, max, now, deadline, nonce, tok, start)
 }
 
 func (c *crashStore) Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error) {

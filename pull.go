@@ -945,7 +945,7 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 	if err != nil {
 		return nil, 0, errs.Errorf("wheelq: reserve: %w", err)
 	}
-	res, err := q.store.Take(cctx, w.topics, n, wall.UnixMicro(), deadline.UnixMicro(), nonce, int(seq%uint64(q.cfg.Partitions)))
+	res, err := q.store.Take(cctx, w.topics, n, wall.UnixMicro(), deadline.UnixMicro(), nonce, q.fence[0], int(seq%uint64(q.cfg.Partitions)))
 	q.reach.note(err, probe, q.clock)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -977,6 +977,9 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 			continue
 		}
 		rec.Topic, rec.ID, _ = persist.SplitJobKey(j.Key)
+		// The owner looks at it at its deadline: here, if this process
+		// owns its partition (take.lua pushed it to the inbox otherwise).
+		q.arm(j.Key, deadline.UnixMicro(), nil)
 		r := q.reservation(j.Key, j.Token, &rec, time.UnixMicro(j.Due), deadline, false)
 		q.late.record(after.Sub(r.Job.Due))
 		out = append(out, r)

@@ -33,7 +33,7 @@ type engineStore interface {
 	DeclareTopics(ctx context.Context, modes map[string]string) error
 	TopicModes(ctx context.Context) (map[string]string, error)
 	Due(ctx context.Context, tokens []string, now, ahead int64, jobs []persist.DueJob) ([]persist.DueResult, error)
-	Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (persist.TakeResult, error)
+	Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (persist.TakeResult, error)
 	Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error)
 
 	Get(ctx context.Context, key string) (persist.Record, persist.State, error)

@@ -277,7 +277,10 @@ type TakeResult struct {
 // partition; in a cluster one partition after the other, from partition
 // start on, until max are taken. now (unix µs) bounds what is due;
 // deadline is the reservations' (unix µs); nonce makes the tokens unique.
-func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce string, start int) (TakeResult, error) {
+// tok is the caller's lease token ("" if none): the reservations of the
+// partitions it holds are not pushed to their inbox (the caller arms
+// their deadlines itself).
+func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (TakeResult, error) {
 	var res TakeResult
 	parts := make([]int, 0, len(s.parts))
 	for i := range s.parts {
@@ -299,12 +302,12 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 		keys := make([]string, 0, len(ps)*(6+len(topics)))
 		for _, p := range ps {
 			k := s.parts[p]
-			keys = append(keys, k.Pending, k.Jobs, k.Running, k.Paused, k.Loaded, k.Inbox)
+			keys = append(keys, k.Pending, k.Jobs, k.Running, k.Paused, k.Lease, k.Inbox)
 			for _, t := range topics {
 				keys = append(keys, k.Ready+t)
 			}
 		}
-		v, err := s.take.Run(ctx, s.rdb, keys, now, left, deadline, nonce+strconv.Itoa(g)+".", MaxClaimBytes, len(topics)).Result()
+		v, err := s.take.Run(ctx, s.rdb, keys, now, left, deadline, nonce+strconv.Itoa(g)+".", MaxClaimBytes, len(topics), tok).Result()
 		if err != nil {
 			if len(res.Jobs) > 0 {
 				return res, nil // what was taken is reserved: hand it out

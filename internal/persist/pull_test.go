@@ -52,7 +52,7 @@ func TestPullScripts(t *testing.T) {
 	require.Equal(t, "pay3", string(d3.Payload))
 
 	// take: oldest first, at most max; then the rest.
-	tr, err := s.Take(ctx, []string{"p"}, 2, 2000, 8000, "N", 0)
+	tr, err := s.Take(ctx, []string{"p"}, 2, 2000, 8000, "N", "", 0)
 	require.NoError(t, err)
 	require.Len(t, tr.Jobs, 2)
 	require.Equal(t, "p/0", tr.Jobs[0].Key)
@@ -61,7 +61,7 @@ func TestPullScripts(t *testing.T) {
 	// A cancelled job's ready entry is stale: skipped.
 	_, err = s.Cancel(ctx, "p/2")
 	require.NoError(t, err)
-	tr2, err := s.Take(ctx, []string{"p"}, 5, 2000, 8000, "M", 0)
+	tr2, err := s.Take(ctx, []string{"p"}, 5, 2000, 8000, "M", "", 0)
 	require.NoError(t, err)
 	require.Empty(t, tr2.Jobs)
 	n, err := b.rdb.ZCard(ctx, s.ReadyKey(0, "p")).Result()
@@ -124,7 +124,7 @@ func TestPullScripts(t *testing.T) {
 	res, err = s.Due(ctx, []string{"own"}, 6000, 6000, []DueJob{{Key: "p/1"}}) // the retry's time came
 	require.NoError(t, err)
 	require.Equal(t, DueQueued, res[0].Status)
-	tr, err = s.Take(ctx, []string{"p"}, 5, 6000, 70000, "K", 0)
+	tr, err = s.Take(ctx, []string{"p"}, 5, 6000, 70000, "K", "", 0)
 	require.NoError(t, err)
 	require.Len(t, tr.Jobs, 2, "p/1 (retried, due 4000) and p/later")
 	require.Equal(t, "p/1", tr.Jobs[0].Key)
@@ -140,7 +140,7 @@ func TestPullScripts(t *testing.T) {
 
 	// Paused topics are reported and not taken.
 	require.NoError(t, s.SetPaused(ctx, "p", true))
-	tr, err = s.Take(ctx, []string{"p", "z"}, 5, 6000, 70000, "P", 0)
+	tr, err = s.Take(ctx, []string{"p", "z"}, 5, 6000, 70000, "P", "", 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"p"}, tr.Paused)
 }
@@ -192,7 +192,7 @@ func BenchmarkTake(b *testing.B) {
 	var inTake time.Duration
 	for i := range b.N {
 		t0 := time.Now()
-		tr, err := s.Take(ctx, []string{"p"}, batch, 1<<40, 1<<41, "n"+fmt.Sprint(i), 0)
+		tr, err := s.Take(ctx, []string{"p"}, batch, 1<<40, 1<<41, "n"+fmt.Sprint(i), "", 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,9 +6,9 @@
 -- (due.lua, run by the partition's owner).
 --
 -- KEYS     groups of 6 + nt, one per partition: pending ZSET, jobs HASH,
---          running HASH (marks), paused HASH, loaded STRING (unused: kept
---          for the layout), inbox LIST, then the ready ZSET of each of the
---          nt topics, in the order of ARGV's topics
+--          running HASH (marks), paused HASH, lease STRING, inbox LIST,
+--          then the ready ZSET of each of the nt topics, in the order of
+--          ARGV's topics
 -- ARGV[1]  now, unix µs: only jobs due by then are taken
 -- ARGV[2]  the most jobs to take
 -- ARGV[3]  the reservations' deadline, unix µs
@@ -17,13 +17,16 @@
 -- ARGV[5]  a byte budget: once the records taken reach it, no more is
 --          taken (the first is taken whatever its size)
 -- ARGV[6]  nt
+-- ARGV[7]  the caller's lease token ("" if none): in a partition whose
+--          lease it holds, the caller arms the deadlines itself (no inbox
+--          push)
 --
 -- A taken job is marked "~" .. token in running, its score becomes the
 -- deadline (the owner looks at it then: due.lua), it leaves its ready
--- ZSET, and it is pushed to the owner's inbox, so that the owner arms it
--- (the owner arms what is due within its loaded window, and its poller
--- reads the rest when the window reaches it; reading the loaded time here
--- cost a call per partition). A ready entry
+-- ZSET, and, unless the caller owns the partition, it is pushed to the
+-- owner's inbox, so that the owner arms it (the owner arms what is due
+-- within its loaded window, and its poller reads the rest when the window
+-- reaches it). A ready entry
 -- whose job is gone, not due, or marked is stale (cancelled, moved,
 -- claimed): it is removed and skipped.
 --
@@ -31,8 +34,8 @@
 -- byte per topic, "1" where the topic is paused (its jobs are not taken),
 -- else "0", then "," and the number of stale entries removed (the caller
 -- looks again at once when they kept it from taking what it asked for).
-local now, max, deadline, nonce, budget, nt =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local now, max, deadline, nonce, budget, nt, tok =
+  tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local stride = 6 + nt
 -- Each ready ZSET is a stream read in chunks (ZRANGEBYSCORE with an
 -- offset, nothing removed meanwhile), merged by (due, key), so that the
@@ -177,7 +180,7 @@ for k, p in pairs(parts) do
     redis.call('HSET', KEYS[k + 2], unpack(p.mark))
     redis.call('ZADD', KEYS[k], unpack(p.zadd))
   end
-  if #p.inbox > 0 then
+  if #p.inbox > 0 and (tok == '' or redis.call('GET', KEYS[k + 4]) ~= tok) then
     redis.call('RPUSH', KEYS[k + 5], unpack(p.inbox))
   end
 end
