@@ -464,3 +464,50 @@ func TestPullManyConsumers(t *testing.T) {
 		require.Equal(t, 1, k, "job %s handed out %d times", id, k)
 	}
 }
+
+// TestPullOnEachDeployment: reserve at the due time, take a backlog from
+// the ready sets of every partition, nack, ack, on a standalone server
+// and (with -deploy.all) on a Sentinel set and a Cluster, where every
+// script touches one slot.
+func TestPullOnEachDeployment(t *testing.T) {
+	t.Parallel()
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		b := d.bundle(t)
+		b.q = b.newQueue(t, Config{})
+		require.NoError(t, b.q.Pull("p"))
+		require.NoError(t, b.q.Start(b.ctx))
+		<-b.q.Ready()
+		// A backlog due already, queued to the ready sets of every
+		// partition before any consumer asks.
+		const n = 24
+		for i := range n {
+			_, err := b.q.Schedule(b.ctx, "p", []byte(fmt.Sprint(i)), ID(fmt.Sprint("old", i)), At(time.Now().Add(-time.Duration(n-i)*time.Second)))
+			require.NoError(t, err)
+		}
+		cs, err := b.q.Counts(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		require.Equal(t, int64(n), cs[0].Pending)
+		time.Sleep(200 * time.Millisecond) // queued to the ready sets by now, typically
+		var ids []string
+		for len(ids) < n {
+			for _, r := range reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 10}) {
+				ids = append(ids, r.ID)
+				require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
+			}
+		}
+		for i, id := range ids {
+			require.Equal(t, fmt.Sprint("old", i), id, "oldest first")
+		}
+		// One due soon: handed over at its time; nacked, then acked.
+		due := time.Now().Add(100 * time.Millisecond)
+		_, err = b.q.Schedule(b.ctx, "p", []byte("x"), ID("new"), At(due))
+		require.NoError(t, err)
+		r := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+		require.False(t, time.Now().Before(due))
+		require.NoError(t, b.q.Nack(b.ctx, r, NackOptions{RetryAfter: 10 * time.Millisecond}))
+		r = reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+		require.Equal(t, 2, r.Job.Attempt)
+		require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
+	})
+}

@@ -4,10 +4,12 @@ package persist
 // of a handler running them. See due.lua, take.lua and resolve.lua.
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -274,8 +276,8 @@ type TakeResult struct {
 
 // Take reserves up to max due jobs of topics from the ready sets, oldest
 // first (take.lua): outside a cluster in one round trip over every
-// partition; in a cluster one partition after the other, from partition
-// start on, until max are taken. now (unix µs) bounds what is due;
+// partition; in a cluster a look at every partition's oldest entries, then
+// a call per partition for its share (two round trips). now (unix µs) bounds what is due;
 // deadline is the reservations' (unix µs); nonce makes the tokens unique.
 // tok is the caller's lease token ("" if none): the reservations of the
 // partitions it holds are not pushed to their inbox (the caller arms
@@ -286,34 +288,37 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 	for i := range s.parts {
 		parts = append(parts, (start+i)%len(s.parts))
 	}
-	groups := [][]int{parts}
+	calls := []takeCall{{parts, max}}
 	if s.cluster {
-		groups = groups[:0]
-		for _, p := range parts {
-			groups = append(groups, []int{p})
+		// A call per partition: first a look at each one's oldest ready
+		// entries (one pipeline), so that each takes its share of the
+		// oldest max over all of them, as one call outside a cluster does.
+		var err error
+		if calls, err = s.peekReady(ctx, parts, topics, max, now); err != nil {
+			return res, err
 		}
 	}
-	paused := make([]bool, len(topics))
-	for g, ps := range groups {
-		left := max - len(res.Jobs)
-		if left <= 0 {
-			break
-		}
-		keys := make([]string, 0, len(ps)*(6+len(topics)))
-		for _, p := range ps {
+	args := make([][]any, len(calls))
+	for g, c := range calls {
+		keys := make([]any, 0, len(c.parts)*(6+len(topics)))
+		for _, p := range c.parts {
 			k := s.parts[p]
 			keys = append(keys, k.Pending, k.Jobs, k.Running, k.Paused, k.Lease, k.Inbox)
 			for _, t := range topics {
 				keys = append(keys, k.Ready+t)
 			}
 		}
-		v, err := s.take.Run(ctx, s.rdb, keys, now, left, deadline, nonce+strconv.Itoa(g)+".", MaxClaimBytes, len(topics), tok).Result()
-		if err != nil {
-			if len(res.Jobs) > 0 {
-				return res, nil // what was taken is reserved: hand it out
-			}
-			return res, wrap(err)
-		}
+		a := make([]any, 0, 3+len(keys)+7)
+		a = append(a, "evalsha", s.take.Hash(), len(keys))
+		a = append(a, keys...)
+		args[g] = append(a, now, c.max, deadline, nonce+strconv.Itoa(g)+".", MaxClaimBytes, len(topics), tok)
+	}
+	replies, err := s.runCalls(ctx, args)
+	if err != nil {
+		return res, err
+	}
+	paused := make([]bool, len(topics))
+	for _, v := range replies {
 		arr, ok := v.([]any)
 		if !ok || len(arr) < 1 || (len(arr)-1)%4 != 0 {
 			return res, fmt.Errorf("%w: take reply %T", ErrCorrupt, v)
@@ -339,12 +344,72 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 			res.Jobs = append(res.Jobs, Taken{Key: key, Token: tok, Due: due, Record: []byte(rec)})
 		}
 	}
+	if len(calls) > 1 {
+		slices.SortFunc(res.Jobs, func(a, b Taken) int {
+			return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.Key, b.Key))
+		})
+	}
 	for i, t := range topics {
 		if paused[i] {
 			res.Paused = append(res.Paused, t)
 		}
 	}
 	return res, nil
+}
+
+// takeCall is a call of take.lua: its partitions, and the most jobs it
+// takes.
+type takeCall struct {
+	parts []int
+	max   int
+}
+
+// peekReady reads the oldest max ready entries of topics in each of
+// parts (one pipeline) and returns, per partition among the oldest max of
+// them all, a take call for its share.
+func (s *Store) peekReady(ctx context.Context, parts []int, topics []string, max int, now int64) ([]takeCall, error) {
+	type entry struct {
+		score float64
+		key   string
+		p     int
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, 0, len(parts)*len(topics))
+	owner := make([]int, 0, cap(cmds))
+	for _, p := range parts {
+		for _, t := range topics {
+			cmds = append(cmds, pipe.ZRangeByScoreWithScores(ctx, s.parts[p].Ready+t, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: int64(max)}))
+			owner = append(owner, p)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	var es []entry
+	for i, c := range cmds {
+		for _, z := range c.Val() {
+			key, _ := z.Member.(string)
+			es = append(es, entry{z.Score, key, owner[i]})
+		}
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.score, b.score), strings.Compare(a.key, b.key))
+	})
+	share := map[int]int{}
+	for _, e := range es[:min(max, len(es))] {
+		share[e.p]++
+	}
+	var out []takeCall
+	for _, p := range parts {
+		if share[p] > 0 {
+			out = append(out, takeCall{[]int{p}, share[p]})
+		}
+	}
+	if len(out) == 0 {
+		// Nothing ready: one call still says which topics are paused.
+		out = append(out, takeCall{[]int{parts[0]}, max})
+	}
+	return out, nil
 }
 
 // ResolveOp is one op on a reservation (see resolve.lua).
