@@ -686,9 +686,13 @@ func (q *Queue) lapsed(t *task, raw []byte) {
 // deadlines.
 //
 // The queue must be started, and the topics declared with Pull
-// (ErrNotPulled). Reserve returns ErrPaused when every topic is paused,
-// ErrInvalidOption for a Max or TTR out of range, and ErrClosed once
-// Shutdown began.
+// (ErrNotPulled). A paused topic's jobs are not handed out until Resume;
+// Reserve returns ErrPaused when it reads the ready sets and finds every
+// topic paused (it reads them when jobs were announced, and every second).
+// It returns ErrInvalidOption for a Max or TTR out of range, and ErrClosed
+// once Shutdown began (a blocked Reserve returns then). Reservations of
+// jobs that come for a Reserve after it returned (it returns at its first
+// jobs) go to the next Reserve here, or back to the ready sets.
 func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservation, error) {
 	if err := checkCtx(ctx, "Reserve"); err != nil {
 		return nil, err

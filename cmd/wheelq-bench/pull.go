@@ -24,6 +24,21 @@ func init() {
 	)
 }
 
+// startPulling starts a queue on namespace ns that pulls topic "p".
+func startPulling(ctx context.Context, br *benchRedis, ns string) (*wheelq.Queue, error) {
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Pull("p"); err != nil {
+		return nil, err
+	}
+	if err := q.Start(ctx); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
 // consume runs consumers goroutines that reserve up to max jobs of topic
 // "p" from q and ack each, calling got with each reservation and the time
 // Reserve returned, until ctx ends. A consumer acks in the background and
@@ -68,14 +83,8 @@ func runPull(ctx context.Context, cfg *config, emit func(result)) error {
 		return err
 	}
 	defer br.close()
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("pull")})
+	q, err := startPulling(ctx, br, namespace("pull"))
 	if err != nil {
-		return err
-	}
-	if err := q.Pull("p"); err != nil {
-		return err
-	}
-	if err := q.Start(ctx); err != nil {
 		return err
 	}
 	<-q.Ready()
@@ -164,14 +173,8 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 
 	// Pulled.
 	dns := namespace("drain")
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: dns})
+	q, err := startPulling(ctx, br, dns)
 	if err != nil {
-		return err
-	}
-	if err := q.Pull("p"); err != nil {
-		return err
-	}
-	if err := q.Start(ctx); err != nil {
 		return err
 	}
 	<-q.Ready()
@@ -281,14 +284,8 @@ func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 	defer br.close()
 	ns := namespace("pbacklog")
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	q, err := startPulling(ctx, br, ns)
 	if err != nil {
-		return err
-	}
-	if err := q.Pull("p"); err != nil {
-		return err
-	}
-	if err := q.Start(ctx); err != nil {
 		return err
 	}
 	defer q.Shutdown(context.WithoutCancel(ctx))
@@ -377,14 +374,8 @@ func runPullTeam(ctx context.Context, cfg *config, emit func(result)) error {
 	ns := namespace("pteam")
 	var qs []*wheelq.Queue
 	for range 3 {
-		q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+		q, err := startPulling(ctx, br, ns)
 		if err != nil {
-			return err
-		}
-		if err := q.Pull("p"); err != nil {
-			return err
-		}
-		if err := q.Start(ctx); err != nil {
 			return err
 		}
 		qs = append(qs, q)

@@ -140,23 +140,7 @@ type DueResult struct {
 // wall clock) bounds what is due; a job with a Nonce is reserved if due
 // by ahead (>= now: reserved before its time, to be handed over at it).
 func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs []DueJob) ([]DueResult, error) {
-	// The jobs by partition, each partition's in order.
-	var parts []int
-	byPart := map[int][]int{}
-	for i, j := range jobs {
-		p := s.PartitionOf(j.Key)
-		if byPart[p] == nil {
-			parts = append(parts, p)
-		}
-		byPart[p] = append(byPart[p], i)
-	}
-	groups := [][]int{parts} // outside a cluster, one call for all
-	if s.cluster {
-		groups = groups[:0]
-		for _, p := range parts {
-			groups = append(groups, []int{p})
-		}
-	}
+	byPart, groups := s.callGroups(len(jobs), func(i int) string { return jobs[i].Key })
 	args := make([][]any, len(groups))
 	order := make([][]int, len(groups)) // by call: its jobs, in the order of its reply
 	for gi, g := range groups {
@@ -243,6 +227,29 @@ func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs
 		}
 	}
 	return out, nil
+}
+
+// callGroups sorts n items, whose keys key gives, by partition (each
+// partition's in order: byPart) and the partitions into the calls of a
+// batch: outside a cluster one call for all, in order of first
+// appearance; in a cluster one call each.
+func (s *Store) callGroups(n int, key func(int) string) (byPart map[int][]int, groups [][]int) {
+	var parts []int
+	byPart = map[int][]int{}
+	for i := range n {
+		p := s.PartitionOf(key(i))
+		if byPart[p] == nil {
+			parts = append(parts, p)
+		}
+		byPart[p] = append(byPart[p], i)
+	}
+	if !s.cluster {
+		return byPart, [][]int{parts}
+	}
+	for _, p := range parts {
+		groups = append(groups, []int{p})
+	}
+	return byPart, groups
 }
 
 // RevHex returns the revision of an encoded record in hex, as the scripts
@@ -434,24 +441,9 @@ const (
 // Resolved, ResolveLost or ResolveGone. now (unix µs) is an ack's finish
 // time and a dead job's score.
 func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte, error) {
-	var parts []int
-	byPart := map[int][]int{}
-	for i, o := range ops {
-		p := s.PartitionOf(o.Key)
-		if byPart[p] == nil {
-			parts = append(parts, p)
-		}
-		byPart[p] = append(byPart[p], i)
-	}
-	groups := [][]int{parts} // outside a cluster, one call for all
-	if s.cluster {
-		groups = groups[:0]
-		for _, p := range parts {
-			groups = append(groups, []int{p})
-		}
-	}
+	byPart, groups := s.callGroups(len(ops), func(i int) string { return ops[i].Key })
 	args := make([][]any, len(groups))
-	order := make([][]int, len(groups))
+	order := make([][]int, len(groups)) // by call: its ops, in the order of its reply
 	for gi, g := range groups {
 		var keys []any
 		argv := []any{now, s.histAge, s.histCount, pausedChannel(s.ns)}
