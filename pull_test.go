@@ -511,3 +511,23 @@ func TestPullOnEachDeployment(t *testing.T) {
 		require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
 	})
 }
+
+// TestPullRescheduleWhileReserved: a reserved job rescheduled (ErrRunning:
+// its reservation goes on, its outcome is ignored) runs again at its new
+// time: the consumer's Ack is refused, and the job is handed out again,
+// as a fresh attempt, not as a lapse.
+func TestPullRescheduleWhileReserved(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	_, err := b.q.Schedule(b.ctx, "p", nil, ID("m"))
+	require.NoError(t, err)
+	r := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	again := time.Now().Add(200 * time.Millisecond)
+	require.ErrorIs(t, b.q.Reschedule(b.ctx, "p", "m", again), ErrRunning)
+	require.ErrorIs(t, b.q.Ack(b.ctx, r.Receipt), ErrReservationLost, "the job changed: its old reservation's ack is refused")
+	r2 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	require.False(t, time.Now().Before(again), "not before its new time")
+	require.Equal(t, "m", r2.ID)
+	require.Empty(t, r2.Job.LastError, "handed out again, not lapsed")
+	require.NoError(t, b.q.Ack(b.ctx, r2.Receipt))
+}

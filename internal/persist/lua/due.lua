@@ -71,6 +71,13 @@ while a <= #ARGV do
       local rec = score and redis.call('HGET', jobs, key)
       local mark = rec and redis.call('HGET', running, key)
       local topic = string.match(key, '^[^/]*')
+      local rv = rec and #rec >= 5 and string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5))
+      if mark and string.sub(mark, 1, 1) == '~' and string.sub(mark, 2, 9) ~= rv then
+        -- A reservation of a revision that is gone (rescheduled or
+        -- replaced meanwhile): its outcome will not apply; the job is
+        -- handed out anew.
+        mark = nil
+      end
       if not rec then
         st[#st + 1], sc[#sc + 1] = 'g', ''
       elseif #rec < 5 then
@@ -87,7 +94,7 @@ while a <= #ARGV do
       elseif mark and mark ~= '!' then
         st[#st + 1], sc[#sc + 1] = 'b', score
       elseif res ~= '' then
-        redis.call('HSET', running, key, '~' .. string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5)) .. res)
+        redis.call('HSET', running, key, '~' .. rv .. res)
         redis.call('ZADD', pending, deadline, key)
         redis.call('ZREM', ready, key)
         st[#st + 1], sc[#sc + 1] = 'r', score

@@ -31,7 +31,8 @@
 --      the run history as done at the token's revision; a retry or dead
 --      whose record is stored)
 --   x  the reservation is not current: it lapsed, or the job was handed
---      out again, or finished by another reservation
+--      out again, finished by another reservation, or rescheduled or
+--      replaced (its revision changed)
 --   c  the job was cancelled
 -- packed helpers: many(), cut() and finished() are lib.lua's.
 local now, maxAge, maxCount, channel = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -81,7 +82,11 @@ while a <= #ARGV do
     end
     seen[key] = true
     local r = 'x'
-    if cur and mark == '~' .. token then
+    -- The token's revision must still be the record's: a job rescheduled
+    -- or replaced while reserved runs again, and its old reservation's
+    -- outcome does not apply (due.lua and take.lua ignore the old mark).
+    if cur and mark == '~' .. token and #cur >= 5 and
+      string.format('%02x%02x%02x%02x', string.byte(cur, 2, 5)) == string.sub(token, 1, 8) then
       r = '1'
       if op == 'a' then
         acks[#acks + 1] = key

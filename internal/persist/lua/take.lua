@@ -155,10 +155,14 @@ for _, c in ipairs(cands) do
   local score, rec, mark = p.scores[i], p.recs[i], p.marks[i]
   p.zrem[c[4]] = p.zrem[c[4]] or {}
   table.insert(p.zrem[c[4]], key)
-  if score and rec and #rec >= 5 and tonumber(score) <= now and (not mark or mark == '!') then
+  local rv = rec and #rec >= 5 and string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5))
+  if mark and string.sub(mark, 1, 1) == '~' and string.sub(mark, 2, 9) ~= rv then
+    mark = nil -- a reservation of a revision that is gone (see due.lua)
+  end
+  if score and rv and tonumber(score) <= now and (not mark or mark == '!') then
     taken = taken + 1
     used = used + #rec
-    local token = string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5)) .. nonce .. taken
+    local token = rv .. nonce .. taken
     p.mark[#p.mark + 1] = key
     p.mark[#p.mark + 1] = '~' .. token
     p.zadd[#p.zadd + 1] = deadline
