@@ -36,10 +36,13 @@ import (
 // schedule, cancel and reschedule, while a nemesis injects the faults of the
 // fault model at random: kill -9 of a child, SIGSTOP past its lease, a
 // one-sided partition, slow and lost replies, kill -9 of Redis (AOF,
-// appendfsync always), steps of a child's wall clock. Every handler start is
-// logged by the child; the history is then checked: nothing acknowledged
-// lost, nothing early by the running process's own clock, nothing run after
-// its Cancel returned nil, no duplicate run that no fault explains.
+// appendfsync always), steps of a child's wall clock. A third of the jobs
+// are of a pulled topic, reserved and acked by consumers in the children
+// (a reservation counts as a run). Every handler start and every
+// reservation is logged by the child; the history is then checked:
+// nothing acknowledged lost, nothing early by the running process's own
+// clock, nothing run after its Cancel returned nil, no duplicate run that
+// no fault explains.
 //
 // A soak: go test -run 'TestNemesis$' -nemesis.duration 30m .
 var nemesisDuration = flag.Duration("nemesis.duration", 45*time.Second,
@@ -53,6 +56,8 @@ const (
 	envNemReady = "WHEELQ_NEMESIS_CHILD_READY" // a file the child creates once it handles the step signals
 
 	nemTopic    = "n"
+	nemPulled   = "np" // a third of the jobs: pulled by consumers in the children (Reserve, Ack)
+	nemTTR      = 3 * time.Second
 	nemChildren = 3
 	nemStep     = 2 * time.Second // one wall-clock step (SIGUSR1: +, SIGUSR2: -)
 	nemMaxSkew  = 4 * time.Second // the nemesis keeps a child's offset within ±this
@@ -166,6 +171,7 @@ func TestNemesisChild(t *testing.T) {
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // be in flight sometimes
 		return nil
 	})))
+	require.NoError(t, q.Pull(nemPulled))
 	// Start fails while Redis cannot be reached (a restart into a fault):
 	// try again until it works.
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -177,6 +183,32 @@ func TestNemesisChild(t *testing.T) {
 			t.Fatalf("start: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// Consumers of the pulled topic: each reservation is logged as a run
+	// (the wall clock read when Reserve returned), then acked; an ack that
+	// fails is left to lapse (the job comes back after nemTTR).
+	for range 2 {
+		go func() {
+			for {
+				rs, err := q.Reserve(context.Background(), ReserveOptions{Topics: []string{nemPulled}, Max: 5, TTR: nemTTR})
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				wall, real, st := clk.read()
+				for _, r := range rs {
+					line := fmt.Sprintf("%s %d %d %d %d %d %d %d %d %s\n", r.ID, r.Job.Due.UnixMicro(), wall.UnixMicro(), r.Job.Attempt, pid,
+						real.UnixMicro(), st.off.Microseconds(), st.prev.Microseconds(), st.stepUs, slot)
+					if _, err := f.WriteString(line); err != nil {
+						continue // not logged: not acked either (it lapses and comes back)
+					}
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // be in flight sometimes
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					_ = q.Ack(ctx, r.Receipt)
+					cancel()
+				}
+			}
+		}()
 	}
 	select {} // until killed
 }
@@ -229,8 +261,9 @@ func (r nemRes) String() string {
 // nemJob is the history of one job: its calls in order (a job belongs to
 // one producer goroutine, so its calls never overlap).
 type nemJob struct {
-	id  string
-	ops []nemOp
+	id    string
+	topic string // nemTopic (a handler runs it) or nemPulled (a consumer reserves it)
+	ops   []nemOp
 }
 
 // nemRun is one line of the run log.
@@ -555,13 +588,16 @@ func (n *nemesis) produce(g int, q *Queue, until time.Time) {
 		return ks[rand.IntN(len(ks))]
 	}
 	for i := 0; i < 1_000_000 && time.Now().Before(until); i++ {
-		j := &nemJob{id: fmt.Sprintf("g%d-%05d", g, i)}
+		j := &nemJob{id: fmt.Sprintf("g%d-%05d", g, i), topic: nemTopic}
+		if i%3 == 2 {
+			j.topic = nemPulled
+		}
 		n.jobsMu.Lock()
 		n.jobs[j.id] = j
 		n.jobsMu.Unlock()
 		due := time.Now().Add(nemDur(0, 3*time.Second))
 		op := nemDo('s', ceilMicro(due), func(ctx context.Context) error {
-			_, err := q.Schedule(ctx, nemTopic, nil, ID(j.id), At(due))
+			_, err := q.Schedule(ctx, j.topic, nil, ID(j.id), At(due))
 			return err
 		})
 		j.ops = append(j.ops, op)
@@ -573,13 +609,13 @@ func (n *nemesis) produce(g int, q *Queue, until time.Time) {
 		}
 		if k := pick(); k >= 0 && rand.IntN(100) < 15 {
 			v := mine[k].j
-			v.ops = append(v.ops, nemDo('c', 0, func(ctx context.Context) error { return q.Cancel(ctx, nemTopic, v.id) }))
+			v.ops = append(v.ops, nemDo('c', 0, func(ctx context.Context) error { return q.Cancel(ctx, v.topic, v.id) }))
 			mine = slices.Delete(mine, k, k+1) // never touched again
 		}
 		if k := pick(); k >= 0 && rand.IntN(100) < 20 {
 			v := mine[k].j
 			due := time.Now().Add(nemDur(0, 4*time.Second))
-			v.ops = append(v.ops, nemDo('r', ceilMicro(due), func(ctx context.Context) error { return q.Reschedule(ctx, nemTopic, v.id, due) }))
+			v.ops = append(v.ops, nemDo('r', ceilMicro(due), func(ctx context.Context) error { return q.Reschedule(ctx, v.topic, v.id, due) }))
 			mine[k].due = due
 		}
 		time.Sleep(nemDur(60*time.Millisecond, 140*time.Millisecond))
