@@ -1,12 +1,15 @@
 package persist
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
 )
 
 // TestPullScripts walks a pulled job through the scripts: due queues it
@@ -14,13 +17,31 @@ import (
 // acks, retries, touches and releases it by token, a stale or replayed
 // token is told apart, and a reservation past its deadline lapses into
 // the owner's claim.
+//
+// It runs on a redis-server and on miniredis (a newcomer's first run):
+// miniredis's Lua once handed out one job five times in one take.
 func TestPullScripts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		pullScripts(t, setup(t, 1).rdb)
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		srv, err := redistest.StartMiniredis()
+		require.NoError(t, err)
+		t.Cleanup(srv.Close)
+		rdb := srv.NewClient()
+		t.Cleanup(func() { _ = rdb.Close() })
+		pullScripts(t, rdb)
+	})
+}
+
+func pullScripts(t *testing.T, rdb redis.UniversalClient) {
 	// With a run history (a replayed ack is told by it).
-	s, err := New(b.rdb, Options{Namespace: "h", Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
+	s, err := New(rdb, Options{Namespace: "h", Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
 	require.NoError(t, err)
-	ctx := b.ctx
+	ctx := context.Background()
 	require.NoError(t, s.Init(ctx))
 	held, _, err := s.Lease(ctx, 0, LeaseAcquire, "own", time.Minute)
 	require.NoError(t, err)
@@ -64,7 +85,7 @@ func TestPullScripts(t *testing.T) {
 	tr2, err := s.Take(ctx, []string{"p"}, 5, 2000, 8000, "M", "", 0)
 	require.NoError(t, err)
 	require.Empty(t, tr2.Jobs)
-	n, err := b.rdb.ZCard(ctx, s.ReadyKey(0, "p")).Result()
+	n, err := rdb.ZCard(ctx, s.ReadyKey(0, "p")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "stale entry removed")
 
@@ -84,7 +105,7 @@ func TestPullScripts(t *testing.T) {
 	r, err = s.Resolve(ctx, 3000, []ResolveOp{{Op: 't', Key: t1.Key, Token: t1.Token, Score: 20000}})
 	require.NoError(t, err)
 	require.Equal(t, "1", string(r))
-	sc, err := b.rdb.ZScore(ctx, s.Keys(0).Pending, t1.Key).Result()
+	sc, err := rdb.ZScore(ctx, s.Keys(0).Pending, t1.Key).Result()
 	require.NoError(t, err)
 	require.Equal(t, float64(20000), sc)
 	retry := (&Record{Rev: 7, Attempt: 1, MaxAttempts: 3, Payload: []byte("pay1")}).Encode()

@@ -80,13 +80,14 @@ end
 local function less(a, b)
   return a.score < b.score or (a.score == b.score and a.member < b.member)
 end
-local heap = {}
+-- The heap's size is kept in hn, not read with # (which does not shrink
+-- on every server's Lua when the last entry is set to nil: miniredis's).
+local heap, hn = {}, 0
 local function down(i)
-  local n = #heap
   while true do
     local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= n and less(heap[l], heap[m]) then m = l end
-    if r <= n and less(heap[r], heap[m]) then m = r end
+    if l <= hn and less(heap[l], heap[m]) then m = l end
+    if r <= hn and less(heap[r], heap[m]) then m = r end
     if m == i then return end
     heap[i], heap[m] = heap[m], heap[i]
     i = m
@@ -94,30 +95,37 @@ local function down(i)
 end
 for _, s in ipairs(streams) do
   if refill(s) then
-    heap[#heap + 1] = s
+    hn = hn + 1
+    heap[hn] = s
   end
 end
-for i = math.floor(#heap / 2), 1, -1 do
+for i = math.floor(hn / 2), 1, -1 do
   down(i)
 end
 -- The candidates, oldest first: max of them (the caller looks again
 -- when stale ones kept it from max), per partition in order.
 local cands = {}
-while #cands < max and #heap > 0 do
+while #cands < max and hn > 0 do
   local s = heap[1]
   cands[#cands + 1] = {s.score, s.member, s.k, s.key}
   s.pos = s.pos + 2
   local ok = true
   if s.pos > #s.buf then
-    ok = s.more and refill(s)
+    -- Not "ok = s.more and refill(s)": miniredis's Lua (gopher-lua) gave
+    -- true for it with s.more false.
+    ok = false
+    if s.more then
+      ok = refill(s)
+    end
   else
     s.score, s.member = tonumber(s.buf[s.pos + 1]), s.buf[s.pos]
   end
   if not ok then
-    heap[1] = heap[#heap]
-    heap[#heap] = nil
+    heap[1] = heap[hn]
+    heap[hn] = nil
+    hn = hn - 1
   end
-  if #heap > 0 then
+  if hn > 0 then
     down(1)
   end
 end
