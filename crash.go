@@ -315,6 +315,8 @@ func (c *crashStore) Due(ctx context.Context, tokens []string, now, ahead int64,
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	return c.engineStore.Due(ctx, tokens, now, ahead, jobs)
 }
 
@@ -322,12 +324,34 @@ func (c *crashStore) Take(ctx context.Context, topics []string, max int, now, de
 	if err := c.dead(); err != nil {
 		return persist.TakeResult{}, err
 	}
+	c.h.Enter()
+	defer c.h.Exit()
 	return c.engineStore.Take(ctx, topics, max, now, deadline, nonce, tok, start)
 }
 
+// Resolve tells the hooks of the acks, retries and dead letters that
+// applied, as Settle does for handlers' outcomes.
 func (c *crashStore) Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error) {
 	if err := c.dead(); err != nil {
 		return nil, err
 	}
-	return c.engineStore.Resolve(ctx, now, ops)
+	c.h.Enter()
+	defer c.h.Exit()
+	res, err := c.engineStore.Resolve(ctx, now, ops)
+	if err == nil {
+		for i, o := range ops {
+			if i >= len(res) || res[i] != persist.Resolved {
+				continue
+			}
+			switch o.Op {
+			case 'a':
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Acked, Key: o.Key})
+			case 'r':
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Retried, Key: o.Key, Due: o.Score})
+			case 'd':
+				c.h.Note(crashpoint.Event{Kind: crashpoint.Dead, Key: o.Key})
+			}
+		}
+	}
+	return res, err
 }

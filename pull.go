@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq/internal/batch"
+	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
@@ -637,6 +638,9 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runSlot) {
 				q.deadLetterCorrupt(t.key, r.Record, derr)
 				break
 			}
+			if q.crashAt(crashpoint.AfterReserve, t.key) {
+				return // dead: the reservation lapses at its deadline
+			}
 			rec.Topic, rec.ID, _ = persist.SplitJobKey(t.key)
 			due := time.UnixMicro(r.Score)
 			res := q.reservation(t.key, r.Token, &rec, due, time.UnixMicro(jobs[i].Deadline), t.rerun)
@@ -993,6 +997,10 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 	out := make([]*Reservation, 0, len(res.Jobs))
 	_, after := wheel.Readings(q.clock)
 	for _, j := range res.Jobs {
+		if q.crashAt(crashpoint.AfterReserve, j.Key) {
+			// Dead: the reservations lapse at their deadline.
+			return nil, 0, errs.Errorf("wheelq: reserve: %w", crashpoint.ErrCrashed)
+		}
 		rec, err := persist.DecodeRecord(j.Record)
 		if err != nil {
 			// take.lua hands out only records that hold a revision; one

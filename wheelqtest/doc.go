@@ -49,6 +49,17 @@
 // user's to judge: Runs gives each job's runs, so the test asserts its own
 // idempotency (the card was charged once).
 //
+// # Pulled topics
+//
+// Options.Pull names topics consumed by pulling (wheelq.Queue.Pull). The
+// test is the consumer: Harness.Reserve takes what is due by the fake
+// clock (it does not block), and Harness.Ack and Nack settle a
+// reservation; each reservation is a run in the history, ended by its
+// Ack or Nack. A consumer that dies holding a reservation is a test that
+// never acks it: Advance past its deadline and the job comes back, one
+// attempt counted. The crash point AfterReserve kills the process between
+// reserving a job in Redis and handing it over.
+//
 // # Why Config.Testing
 //
 // The engine needs a seam for crash points and for the history, and the

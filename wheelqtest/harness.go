@@ -43,6 +43,11 @@ const (
 	// Start, a take-over, or a poll bringing jobs into the horizon): the
 	// jobs before this one in its page are armed, the rest are not.
 	MidReload = crashpoint.MidReload
+	// AfterReserve: a job of a pulled topic (Options.Pull) is reserved in
+	// Redis for a consumer, and the process dies before handing it over:
+	// Reserve fails with ErrCrashed; the reservation lapses at its
+	// deadline and the job comes back, one attempt counted.
+	AfterReserve = crashpoint.AfterReserve
 )
 
 // Errors of the harness. Each is returned wrapped; test with errors.Is.
@@ -89,6 +94,11 @@ type Options struct {
 	Timeout time.Duration
 	// SkipCheck, with New, leaves out the history check at cleanup.
 	SkipCheck bool
+	// Pull lists topics consumed by pulling (wheelq.Queue.Pull) in every
+	// incarnation: consume them with Harness.Reserve, Ack and Nack. Their
+	// due jobs wait in Redis for a consumer: Advance does not wait for
+	// them.
+	Pull []string
 }
 
 // Harness runs one queue (one process at a time) on a fake clock, with
@@ -215,6 +225,10 @@ func (h *Harness) startQueue() error {
 			h.mu.Unlock()
 			return err
 		}
+	}
+	if err := q.Pull(h.opts.Pull...); err != nil {
+		h.mu.Unlock()
+		return err
 	}
 	h.q, h.hooks = q, hooks
 	h.mu.Unlock()
@@ -483,7 +497,7 @@ func (h *Harness) quiet() (bool, error) {
 	now := h.clock.Wall().UnixMicro()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.Timeout)
 	defer cancel()
-	var paused pausedTopics
+	paused := pausedTopics{pulled: h.opts.Pull, rdb: h.rdb}
 	for p := range h.cfg.Partitions {
 		_, due, err := h.firstRunnable(ctx, p, minScore, now, &paused)
 		if err != nil {
@@ -563,10 +577,23 @@ func (h *Harness) firstRunnable(ctx context.Context, p int, after, until int64, 
 type pausedTopics struct {
 	read   bool
 	topics []string // sorted
+	pulled []string              // Options.Pull
+	rdb    redis.UniversalClient // reads the ready sets of pulled topics
 }
 
-// holds reports whether the job key's topic is paused.
+// holds reports whether the job key's topic is paused, or is pulled and
+// the job waits in its ready set for a consumer: either way the harness
+// does not wait for it to run.
 func (pt *pausedTopics) holds(ctx context.Context, s *persist.Store, key string) (bool, error) {
+	if topic, _, _ := strings.Cut(key, persist.KeySep); slices.Contains(pt.pulled, topic) {
+		_, err := pt.rdb.ZScore(ctx, s.ReadyKey(s.PartitionOf(key), topic), key).Result()
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, redis.Nil) {
+			return false, err
+		}
+	}
 	if !pt.read {
 		ts, err := s.PausedTopics(ctx)
 		if err != nil {

@@ -39,6 +39,10 @@ const (
 	// horizon); the jobs before this one are armed, this one and the rest
 	// of the page are not.
 	MidReload
+	// AfterReserve: a pulled job is reserved in Redis for a consumer
+	// (Queue.Reserve) and not handed over: its reservation lapses at its
+	// deadline, and the job comes back.
+	AfterReserve
 )
 
 // String returns the point's name.
@@ -54,12 +58,14 @@ func (p Point) String() string {
 		return "AfterRun"
 	case MidReload:
 		return "MidReload"
+	case AfterReserve:
+		return "AfterReserve"
 	}
 	return "Point(?)"
 }
 
 // Valid reports whether p is one of the named points.
-func (p Point) Valid() bool { return p >= AfterWrite && p <= MidReload }
+func (p Point) Valid() bool { return p >= AfterWrite && p <= AfterReserve }
 
 // ErrCrashed is returned by calls of a queue that a crash point stopped,
 // and by its store for every call made after the crash.
