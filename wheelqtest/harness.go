@@ -576,7 +576,7 @@ func (h *Harness) firstRunnable(ctx context.Context, p int, after, until int64, 
 // its range costs no read of them.
 type pausedTopics struct {
 	read   bool
-	topics []string // sorted
+	topics []string              // sorted
 	pulled []string              // Options.Pull
 	rdb    redis.UniversalClient // reads the ready sets of pulled topics
 }
