@@ -39,13 +39,14 @@ var (
 	// ErrReservationLost is returned by Ack, Nack and Touch when the
 	// reservation is no longer current: its time-to-run lapsed (the job
 	// counts a failed attempt and is handed out again), or the job was
-	// cancelled, or finished by another reservation, or the token is not
-	// one Reserve gave. The message says which where it is known.
+	// cancelled, rescheduled or replaced (it runs again at its new time),
+	// or finished by another reservation, or the token is not one Reserve
+	// gave. The message says which where it is known.
 	ErrReservationLost = errors.New("wheelq: reservation lost")
 	// ErrTopicMode is returned by Pull and Handle for a topic that this
 	// queue consumes the other way, and by Start for a topic recorded in
 	// Redis as consumed the other way in the namespace (by another
-	// process; see ForgetTopicMode).
+	// process; docs/operations.md says how to change a topic's mode).
 	ErrTopicMode = persist.ErrTopicMode
 	// ErrNotPulled is returned by Reserve for a topic this queue did not
 	// declare with Pull.
@@ -135,7 +136,7 @@ type pullStage struct {
 	ready chan struct{}
 	// gen counts, per topic, the announcements that jobs were queued to
 	// its ready sets; drained is gen as it was before the last take that
-	// found fewer jobs of the topic than it asked for. A Reserve reads the
+	// found none of the topic's jobs. A Reserve reads the
 	// ready sets only while a topic may have some (gen != drained), or
 	// every pullRecheck: a take costs a read of every partition, and at
 	// thousands of Reserves a second they kept Redis from handing out the
@@ -175,7 +176,7 @@ type pullWaiter struct {
 	ttr      time.Duration
 	got      []*Reservation // guarded by the stage's mu
 	promised int            // guarded by mu: jobs being reserved for it (a due.lua call in flight)
-	gone     bool           // guarded by mu: Reserve returned; what comes is released
+	gone     bool           // guarded by mu: Reserve returned; what comes goes to another (deliver)
 	sig      chan struct{}
 }
 
