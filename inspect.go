@@ -73,7 +73,7 @@ type JobInfo struct {
 	Headers map[string]string
 	// Reserved says a consumer holds the job (Reserve, a pulled topic's;
 	// State is StateRunning): Due is then when the reservation lapses
-	// unless acked, nacked or touched. Lookup tells it; List does not.
+	// unless acked, nacked or touched. Lookup and List tell it.
 	Reserved bool
 }
 

@@ -254,9 +254,10 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 				continue // ended meanwhile
 			}
 			info := jobInfo(all[i].e, recs[j], qu.dead())
-			if marked[j] && !qu.dead() {
+			if marked[j] != persist.MarkNone && !qu.dead() {
 				info.State = StateRunning
 				info.Attempts++ // the run in progress, as Lookup counts it
+				info.Reserved = marked[j] == persist.MarkReserved
 			}
 			infos[i] = &info
 		}
@@ -543,7 +544,7 @@ func (q *Queue) bulk(ctx context.Context, op string, f JobFilter, do func(JobInf
 type inspectorStore interface {
 	RangeWindow(ctx context.Context, p int, dead bool, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error)
 	Running(ctx context.Context, p int) ([]persist.Entry, error)
-	Details(ctx context.Context, p int, keys []string) (recs [][]byte, marked []bool, err error)
+	Details(ctx context.Context, p int, keys []string) (recs [][]byte, marked []persist.Mark, err error)
 	TallyTopics(ctx context.Context, p int, dead bool, start int64, size int, before int64) ([]persist.Tally, int64, error)
 	SetPaused(ctx context.Context, topic string, paused bool) error
 	PausedTopics(ctx context.Context) ([]string, error)

@@ -80,9 +80,19 @@ func claimed(mark string, ok bool) bool {
 	return ok && mark != "!"
 }
 
+// Mark is what a job's mark in its partition's running HASH says.
+type Mark int8
+
+// Marks.
+const (
+	MarkNone     Mark = iota // no run claimed (or only a "!": a run interrupted)
+	MarkClaimed              // a run is claimed by a process
+	MarkReserved             // a consumer holds a reservation ("~"; pulled topics)
+)
+
 // Details reads the records of keys (all of partition p; a missing one
-// is nil) and whether each has a claim mark, in one round trip.
-func (s *Store) Details(ctx context.Context, p int, keys []string) (recs [][]byte, marked []bool, err error) {
+// is nil) and each one's mark, in one round trip.
+func (s *Store) Details(ctx context.Context, p int, keys []string) (recs [][]byte, marked []Mark, err error) {
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
@@ -93,7 +103,7 @@ func (s *Store) Details(ctx context.Context, p int, keys []string) (recs [][]byt
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, nil, wrap(err)
 	}
-	recs, marked = make([][]byte, len(keys)), make([]bool, len(keys))
+	recs, marked = make([][]byte, len(keys)), make([]Mark, len(keys))
 	for i, v := range rc.Val() {
 		if str, ok := v.(string); ok {
 			recs[i] = []byte(str)
@@ -101,7 +111,13 @@ func (s *Store) Details(ctx context.Context, p int, keys []string) (recs [][]byt
 	}
 	for i, v := range mc.Val() {
 		s, ok := v.(string)
-		marked[i] = claimed(s, ok)
+		switch {
+		case !claimed(s, ok):
+		case strings.HasPrefix(s, ReservationMark):
+			marked[i] = MarkReserved
+		default:
+			marked[i] = MarkClaimed
+		}
 	}
 	return recs, marked, nil
 }
