@@ -67,6 +67,13 @@ func pullScripts(t *testing.T, rdb redis.UniversalClient) {
 		[]DueStatus{res[0].Status, res[1].Status, res[2].Status, res[3].Status, res[4].Status, res[5].Status})
 	require.Equal(t, int64(5000), res[4].Score)
 	tok3 := res[3].Token
+	// Queued again (a reload armed it again): still queued, once.
+	again, err := s.Due(ctx, []string{"own"}, 2000, 2000, []DueJob{{Key: "p/1"}})
+	require.NoError(t, err)
+	require.Equal(t, DueQueued, again[0].Status)
+	n0, err := rdb.ZCard(ctx, s.ReadyKey(0, "p")).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n0)
 	require.Equal(t, "00000001n3", tok3)
 	d3, err := DecodeRecord(res[3].Record)
 	require.NoError(t, err)

@@ -100,8 +100,12 @@ while a <= #ARGV do
         st[#st + 1], sc[#sc + 1] = 'r', score
         out[#out + 1] = rec
       else
-        redis.call('ZADD', ready, score, key)
-        announce[topic] = true
+        -- Queued already (a reload or a sweep armed it again): no new
+        -- announcement, which would send every consumer to look.
+        if redis.call('ZSCORE', ready, key) ~= score then
+          redis.call('ZADD', ready, score, key)
+          announce[topic] = true
+        end
         st[#st + 1], sc[#sc + 1] = 'q', score
       end
     end
