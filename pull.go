@@ -613,7 +613,7 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 		// owns its partition (take.lua pushed it to the inbox otherwise).
 		q.arm(j.Key, deadline.UnixMicro(), nil)
 		r := q.reservation(j.Key, j.Token, &rec, time.UnixMicro(j.Due), deadline, false)
-		q.late.record(after.Sub(r.Job.Due))
+		q.delivered(r, after)
 		out = append(out, r)
 	}
 	return out, res.Stale, nil

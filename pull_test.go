@@ -160,6 +160,10 @@ func TestPullBacklogOldestFirst(t *testing.T) {
 	for i, id := range ids {
 		require.Equal(t, fmt.Sprint(i), id, "oldest first")
 	}
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), st.Fired, "every job taken from the ready sets counts as fired")
+	require.Equal(t, uint64(n), st.Succeeded, "and each ack as succeeded")
 }
 
 // TestPullCancelWins: a job cancelled before its time is never handed
