@@ -24,6 +24,34 @@ func init() {
 	)
 }
 
+// sampleHeapPeak reads the Go heap (HeapAlloc, garbage included) every
+// every until the returned function is called, which stops it and
+// returns the most it saw.
+func sampleHeapPeak(every time.Duration) func() uint64 {
+	stop, done := make(chan struct{}), make(chan struct{})
+	var peak uint64
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapAlloc)
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		return peak
+	}
+}
+
 // startPulling starts a queue on namespace ns that pulls topic "p".
 func startPulling(ctx context.Context, br *benchRedis, ns string) (*wheelq.Queue, error) {
 	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
@@ -294,24 +322,7 @@ func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	var next, failed atomic.Int64
-	var peak atomic.Uint64
-	stopPeak := make(chan struct{})
-	go func() { // the heap's peak while they are written and queued
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopPeak:
-				return
-			case <-tick.C:
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				if ms.HeapAlloc > peak.Load() {
-					peak.Store(ms.HeapAlloc)
-				}
-			}
-		}
-	}()
+	peak := sampleHeapPeak(100 * time.Millisecond) // while they are written and queued
 	for range 32 {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
@@ -341,7 +352,7 @@ func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	queuedAfter := time.Since(t0)
-	close(stopPeak)
+	peak1 := peak()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -354,7 +365,7 @@ func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	oldest := rs[0].ID
 	emit(result{"workload": "pullbacklog", "system": "wheelq", "n": n, "schedule_errors": failed.Load(),
 		"written_s": round(written.Seconds()), "queued_s": round(queuedAfter.Seconds()), "ready": ready,
-		"heap_peak_mb": round(float64(peak.Load()) / 1e6), "heap_after_gc_mb": round(float64(ms.HeapAlloc) / 1e6),
+		"heap_peak_mb": round(float64(peak1) / 1e6), "heap_after_gc_mb": round(float64(ms.HeapAlloc) / 1e6),
 		"first_reserve_ms": round(float64(first.Microseconds()) / 1000), "first_reserved": len(rs), "first_id": oldest})
 
 	// A restart: the new owner reloads the pending set, the backlog
@@ -362,24 +373,7 @@ func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	// while it does, and how long until its first Reserve answers.
 	_ = q.Shutdown(ctx)
 	runtime.GC()
-	peak.Store(0)
-	stopPeak = make(chan struct{})
-	go func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopPeak:
-				return
-			case <-tick.C:
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				if ms.HeapAlloc > peak.Load() {
-					peak.Store(ms.HeapAlloc)
-				}
-			}
-		}
-	}()
+	peak = sampleHeapPeak(50 * time.Millisecond)
 	t2 := time.Now()
 	q2, err := startPulling(ctx, br, ns)
 	if err != nil {
@@ -394,12 +388,12 @@ func runPullBacklog(ctx context.Context, cfg *config, emit func(result)) error {
 	<-q2.Ready()
 	ready2 := time.Since(t2)
 	time.Sleep(10 * time.Second) // the reload's queueing goes on
-	close(stopPeak)
+	peak2 := peak()
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	emit(result{"workload": "pullbacklog", "system": "wheelq, restarted", "n": n, "ready_ms": ready2.Milliseconds(),
 		"first_reserve_after_start_ms": round(float64(firstAfter.Microseconds()) / 1000), "first_id": rs[0].ID,
-		"heap_peak_mb_10s": round(float64(peak.Load()) / 1e6), "heap_after_gc_mb": round(float64(ms.HeapAlloc) / 1e6)})
+		"heap_peak_mb_10s": round(float64(peak2) / 1e6), "heap_after_gc_mb": round(float64(ms.HeapAlloc) / 1e6)})
 	return ctx.Err()
 }
 
