@@ -272,7 +272,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runSlot) {
 				w.promised++
 				to[i] = w
 				ps.seq++
-				jobs[i].Nonce = q.member[:min(len(q.member), 6)] + "." + strconv.FormatUint(ps.seq, 10)
+				jobs[i].Nonce = ps.nonce + strconv.FormatUint(ps.seq, 10)
 				jobs[i].Deadline = wall.Add(w.ttr).UnixMicro()
 				if ahead && t.due.After(wall) {
 					jobs[i].Deadline = t.due.Add(w.ttr).UnixMicro()

@@ -349,6 +349,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 			}
 		}
 	})
+	modesRead := time.Now() // Start read them
 	tick := time.NewTicker(pauseRecheck)
 	defer tick.Stop()
 	for {
@@ -358,10 +359,15 @@ func (q *Queue) watchPauses(ctx context.Context) {
 		case topic := <-ps.resumed:
 			q.unpark(ctx, topic)
 		case <-ps.topics:
-			_ = q.readTopicModes(ctx) // the tick reads them again if this failed
+			if q.readTopicModes(ctx) == nil {
+				modesRead = time.Now()
+			}
 		case <-tick.C:
-			// The namespace's pulled topics (a message may be missed).
-			_ = q.readTopicModes(ctx)
+			// The namespace's pulled topics, now and then (a message may
+			// be missed, and a mode deleted by hand announces nothing).
+			if time.Since(modesRead) >= pullTopicsRecheck && q.readTopicModes(ctx) == nil {
+				modesRead = time.Now()
+			}
 			topics := q.parkedTopics()
 			if len(topics) == 0 && !q.cfg.RunWhileRedisDown {
 				continue // with RunWhileRedisDown, the read keeps the known-paused set

@@ -72,6 +72,10 @@ const (
 // its round trip.
 const ackLinger = 200 * time.Microsecond
 
+// pullTopicsRecheck is how often a started process reads the
+// namespace's topic modes without an announcement.
+const pullTopicsRecheck = 10 * time.Second
+
 // pullRecheck is how often a blocked Reserve looks at the ready sets
 // without an announcement (one may be lost with a broken subscription).
 const pullRecheck = time.Second
@@ -156,6 +160,11 @@ type pullStage struct {
 	sig    chan struct{} // due has jobs
 	done   chan struct{} // closed when the pull loop returned (made by Start)
 	seq    uint64        // guarded by mu: nonces and the partition a take starts from
+	// nonce starts the nonces of this process's reservations made at a
+	// due time: random (made by New), so that no two processes' tokens
+	// for one job at one revision can be alike (a prefix of the member
+	// id was not: "worker-1" and "worker-2").
+	nonce string
 }
 
 // spareJob is a reservation waiting here for a Reserve (see spare).
@@ -219,14 +228,8 @@ func (q *Queue) Pull(topics ...string) error {
 	return nil
 }
 
-// pulled reports whether topic is pulled in the namespace (as far as this
-// process knows).
-func (q *Queue) pulled(topic string) bool {
-	known := *q.pull.known.Load()
-	return len(known) > 0 && known[topic]
-}
-
-// pulledKey is pulled for a job key.
+// pulledKey reports whether the job key's topic is pulled in the
+// namespace (as far as this process knows).
 func (q *Queue) pulledKey(key string) bool {
 	known := *q.pull.known.Load()
 	if len(known) == 0 {

@@ -157,6 +157,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.claims.sig = make(chan struct{}, 1)
 	q.pull.declared, q.pull.ready = map[string]bool{}, make(chan struct{})
 	q.pull.gen, q.pull.drained = map[string]uint64{}, map[string]uint64{}
+	var nb [6]byte
+	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())
+	binary.LittleEndian.PutUint16(nb[4:], uint16(rand.Uint32()))
+	q.pull.nonce = base64.RawURLEncoding.EncodeToString(nb[:]) + "."
 	q.pull.sig, q.pull.done = make(chan struct{}, 1), make(chan struct{})
 	q.pull.known.Store(&map[string]bool{})
 	if cfg.Testing != nil {

@@ -46,7 +46,10 @@ func run(ctx context.Context, rdb redis.UniversalClient, out io.Writer, scale fl
 			return err
 		}
 	}
-	opts := wheelq.ReserveOptions{Topics: []string{"sms"}, Max: 1, TTR: exredis.D(5*time.Second, scale)}
+	// The time-to-run: how long a worker may take to send one before the
+	// reminder is handed out again (at least half a second, so that a
+	// busy machine's worker is not taken for a dead one).
+	opts := wheelq.ReserveOptions{Topics: []string{"sms"}, Max: 1, TTR: max(exredis.D(30*time.Second, scale), 500*time.Millisecond)}
 	crashed := false
 	for sent := 0; sent < 3; {
 		rs, err := q.Reserve(ctx, opts) // blocks until one is due, hands it over at its time

@@ -76,18 +76,6 @@ func (s *Store) DeclareTopics(ctx context.Context, modes map[string]string) erro
 	return nil
 }
 
-// ForgetTopic removes topic's recorded mode, so that it may be declared
-// the other way.
-func (s *Store) ForgetTopic(ctx context.Context, topic string) error {
-	if err := s.rdb.HDel(ctx, topicsKey(s.ns), topic).Err(); err != nil {
-		return wrap(err)
-	}
-	if err := s.rdb.Publish(ctx, pausedChannel(s.ns), "topics ").Err(); err != nil {
-		return wrap(err)
-	}
-	return nil
-}
-
 // TopicModes returns the recorded modes of the namespace's topics.
 func (s *Store) TopicModes(ctx context.Context) (map[string]string, error) {
 	m, err := s.rdb.HGetAll(ctx, topicsKey(s.ns)).Result()
@@ -158,12 +146,7 @@ func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs
 				if err != nil {
 					return nil, err
 				}
-				n, ok := ready[topic]
-				if !ok {
-					pk = append(pk, k.Ready+topic)
-					n = len(pk)
-					ready[topic] = n
-				}
+				n := readyIndex(&pk, ready, k, topic)
 				dl := ""
 				if j.Nonce != "" {
 					dl = strconv.FormatInt(j.Deadline, 10)
@@ -175,9 +158,7 @@ func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs
 			argv = append(argv, pargs...)
 			order[gi] = append(order[gi], idx...)
 		}
-		a := make([]any, 0, 3+len(keys)+len(argv))
-		a = append(a, "evalsha", s.due.Hash(), len(keys))
-		args[gi] = append(append(a, keys...), argv...)
+		args[gi] = evalArgs(s.due, keys, argv)
 	}
 	replies, err := s.runCalls(ctx, args)
 	if err != nil {
@@ -252,6 +233,28 @@ func (s *Store) callGroups(n int, key func(int) string) (byPart map[int][]int, g
 	return byPart, groups
 }
 
+// evalArgs returns the arguments of an EVALSHA of sc with keys and argv,
+// for runCalls (which loads the scripts and sends a call again on
+// NOSCRIPT).
+func evalArgs(sc *redis.Script, keys, argv []any) []any {
+	a := make([]any, 0, 3+len(keys)+len(argv))
+	a = append(a, "evalsha", sc.Hash(), len(keys))
+	return append(append(a, keys...), argv...)
+}
+
+// readyIndex returns the index (from 1) among a partition's keys pk of
+// topic's ready ZSET, appending it to pk the first time; ready remembers
+// the topics appended.
+func readyIndex(pk *[]any, ready map[string]int, k Keys, topic string) int {
+	n, ok := ready[topic]
+	if !ok {
+		*pk = append(*pk, k.Ready+topic)
+		n = len(*pk)
+		ready[topic] = n
+	}
+	return n
+}
+
 // RevHex returns the revision of an encoded record in hex, as the scripts
 // write it at the head of a reservation's token ("" for a record too short
 // to hold one).
@@ -315,10 +318,7 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 				keys = append(keys, k.Ready+t)
 			}
 		}
-		a := make([]any, 0, 3+len(keys)+7)
-		a = append(a, "evalsha", s.take.Hash(), len(keys))
-		a = append(a, keys...)
-		args[g] = append(a, now, c.max, deadline, nonce+strconv.Itoa(g)+".", MaxClaimBytes, len(topics), tok)
+		args[g] = evalArgs(s.take, keys, []any{now, c.max, deadline, nonce + strconv.Itoa(g) + ".", MaxClaimBytes, len(topics), tok})
 	}
 	replies, err := s.runCalls(ctx, args)
 	if err != nil {
@@ -461,13 +461,7 @@ func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte
 					if err != nil {
 						return nil, err
 					}
-					n, ok := ready[topic]
-					if !ok {
-						pk = append(pk, k.Ready+topic)
-						n = len(pk)
-						ready[topic] = n
-					}
-					ri = strconv.Itoa(n)
+					ri = strconv.Itoa(readyIndex(&pk, ready, k, topic))
 				}
 				pargs = append(pargs, string(o.Op), o.Key, o.Token, o.Score, o.Record, ri)
 			}
@@ -475,9 +469,7 @@ func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte
 			argv = append(append(argv, len(pk), len(idx)), pargs...)
 			order[gi] = append(order[gi], idx...)
 		}
-		a := make([]any, 0, 3+len(keys)+len(argv))
-		a = append(a, "evalsha", s.resolve.Hash(), len(keys))
-		args[gi] = append(append(a, keys...), argv...)
+		args[gi] = evalArgs(s.resolve, keys, argv)
 	}
 	replies, err := s.runWrites(ctx, args)
 	if err != nil {
