@@ -297,6 +297,15 @@ func lingerFor(queued int, untilDue, lead time.Duration) time.Duration {
 // its slices in bufs, the dispatcher's, which resets them after.
 func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runSlot) (retry []firedJob) {
 	toHold := bufs.tasks[:0]
+	var pulls []*task
+	defer func() {
+		// Pulled jobs are reserved ahead after the claim (and after the
+		// turn), not before it: the claim of the batch's other jobs does
+		// not wait for that round trip.
+		if len(pulls) > 0 {
+			q.pullAhead(pulls, slot)
+		}
+	}()
 	defer func() { // on every return: the next batch waits for this one
 		q.claims.turns.wait(seq)
 		now, wall := wheel.Readings(q.clock)
@@ -308,7 +317,6 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	}()
 	owned := bufs.owned[:0]
 	var busy []firedJob
-	var pulls []*task
 	var pulledNow, pulledWall time.Time
 	q.inflight.mu.Lock()
 	for _, f := range batch {
@@ -342,9 +350,6 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	}
 	q.inflight.mu.Unlock()
 	bufs.owned = owned
-	if len(pulls) > 0 {
-		q.pullAhead(pulls, slot)
-	}
 	_, wall := wheel.Readings(q.clock)
 	recheckUs := wall.Add(busyRecheck).UnixMicro()
 	for _, f := range busy {
