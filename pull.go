@@ -633,8 +633,10 @@ func (q *Queue) Ack(ctx context.Context, r Receipt) error {
 
 // Nack says the reserved job failed: it is retried after opts.RetryAfter
 // (or the backoff), or dead-lettered when opts.Permanent or after its last
-// attempt (Job.MaxAttempts). It needs the Reservation (its job's record),
-// not only the Receipt. Errors as Ack's.
+// attempt (Job.MaxAttempts). A Reservation holding only a Receipt
+// (&Reservation{Receipt: r}, as a consumer in another process or language
+// has it) is accepted: the job's record is then read from Redis first, one
+// more round trip. Errors as Ack's.
 func (q *Queue) Nack(ctx context.Context, res *Reservation, opts NackOptions) error {
 	if res == nil {
 		return fmt.Errorf("%w: nil reservation", ErrInvalidOption)
@@ -645,6 +647,16 @@ func (q *Queue) Nack(ctx context.Context, res *Reservation, opts NackOptions) er
 	cause := opts.Err
 	if cause == nil {
 		cause = errors.New("nacked")
+	}
+	if res.Job.Topic == "" {
+		// Built from a Receipt alone: the job is read from Redis. Should
+		// it have changed since, its reservation did too, and resolve
+		// refuses the token.
+		full, err := q.receiptReservation(ctx, res.Receipt)
+		if err != nil {
+			return err
+		}
+		res = full
 	}
 	j := &res.Job
 	rec := persist.Record{Rev: rand.Uint32(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Created: j.Created,
@@ -693,6 +705,32 @@ func (q *Queue) Touch(ctx context.Context, r Receipt, ttr time.Duration) (time.T
 		return time.Time{}, err
 	}
 	return deadline, nil
+}
+
+// receiptReservation reads the reserved job r names, for a Nack given a
+// Receipt alone. A job that is gone, or not reserved, is
+// ErrReservationLost.
+func (q *Queue) receiptReservation(ctx context.Context, r Receipt) (*Reservation, error) {
+	if err := validTopic(r.Topic); err != nil {
+		return nil, err
+	}
+	if err := validID(r.ID); err != nil {
+		return nil, err
+	}
+	key := persist.JobKey(r.Topic, r.ID)
+	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	rec, st, err := q.store.Get(cctx, key)
+	switch {
+	case errors.Is(err, persist.ErrNotFound):
+		return nil, fmt.Errorf("%w: %s is gone", ErrReservationLost, key)
+	case err != nil:
+		return nil, errs.Errorf("wheelq: nack %s: %w", key, uncertain(err))
+	case st != persist.Reserved:
+		return nil, fmt.Errorf("%w: %s is not reserved", ErrReservationLost, key)
+	}
+	rec.Topic, rec.ID = r.Topic, r.ID
+	return q.reservation(key, r.Token, &rec, rec.Due, rec.Due, false), nil
 }
 
 // opName names resolve's op in errors.

@@ -540,3 +540,30 @@ func TestPullRescheduleWhileReserved(t *testing.T) {
 	require.Empty(t, r2.Job.LastError, "handed out again, not lapsed")
 	require.NoError(t, b.q.Ack(b.ctx, r2.Receipt))
 }
+
+// TestPullNackByReceipt: a consumer that kept only the Receipt (another
+// process, or a server's client in another language) nacks with a
+// Reservation holding it alone: the job's record is read from Redis, so
+// its payload, headers and attempts survive the retry.
+func TestPullNackByReceipt(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	_, err := b.q.Schedule(b.ctx, "p", []byte("keep me"), ID("r"), MaxAttempts(2), Headers(map[string]string{"k": "v"}))
+	require.NoError(t, err)
+	r := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	require.NoError(t, b.q.Nack(b.ctx, &Reservation{Receipt: r.Receipt}, NackOptions{Err: errors.New("later"), RetryAfter: 10 * time.Millisecond}))
+	require.ErrorIs(t, b.q.Nack(b.ctx, &Reservation{Receipt: r.Receipt}, NackOptions{}), ErrReservationLost, "spent token")
+
+	r2 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
+	require.Equal(t, []byte("keep me"), r2.Job.Payload)
+	require.Equal(t, map[string]string{"k": "v"}, r2.Job.Headers)
+	require.Equal(t, 2, r2.Job.Attempt)
+	require.Equal(t, "later", r2.Job.LastError)
+	// The last attempt: a nack by receipt dead-letters it.
+	require.NoError(t, b.q.Nack(b.ctx, &Reservation{Receipt: r2.Receipt}, NackOptions{Err: errors.New("gave up")}))
+	info, err := b.q.Lookup(b.ctx, "p", "r")
+	require.NoError(t, err)
+	require.Equal(t, StateDead, info.State)
+	require.Equal(t, "gave up", info.LastError)
+	require.ErrorIs(t, b.q.Nack(b.ctx, &Reservation{Receipt: Receipt{Topic: "p", ID: "nope", Token: "0123456789ab"}}, NackOptions{}), ErrReservationLost)
+}
