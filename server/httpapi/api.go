@@ -1,0 +1,337 @@
+// Package httpapi is the wheelq server's HTTP/JSON API under /v1: a thin
+// layer over the library's public API (schedule, get, cancel, reschedule,
+// reserve, ack, nack, touch, list, counts, pause, resume, dead jobs,
+// requeue). Every route is in one table (Routes), which the OpenAPI
+// document (openapi.json, served at /v1/openapi.json) is checked against.
+// Every error is JSON, {"error": {"code", "message"}}, with a code from
+// package apierr and its HTTP status.
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/apierr"
+	"github.com/wheelq/wheelq/server/auth"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI is the API's OpenAPI 3.1 document.
+func OpenAPI() []byte { return openAPI }
+
+// Options configures the API.
+type Options struct {
+	// MaxBody bounds a request's body; MaxBatchBody a batch's. Bodies
+	// past them are refused (413, too_large) without being read whole.
+	MaxBody, MaxBatchBody int64
+	// MaxBatch is the most jobs in one batch.
+	MaxBatch int
+	// MaxWait bounds a reserve's wait_ms.
+	MaxWait time.Duration
+	// MaxPollsPerToken caps the long polls one token holds at once.
+	MaxPollsPerToken int
+	// Timeout bounds the queue calls of a request that does not wait.
+	// Default 10s.
+	Timeout time.Duration
+	// Logger gets the access log (if Access) and internal errors.
+	Logger *slog.Logger
+	Access bool
+	// Ready, if set, says why the server is not ready ("" when it is):
+	// /readyz's check.
+	Ready func(ctx context.Context) string
+}
+
+// API serves the HTTP API.
+type API struct {
+	q    *wheelq.Queue
+	opts Options
+	auth atomic.Pointer[auth.Authorizer]
+	mux  *http.ServeMux
+
+	// waitCtx is cancelled by CloseWaits: open long polls then answer
+	// at once with what they have (nothing).
+	waitCtx    context.Context
+	closeWaits context.CancelFunc
+
+	mu      sync.Mutex
+	waiters map[string]int // long polls open, per principal id
+}
+
+// Route is one route of the API.
+type Route struct {
+	// Pattern is the http.ServeMux pattern: "METHOD /path/{wildcard}",
+	// written as OpenAPI writes paths.
+	Pattern string
+	// Operation is the OpenAPI operationId.
+	Operation string
+	h         func(a *API, w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error)
+	// public routes need no token.
+	public bool
+}
+
+// Routes lists the API's routes.
+func Routes() []Route {
+	return []Route{
+		{Pattern: "POST /v1/jobs/{topic}", Operation: "schedule", h: (*API).schedule},
+		{Pattern: "POST /v1/batch", Operation: "scheduleBatch", h: (*API).batch},
+		{Pattern: "GET /v1/jobs/{topic}/{id}", Operation: "getJob", h: (*API).get},
+		{Pattern: "DELETE /v1/jobs/{topic}/{id}", Operation: "cancelJob", h: (*API).cancel},
+		{Pattern: "POST /v1/jobs/{topic}/{id}/reschedule", Operation: "rescheduleJob", h: (*API).reschedule},
+		{Pattern: "POST /v1/jobs/{topic}/{id}/requeue", Operation: "requeueJob", h: (*API).requeue},
+		{Pattern: "POST /v1/jobs/{topic}/{id}/ack", Operation: "ackJob", h: (*API).ack},
+		{Pattern: "POST /v1/jobs/{topic}/{id}/nack", Operation: "nackJob", h: (*API).nack},
+		{Pattern: "POST /v1/jobs/{topic}/{id}/touch", Operation: "touchJob", h: (*API).touch},
+		{Pattern: "POST /v1/reserve", Operation: "reserve", h: (*API).reserve},
+		{Pattern: "GET /v1/jobs", Operation: "listJobs", h: (*API).list},
+		{Pattern: "GET /v1/dead", Operation: "listDead", h: (*API).dead},
+		{Pattern: "GET /v1/counts", Operation: "counts", h: (*API).counts},
+		{Pattern: "POST /v1/topics/{topic}/pause", Operation: "pauseTopic", h: (*API).pause},
+		{Pattern: "POST /v1/topics/{topic}/resume", Operation: "resumeTopic", h: (*API).resume},
+		{Pattern: "GET /v1/openapi.json", Operation: "openapi", h: (*API).openapi, public: true},
+		{Pattern: "GET /healthz", Operation: "healthz", h: (*API).healthz, public: true},
+		{Pattern: "GET /readyz", Operation: "readyz", h: (*API).readyz, public: true},
+	}
+}
+
+// New builds the API over q (started, if it serves reserve) with the
+// authorizer az.
+func New(q *wheelq.Queue, az *auth.Authorizer, opts Options) *API {
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &API{q: q, opts: opts, waiters: map[string]int{}}
+	a.auth.Store(az)
+	a.waitCtx, a.closeWaits = context.WithCancel(context.Background())
+	a.mux = http.NewServeMux()
+	for _, rt := range Routes() {
+		a.mux.Handle(rt.Pattern, a.endpoint(rt))
+	}
+	return a
+}
+
+// SetAuthorizer swaps the authorizer (a reload of the tokens).
+func (a *API) SetAuthorizer(az *auth.Authorizer) { a.auth.Store(az) }
+
+// Authorizer is the current authorizer.
+func (a *API) Authorizer() *auth.Authorizer { return a.auth.Load() }
+
+// CloseWaits makes every open long poll answer now, with no jobs, and
+// every later one answer at once: the first step of a graceful stop.
+func (a *API) CloseWaits() { a.closeWaits() }
+
+// ServeHTTP serves the API's routes; any other path is a JSON 404
+// (no_route) and a known path with another method a JSON 405.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := a.mux.Handler(r)
+	if pattern == "" {
+		// The mux's own 404 or 405: said in JSON.
+		rec := &statusOnly{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			a.writeErr(w, r, apierr.New(apierr.MethodNotAllow, "%s is not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		a.writeErr(w, r, apierr.New(apierr.NoRoute, "no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	a.mux.ServeHTTP(w, r) // which sets the path's values
+}
+
+// statusOnly records the status the mux's own reply would have had.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.status = code }
+
+// Bearer is the token of r's Authorization header ("Bearer wq_..."), or,
+// for browsers (the dashboard), the password of its Basic credentials.
+func Bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+		return strings.TrimSpace(t)
+	}
+	if _, pw, ok := r.BasicAuth(); ok {
+		return pw
+	}
+	return ""
+}
+
+func (a *API) endpoint(rt Route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		who := "-"
+		defer func() {
+			if v := recover(); v != nil {
+				a.opts.Logger.Error("wheelq server: panic serving a request", "route", rt.Pattern, "panic", v)
+				if sw.status == 0 {
+					a.writeErr(sw, r, apierr.New(apierr.Internal, "internal error"))
+				}
+			}
+			if a.opts.Access {
+				a.opts.Logger.Info("http", "method", r.Method, "path", r.URL.Path, "route", rt.Pattern, "status", sw.status,
+					"bytes", sw.n, "dur", time.Since(start), "token", who, "remote", r.RemoteAddr)
+			}
+		}()
+		var p *auth.Principal
+		if !rt.public {
+			var err error
+			if p, err = a.auth.Load().Authenticate(Bearer(r)); err != nil {
+				sw.Header().Set("WWW-Authenticate", `Bearer realm="wheelq"`)
+				a.writeErr(sw, r, err)
+				return
+			}
+			who = p.ID
+		}
+		status, body, err := rt.h(a, sw, r, p)
+		if err != nil {
+			a.writeErr(sw, r, err)
+			return
+		}
+		if sw.status != 0 {
+			return // written by the handler
+		}
+		if body == nil {
+			sw.WriteHeader(status)
+			return
+		}
+		writeJSON(sw, status, body)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	n      int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.n += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		b = []byte(`{"error":{"code":"internal","message":"encoding the reply failed"}}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	e := apierr.From(err)
+	if e.Code == apierr.Internal {
+		a.opts.Logger.Error("wheelq server: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = apierr.New(apierr.Internal, "internal error (logged by the server)")
+	}
+	if e.Code == apierr.Unavailable || e.Code == apierr.OutcomeUnknown {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Code.Status(), ErrorResponse{Error: *e})
+}
+
+// decode reads r's JSON body into v: at most limit bytes (413 past it,
+// without reading the rest), no unknown fields, nothing after the value.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if r.ContentLength > limit {
+		return apierr.New(apierr.TooLarge, "body of %d bytes: the limit is %d", r.ContentLength, limit)
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if err := Decode(body, v); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return apierr.New(apierr.TooLarge, "body past the limit of %d bytes", limit)
+		}
+		return err
+	}
+	return nil
+}
+
+// Decode reads one JSON value from rd into v, strictly: an unknown field,
+// a wrong type, invalid base64 or data after the value is an Invalid
+// error saying what and where.
+func Decode(rd io.Reader, v any) error {
+	dec := json.NewDecoder(rd)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return apierr.New(apierr.Invalid, "empty body: want a JSON object")
+		}
+		return apierr.New(apierr.Invalid, "bad JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return err
+		}
+		return apierr.New(apierr.Invalid, "bad JSON: data after the object")
+	}
+	return nil
+}
+
+func (a *API) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), a.opts.Timeout)
+}
+
+func (a *API) openapi(w http.ResponseWriter, _ *http.Request, _ *auth.Principal) (int, any, error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(openAPI)
+	return 0, nil, nil
+}
+
+func (a *API) healthz(http.ResponseWriter, *http.Request, *auth.Principal) (int, any, error) {
+	return http.StatusOK, HealthResponse{Status: "ok"}, nil
+}
+
+func (a *API) readyz(_ http.ResponseWriter, r *http.Request, _ *auth.Principal) (int, any, error) {
+	if a.opts.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if why := a.opts.Ready(ctx); why != "" {
+			return http.StatusServiceUnavailable, HealthResponse{Status: "not ready", Reason: why}, nil
+		}
+	}
+	return http.StatusOK, HealthResponse{Status: "ready"}, nil
+}

@@ -1,0 +1,429 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/apierr"
+	"github.com/wheelq/wheelq/server/auth"
+)
+
+// noWait is how long a reserve with wait_ms 0 waits: enough for one take
+// from Redis, so that jobs already due are returned.
+const noWait = 20 * time.Millisecond
+
+func (a *API) schedule(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic := r.PathValue("topic")
+	if err := p.Allow(auth.Produce, topic); err != nil {
+		return 0, nil, err
+	}
+	var req ScheduleRequest
+	if err := decode(w, r, a.opts.MaxBody, &req); err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	res := a.scheduleOne(ctx, topic, &req)
+	if res.Error != nil {
+		return 0, nil, res.Error
+	}
+	return http.StatusCreated, ScheduleResponse{Topic: topic, ID: res.ID, Due: *res.Due}, nil
+}
+
+func (a *API) scheduleOne(ctx context.Context, topic string, req *ScheduleRequest) BatchResult {
+	res := BatchResult{Topic: topic}
+	payload, opts, err := req.options()
+	if err == nil {
+		now := time.Now()
+		res.ID, err = a.q.Schedule(ctx, topic, payload, opts...)
+		if err == nil {
+			due := req.due(now).Round(time.Microsecond)
+			res.Status, res.Due = http.StatusCreated, &due
+			return res
+		}
+	}
+	res.Error = apierr.From(err)
+	if res.Error.Code == apierr.Internal {
+		res.Error = apierr.New(apierr.Internal, "internal error (logged by the server)")
+		a.opts.Logger.Error("wheelq server: schedule", "topic", topic, "err", err)
+	}
+	res.ID = req.ID
+	res.Status = res.Error.Code.Status()
+	return res
+}
+
+// batchWorkers is how many of a batch's jobs are scheduled at once: they
+// share Redis round trips (group commit).
+const batchWorkers = 256
+
+func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	var req BatchRequest
+	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
+		return 0, nil, err
+	}
+	if len(req.Jobs) > a.opts.MaxBatch {
+		return 0, nil, apierr.New(apierr.TooLarge, "batch of %d jobs: the limit is %d", len(req.Jobs), a.opts.MaxBatch)
+	}
+	if len(req.Jobs) == 0 {
+		return 0, nil, apierr.New(apierr.Invalid, "a batch of no jobs")
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	out := BatchResponse{Results: make([]BatchResult, len(req.Jobs))}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(batchWorkers, len(req.Jobs)) {
+		wg.Go(func() {
+			for i := range next {
+				j := &req.Jobs[i]
+				if err := p.Allow(auth.Produce, j.Topic); err != nil {
+					out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: apierr.From(err)}
+					out.Results[i].Status = out.Results[i].Error.Code.Status()
+					continue
+				}
+				out.Results[i] = a.scheduleOne(ctx, j.Topic, &j.ScheduleRequest)
+			}
+		})
+	}
+	for i := range req.Jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, res := range out.Results {
+		if res.Error != nil {
+			out.Failed++
+		}
+	}
+	return http.StatusOK, out, nil
+}
+
+func (a *API) get(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic, id := r.PathValue("topic"), r.PathValue("id")
+	if err := p.AllowAny(topic, auth.Produce, auth.Consume); err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	info, err := a.q.Lookup(ctx, topic, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, info, nil
+}
+
+func (a *API) cancel(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic, id := r.PathValue("topic"), r.PathValue("id")
+	if err := p.Allow(auth.Produce, topic); err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Cancel(ctx, topic, id)
+}
+
+func (a *API) due(w http.ResponseWriter, r *http.Request) (time.Time, error) {
+	var req TimeRequest
+	if err := decode(w, r, 4<<10, &req); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := req.option(); err != nil {
+		return time.Time{}, err
+	}
+	return req.due(time.Now()), nil
+}
+
+func (a *API) reschedule(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic, id := r.PathValue("topic"), r.PathValue("id")
+	if err := p.Allow(auth.Produce, topic); err != nil {
+		return 0, nil, err
+	}
+	at, err := a.due(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Reschedule(ctx, topic, id, at)
+}
+
+func (a *API) requeue(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic, id := r.PathValue("topic"), r.PathValue("id")
+	if err := p.Allow(auth.Admin, topic); err != nil {
+		return 0, nil, err
+	}
+	at, err := a.due(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Requeue(ctx, topic, id, at)
+}
+
+func receipt(r *http.Request, token string) (wheelq.Receipt, error) {
+	if token == "" {
+		return wheelq.Receipt{}, apierr.New(apierr.Invalid, "no token: give the token reserve returned")
+	}
+	return wheelq.Receipt{Topic: r.PathValue("topic"), ID: r.PathValue("id"), Token: token}, nil
+}
+
+func (a *API) ack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	if err := p.Allow(auth.Consume, r.PathValue("topic")); err != nil {
+		return 0, nil, err
+	}
+	var req AckRequest
+	if err := decode(w, r, 4<<10, &req); err != nil {
+		return 0, nil, err
+	}
+	rc, err := receipt(r, req.Token)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Ack(ctx, rc)
+}
+
+func (a *API) nack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	if err := p.Allow(auth.Consume, r.PathValue("topic")); err != nil {
+		return 0, nil, err
+	}
+	var req NackRequest
+	if err := decode(w, r, 8<<10, &req); err != nil {
+		return 0, nil, err
+	}
+	rc, err := receipt(r, req.Token)
+	if err != nil {
+		return 0, nil, err
+	}
+	opts := wheelq.NackOptions{Permanent: req.Permanent}
+	if req.Error != "" {
+		opts.Err = errors.New(req.Error)
+	}
+	if req.RetryAfterMS != 0 {
+		if opts.RetryAfter, err = ms(req.RetryAfterMS, "retry_after_ms", 0, 365*24*time.Hour); err != nil {
+			return 0, nil, err
+		}
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Nack(ctx, &wheelq.Reservation{Receipt: rc}, opts)
+}
+
+func (a *API) touch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	if err := p.Allow(auth.Consume, r.PathValue("topic")); err != nil {
+		return 0, nil, err
+	}
+	var req TouchRequest
+	if err := decode(w, r, 4<<10, &req); err != nil {
+		return 0, nil, err
+	}
+	rc, err := receipt(r, req.Token)
+	if err != nil {
+		return 0, nil, err
+	}
+	ttr := wheelq.DefaultTTR
+	if req.TTRMS != 0 {
+		if ttr, err = ms(req.TTRMS, "ttr_ms", wheelq.MinTTR, wheelq.MaxTTR); err != nil {
+			return 0, nil, err
+		}
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	dl, err := a.q.Touch(ctx, rc, ttr)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, TouchResponse{Deadline: dl}, nil
+}
+
+func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	var req ReserveRequest
+	if err := decode(w, r, 64<<10, &req); err != nil {
+		return 0, nil, err
+	}
+	if len(req.Topics) == 0 {
+		return 0, nil, apierr.New(apierr.Invalid, "topics: give at least one")
+	}
+	for _, t := range req.Topics {
+		if err := p.Allow(auth.Consume, t); err != nil {
+			return 0, nil, err
+		}
+	}
+	opts := wheelq.ReserveOptions{Topics: req.Topics, Max: req.Max}
+	if req.Max < 0 || req.Max > wheelq.MaxReserve {
+		return 0, nil, apierr.New(apierr.Invalid, "max %d: want 1 to %d", req.Max, wheelq.MaxReserve)
+	}
+	var err error
+	if req.TTRMS != 0 {
+		if opts.TTR, err = ms(req.TTRMS, "ttr_ms", wheelq.MinTTR, wheelq.MaxTTR); err != nil {
+			return 0, nil, err
+		}
+	}
+	wait, err := ms(req.WaitMS, "wait_ms", 0, a.opts.MaxWait)
+	if err != nil {
+		return 0, nil, err
+	}
+	if wait < noWait {
+		wait = noWait
+	}
+	if !a.holdWaiter(p.ID) {
+		return 0, nil, apierr.New(apierr.TooManyWaiters, "token %s holds %d long polls already", p.ID, a.opts.MaxPollsPerToken)
+	}
+	defer a.dropWaiter(p.ID)
+	// This request may outlast the server's write timeout.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + a.opts.Timeout))
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	stop := context.AfterFunc(a.waitCtx, cancel)
+	defer stop()
+	got, err := a.q.Reserve(ctx, opts)
+	out := ReserveResponse{Jobs: make([]Reserved, 0, len(got))}
+	for _, res := range got {
+		out.Jobs = append(out.Jobs, reserved(res))
+	}
+	if err != nil && len(got) == 0 && !(ctx.Err() != nil && r.Context().Err() == nil) {
+		return 0, nil, err
+	}
+	return http.StatusOK, out, nil
+}
+
+func (a *API) holdWaiter(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiters[id] >= a.opts.MaxPollsPerToken {
+		return false
+	}
+	a.waiters[id]++
+	return true
+}
+
+func (a *API) dropWaiter(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiters[id]--; a.waiters[id] <= 0 {
+		delete(a.waiters, id)
+	}
+}
+
+func (a *API) listQuery(r *http.Request, state wheelq.JobState) (wheelq.JobFilter, string, int, error) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "topic", "state", "overdue", "due_after", "due_before", "cursor", "limit":
+		default:
+			return wheelq.JobFilter{}, "", 0, apierr.New(apierr.Invalid, "unknown query parameter %q", k)
+		}
+	}
+	f := wheelq.JobFilter{Topic: q.Get("topic"), State: state}
+	if s := q.Get("state"); s != "" {
+		if state != 0 {
+			return f, "", 0, apierr.New(apierr.Invalid, "state: this route lists one state")
+		}
+		st, err := wheelq.ParseJobState(s)
+		if err != nil {
+			return f, "", 0, apierr.New(apierr.Invalid, "state %q: want pending, running or dead", s)
+		}
+		f.State = st
+	}
+	if s := q.Get("overdue"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return f, "", 0, apierr.New(apierr.Invalid, "overdue %q: want true or false", s)
+		}
+		f.Overdue = b
+	}
+	for _, tf := range []struct {
+		name string
+		dst  *time.Time
+	}{{"due_after", &f.DueAfter}, {"due_before", &f.DueBefore}} {
+		if s := q.Get(tf.name); s != "" {
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return f, "", 0, apierr.New(apierr.Invalid, "%s %q: want RFC 3339", tf.name, s)
+			}
+			*tf.dst = t
+		}
+	}
+	limit := wheelq.DefaultListLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return f, "", 0, apierr.New(apierr.Invalid, "limit %q: want 1 to 1000", s)
+		}
+		limit = n
+	}
+	return f, q.Get("cursor"), limit, nil
+}
+
+func (a *API) listState(r *http.Request, p *auth.Principal, state wheelq.JobState) (int, any, error) {
+	f, cursor, limit, err := a.listQuery(r, state)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := p.Allow(auth.Admin, f.Topic); err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	jobs, next, err := a.q.List(ctx, f, cursor, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	if jobs == nil {
+		jobs = []wheelq.JobInfo{}
+	}
+	return http.StatusOK, ListResponse{Jobs: jobs, Next: next}, nil
+}
+
+func (a *API) list(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	return a.listState(r, p, 0)
+}
+
+func (a *API) dead(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	return a.listState(r, p, wheelq.StateDead)
+}
+
+func (a *API) counts(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	cs, err := a.q.Counts(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := CountsResponse{Topics: []TopicCounts{}}
+	for _, c := range cs {
+		if p.Allow(auth.Admin, c.Topic) != nil {
+			continue // a topic this token may not see
+		}
+		out.Topics = append(out.Topics, TopicCounts{Topic: c.Topic, Pending: c.Pending, Overdue: c.Overdue,
+			Running: c.Running, Dead: c.Dead, Paused: c.Paused})
+	}
+	return http.StatusOK, out, nil
+}
+
+func (a *API) pause(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic := r.PathValue("topic")
+	if err := p.Allow(auth.Admin, topic); err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Pause(ctx, topic)
+}
+
+func (a *API) resume(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	topic := r.PathValue("topic")
+	if err := p.Allow(auth.Admin, topic); err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	return http.StatusNoContent, nil, a.q.Resume(ctx, topic)
+}

@@ -1,0 +1,151 @@
+// Package push delivers a topic's due jobs as HTTP POSTs: the job's
+// payload as the body, signed as Standard Webhooks signs (headers
+// webhook-id, webhook-timestamp, webhook-signature: "v1," and the base64
+// HMAC-SHA256 of "id.timestamp.body" under the secret), so receivers can
+// use an existing verifier. A 2xx reply acks the job; anything else, a
+// redirect, a timeout or a refused connection is a failed attempt, retried
+// by the queue's backoff (a Retry-After of seconds on the reply is
+// honoured) and dead-lettered after its last attempt.
+package push
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wheelq/wheelq"
+)
+
+// ErrNotAllowed is a target host outside the allow-list.
+var ErrNotAllowed = errors.New("push: target host not allowed")
+
+// Headers the deliverer sets besides the signature's.
+const (
+	HeaderTopic   = "Wheelq-Topic"
+	HeaderID      = "Wheelq-Id"
+	HeaderAttempt = "Wheelq-Attempt"
+	// HeaderHeaders carries the job's headers as a JSON object.
+	HeaderHeaders = "Wheelq-Headers"
+)
+
+// Target is where a topic's jobs go.
+type Target struct {
+	URL *url.URL
+	// Secret is the signing secret: "whsec_" and base64.
+	Secret  string
+	Timeout time.Duration
+}
+
+// Deliverer is the wheelq.Handler of one pushed topic.
+type Deliverer struct {
+	t      Target
+	key    []byte
+	client *http.Client
+	clock  func() time.Time
+}
+
+// New checks t against the allowed hosts (host:port as in the URL) and
+// returns its deliverer.
+func New(t Target, allow []string, transport http.RoundTripper) (*Deliverer, error) {
+	if t.URL == nil || (t.URL.Scheme != "http" && t.URL.Scheme != "https") {
+		return nil, fmt.Errorf("push: target %v: want an http(s) URL", t.URL)
+	}
+	if !slices.Contains(allow, t.URL.Host) {
+		return nil, fmt.Errorf("%w: %s (allowed: %v)", ErrNotAllowed, t.URL.Host, allow)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(t.Secret, "whsec_"))
+	if err != nil || !strings.HasPrefix(t.Secret, "whsec_") || len(key) < 16 {
+		return nil, errors.New("push: secret: want whsec_ then the base64 of at least 16 bytes")
+	}
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	c := &http.Client{
+		Transport: transport,
+		Timeout:   t.Timeout,
+		// A redirect could lead anywhere: it is a failed delivery.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &Deliverer{t: t, key: key, client: c, clock: time.Now}, nil
+}
+
+// Sign returns the webhook-signature header's value for id, the unix
+// timestamp ts and body under secret key.
+func Sign(key []byte, id string, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%s.%d.", id, ts)
+	m.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Verify checks a request's signature headers against key, within
+// tolerance of now: what a receiver does.
+func Verify(key []byte, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	ts, err := strconv.ParseInt(h.Get("webhook-timestamp"), 10, 64)
+	if err != nil {
+		return errors.New("push: no or bad webhook-timestamp")
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
+		return errors.New("push: timestamp outside the tolerance")
+	}
+	want := Sign(key, h.Get("webhook-id"), ts, body)
+	for sig := range strings.FieldsSeq(h.Get("webhook-signature")) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
+			return nil
+		}
+	}
+	return errors.New("push: no matching signature")
+}
+
+// MessageID is the webhook-id of a job's attempt: a receiver that has
+// seen it may skip it (a run repeated after a crash carries the same).
+func MessageID(j *wheelq.Job) string {
+	return fmt.Sprintf("%s/%s/%d", url.PathEscape(j.Topic), url.PathEscape(j.ID), j.Attempt)
+}
+
+// HandleJob posts the job.
+func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.t.URL.String(), bytes.NewReader(j.Payload))
+	if err != nil {
+		return wheelq.Permanent(err)
+	}
+	id := MessageID(j)
+	ts := d.clock().Unix()
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", Sign(d.key, id, ts, j.Payload))
+	req.Header.Set(HeaderTopic, j.Topic)
+	req.Header.Set(HeaderID, j.ID)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
+	if len(j.Headers) > 0 {
+		b, _ := json.Marshal(j.Headers)
+		req.Header.Set(HeaderHeaders, string(b))
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("push to %s: %w", d.t.URL.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	err = fmt.Errorf("push to %s: %s", d.t.URL.Redacted(), resp.Status)
+	if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
+		return wheelq.RetryAfter(time.Duration(s)*time.Second, err)
+	}
+	return err
+}

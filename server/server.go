@@ -1,0 +1,403 @@
+// Package server is the wheelq server: a started wheelq process on a
+// namespace that any service, in any language, schedules to, cancels
+// through and pulls from over HTTP, and that pushes the due jobs of chosen
+// topics to HTTP endpoints. N servers on one namespace are the team the
+// library already supports: kill one, the others carry on.
+//
+// It is thin: package httpapi maps HTTP to the library's public API,
+// package auth decides who may do what, package push delivers, package
+// config reads the configuration. Run it with cmd/wheelq-server; see
+// docs/server.md.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync/atomic"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq"
+	wheelqprom "github.com/wheelq/wheelq/contrib/prometheus"
+	"github.com/wheelq/wheelq/dashboard"
+	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/httpapi"
+	"github.com/wheelq/wheelq/server/push"
+)
+
+// ErrConfig is a configuration the server refuses to run with.
+var ErrConfig = errors.New("server: refused configuration")
+
+// Options are what the server takes besides its configuration.
+type Options struct {
+	// ConfigPath is the file Reload reads the tokens from again ("" if
+	// none); Environ and Flags the overrides laid over it (config.Load's).
+	ConfigPath string
+	Environ    []string
+	Flags      map[string]string
+	// Dev runs on an in-process Redis (miniredis) that keeps nothing: for
+	// a first try only.
+	Dev bool
+	// Logger gets the server's log; default: to stderr as the config says.
+	Logger *slog.Logger
+	// Listening, if set, is told the HTTP address once it listens.
+	Listening func(addr string)
+}
+
+// Server is one wheelq server process.
+type Server struct {
+	cfg  config.Config
+	opts Options
+	log  *slog.Logger
+
+	rdb  redis.UniversalClient
+	mini *miniredis.Miniredis
+	q    *wheelq.Queue
+	api  *httpapi.API
+	reg  *prometheus.Registry
+	cert atomic.Pointer[tls.Certificate]
+	hsrv *http.Server
+}
+
+// New checks cfg and builds the server; Run starts it.
+func New(cfg config.Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, opts: opts, log: opts.Logger}
+	if s.log == nil {
+		s.log = NewLogger(os.Stderr, cfg.Log)
+	}
+	az, err := s.authorizer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Loopback() && az.Open() {
+		return nil, fmt.Errorf("%w: http.addr %s is reachable from other hosts and no token is configured: add [[token]] entries or token_file (wheelq-server token -id NAME makes one)", ErrConfig, cfg.HTTP.Addr)
+	}
+	if cfg.HTTP.TLSCert != "" {
+		if err := s.loadCert(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.connect(); err != nil {
+		return nil, err
+	}
+	m := wheelqprom.New(wheelqprom.Options{})
+	q, err := wheelq.New(s.rdb, wheelq.Config{
+		Namespace: cfg.Queue.Namespace, Partitions: cfg.Queue.Partitions, Concurrency: cfg.Queue.Concurrency,
+		MaxAttempts: cfg.Queue.MaxAttempts, MaxPayload: cfg.Queue.MaxPayload, InstanceID: cfg.Queue.InstanceID,
+		LockDir: cfg.Queue.LockDir, Logger: s.log, Observer: m,
+	})
+	if err != nil {
+		s.closeRedis()
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	s.q = q
+	m.Watch(q)
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(m)
+	if len(cfg.Queue.Pull) > 0 {
+		if err := q.Pull(cfg.Queue.Pull...); err != nil {
+			s.closeRedis()
+			return nil, fmt.Errorf("%w: queue.pull: %w", ErrConfig, err)
+		}
+	}
+	for i, pt := range cfg.Push.Topics {
+		u, _ := url.Parse(pt.URL)
+		to := pt.Timeout.D()
+		if to == 0 {
+			to = cfg.Push.Timeout.D()
+		}
+		d, err := push.New(push.Target{URL: u, Secret: pt.Secret.Reveal(), Timeout: to}, cfg.Push.AllowHosts, nil)
+		if err == nil {
+			err = q.Handle(pt.Topic, d)
+		}
+		if err != nil {
+			s.closeRedis()
+			return nil, fmt.Errorf("%w: push.topic[%d]: %w", ErrConfig, i, err)
+		}
+	}
+	s.api = httpapi.New(q, az, httpapi.Options{
+		MaxBody: cfg.HTTP.MaxBody, MaxBatchBody: cfg.HTTP.MaxBatchBody, MaxBatch: cfg.HTTP.MaxBatch,
+		MaxWait: cfg.HTTP.MaxWait.D(), MaxPollsPerToken: cfg.HTTP.MaxPollsPerToken,
+		Logger: s.log, Access: cfg.Log.Access, Ready: s.ready,
+	})
+	return s, nil
+}
+
+// NewLogger makes the server's logger as cfg says.
+func NewLogger(w io.Writer, cfg config.Log) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.Level))
+	ho := &slog.HandlerOptions{Level: lvl}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+func (s *Server) authorizer(cfg config.Config) (*auth.Authorizer, error) {
+	var es []auth.Entry
+	for _, t := range cfg.Tokens {
+		es = append(es, auth.Entry{ID: t.ID, SHA256: t.SHA256, Perms: [3][]string{t.Produce, t.Consume, t.Admin}})
+	}
+	if cfg.TokenFile != "" {
+		more, err := auth.LoadFile(cfg.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: token_file: %w", ErrConfig, err)
+		}
+		es = append(es, more...)
+	}
+	az, err := auth.New(es, cfg.Loopback())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return az, nil
+}
+
+func (s *Server) loadCert() error {
+	c, err := tls.LoadX509KeyPair(s.cfg.HTTP.TLSCert, s.cfg.HTTP.TLSKey)
+	if err != nil {
+		return fmt.Errorf("%w: http.tls_cert/tls_key: %w", ErrConfig, err)
+	}
+	s.cert.Store(&c)
+	return nil
+}
+
+func (s *Server) connect() error {
+	rc := s.cfg.Redis
+	if s.opts.Dev {
+		m, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("server: -dev: %w", err)
+		}
+		s.mini = m
+		s.rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
+		return nil
+	}
+	switch {
+	case len(rc.Addrs) > 0 && rc.SentinelMaster != "":
+		s.rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: rc.SentinelMaster, SentinelAddrs: rc.Addrs, Password: rc.Password.Reveal()})
+	case len(rc.Addrs) > 0 && rc.Cluster:
+		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs, Password: rc.Password.Reveal()})
+	case len(rc.Addrs) > 0:
+		s.rdb = redis.NewClient(&redis.Options{Addr: rc.Addrs[0], Password: rc.Password.Reveal()})
+	default:
+		o, err := redis.ParseURL(rc.URL.Reveal())
+		if err != nil {
+			return fmt.Errorf("%w: redis.url: %v", ErrConfig, err)
+		}
+		if rc.Password != "" {
+			o.Password = rc.Password.Reveal()
+		}
+		s.rdb = redis.NewClient(o)
+	}
+	return nil
+}
+
+func (s *Server) closeRedis() {
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+	}
+	if s.mini != nil {
+		s.mini.Close()
+	}
+}
+
+// Queue is the server's queue.
+func (s *Server) Queue() *wheelq.Queue { return s.q }
+
+// ready is /readyz's check.
+func (s *Server) ready(ctx context.Context) string {
+	select {
+	case <-s.q.Ready():
+	default:
+		return "loading the partitions' jobs"
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return "redis unreachable: " + err.Error()
+	}
+	return ""
+}
+
+// Handler is the server's whole HTTP handler: the API, /metrics and the
+// dashboard under /ui/.
+func (s *Server) Handler() (http.Handler, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/", s.api)
+	if s.cfg.HTTP.Metrics {
+		metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+		mux.Handle("GET /metrics", s.authenticated(auth.Admin, metrics))
+	}
+	if s.cfg.HTTP.UI {
+		dash, err := dashboard.New(s.q, dashboard.Options{Title: "wheelq server", Authorize: s.authorizeUI})
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("/ui/", s.challenge(http.StripPrefix("/ui", dash)))
+	}
+	return mux, nil
+}
+
+// authenticated lets through requests whose token has perm on every
+// topic.
+func (s *Server) authenticated(perm auth.Perm, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.api.Authorizer().Authenticate(httpapi.Bearer(r))
+		if err == nil {
+			err = p.Allow(perm, "")
+		}
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="wheelq"`)
+			status := http.StatusForbidden
+			if errors.Is(err, auth.ErrUnauthorized) {
+				status = http.StatusUnauthorized
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// challenge asks a browser for credentials (Basic: any user name, the
+// token as the password) when the dashboard needs a token and the
+// request has none.
+func (s *Server) challenge(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.api.Authorizer().Open() && httpapi.Bearer(r) == "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="wheelq dashboard (password: a token)"`)
+			http.Error(w, "a token is needed: give it as the password", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authorizeUI is the dashboard's Authorize hook: views need any
+// permission on the topic (every topic for the namespace's page),
+// actions need admin.
+func (s *Server) authorizeUI(r *http.Request, a dashboard.Action) error {
+	p, err := s.api.Authorizer().Authenticate(httpapi.Bearer(r))
+	if err != nil {
+		return err
+	}
+	if a.Kind == dashboard.KindView {
+		return p.AllowAny(a.Topic, auth.Produce, auth.Consume, auth.Admin)
+	}
+	return p.Allow(auth.Admin, a.Topic)
+}
+
+// Reload reads the tokens (the config file's and token_file) and the TLS
+// certificate again, as on SIGHUP. On any error it keeps what it had and
+// says why. Other keys need a restart.
+func (s *Server) Reload() error {
+	cfg := s.cfg
+	if s.opts.ConfigPath != "" {
+		c, err := config.Load(s.opts.ConfigPath, s.opts.Environ, s.opts.Flags)
+		if err != nil {
+			return err
+		}
+		cfg.Tokens, cfg.TokenFile = c.Tokens, c.TokenFile
+		cfg.HTTP.TLSCert, cfg.HTTP.TLSKey = c.HTTP.TLSCert, c.HTTP.TLSKey
+	}
+	az, err := s.authorizer(cfg)
+	if err != nil {
+		return err
+	}
+	if !cfg.Loopback() && az.Open() {
+		return fmt.Errorf("%w: a reload would leave a non-loopback server without tokens", ErrConfig)
+	}
+	if cfg.HTTP.TLSCert != "" && s.cert.Load() != nil {
+		c, err := tls.LoadX509KeyPair(cfg.HTTP.TLSCert, cfg.HTTP.TLSKey)
+		if err != nil {
+			return fmt.Errorf("%w: http.tls_cert/tls_key: %w", ErrConfig, err)
+		}
+		s.cert.Store(&c)
+	}
+	s.api.SetAuthorizer(az)
+	s.cfg.Tokens, s.cfg.TokenFile = cfg.Tokens, cfg.TokenFile
+	return nil
+}
+
+// Run starts the queue, listens and serves until ctx ends; then it stops
+// gracefully: no new connections, open long polls answered (empty), in
+// flight requests and push deliveries waited for up to
+// http.shutdown_timeout, partitions handed over.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.closeRedis()
+	if s.opts.Dev {
+		s.log.Warn("wheelq server: -dev: running on an in-process Redis that keeps NOTHING: every job is lost when this process stops; for a first try only")
+	}
+	h, err := s.Handler()
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", s.cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", s.cfg.HTTP.Addr, err)
+	}
+	if err := s.q.Start(ctx); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("server: start the queue: %w", err)
+	}
+	c := s.cfg.HTTP
+	s.hsrv = &http.Server{
+		Handler: h, ReadTimeout: c.ReadTimeout.D(), ReadHeaderTimeout: c.ReadHeaderTimeout.D(),
+		WriteTimeout: c.WriteTimeout.D(), IdleTimeout: c.IdleTimeout.D(), MaxHeaderBytes: c.MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	scheme := "http"
+	if s.cert.Load() != nil {
+		scheme = "https"
+		s.hsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil }}
+		l = tls.NewListener(l, s.hsrv.TLSConfig)
+	}
+	s.log.Info("wheelq server: listening", "addr", scheme+"://"+l.Addr().String(), "namespace", s.cfg.Queue.Namespace,
+		"pull", s.cfg.Queue.Pull, "push", len(s.cfg.Push.Topics), "tokens", !s.api.Authorizer().Open())
+	if s.opts.Listening != nil {
+		s.opts.Listening(l.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.hsrv.Serve(l) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+	return errors.Join(err, s.stop())
+}
+
+// stop is the graceful stop.
+func (s *Server) stop() error {
+	s.log.Info("wheelq server: stopping")
+	bound := s.cfg.HTTP.ShutdownTimeout.D()
+	sctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	s.api.CloseWaits()
+	herr := s.hsrv.Shutdown(sctx)
+	if herr != nil {
+		herr = fmt.Errorf("server: http shutdown: %w", herr)
+		_ = s.hsrv.Close()
+	}
+	// After the requests: acks and nacks of open requests went through.
+	qerr := s.q.Shutdown(sctx)
+	if qerr != nil {
+		qerr = fmt.Errorf("server: queue shutdown: %w", qerr)
+	}
+	s.log.Info("wheelq server: stopped")
+	return errors.Join(herr, qerr)
+}
