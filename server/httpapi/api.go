@@ -271,12 +271,21 @@ func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 // without reading the rest), no unknown fields, nothing after the value.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if r.ContentLength > limit {
+		// Refused unread, and the connection closed after the reply: else
+		// net/http would read what is left to reuse it.
+		w.Header().Set("Connection", "close")
 		return apierr.New(apierr.TooLarge, "body of %d bytes: the limit is %d", r.ContentLength, limit)
+	}
+	if sw, ok := w.(*statusWriter); ok {
+		// MaxBytesReader tells the server's own writer to close the
+		// connection after the reply.
+		w = sw.ResponseWriter
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	if err := Decode(body, v); err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
+			w.Header().Set("Connection", "close")
 			return apierr.New(apierr.TooLarge, "body past the limit of %d bytes", limit)
 		}
 		return err

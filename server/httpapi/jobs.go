@@ -294,6 +294,17 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal)
 	return http.StatusOK, out, nil
 }
 
+// Waiting is the number of long polls open.
+func (a *API) Waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, w := range a.waiters {
+		n += w
+	}
+	return n
+}
+
 func (a *API) holdWaiter(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -1,0 +1,438 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/server/apierr"
+	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/httpapi"
+)
+
+// wait bounds what a test waits for (room for a busy machine).
+const wait = 20 * time.Second
+
+type env struct {
+	t   *testing.T
+	q   *wheelq.Queue
+	api *httpapi.API
+	srv *httptest.Server
+	tok string
+}
+
+func defaultOpts() httpapi.Options {
+	return httpapi.Options{MaxBody: 2 << 20, MaxBatchBody: 4 << 20, MaxBatch: 100, MaxWait: time.Minute, MaxPollsPerToken: 4}
+}
+
+// setup starts a queue on a real redis-server pulling topics, and the API
+// over it behind a real HTTP server.
+func setup(t *testing.T, az *auth.Authorizer, opts httpapi.Options, pull ...string) *env {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	q, err := wheelq.New(rs.Client(t), wheelq.Config{Partitions: 4, Backoff: func(int, error) time.Duration { return 10 * time.Millisecond }})
+	require.NoError(t, err)
+	if len(pull) > 0 {
+		require.NoError(t, q.Pull(pull...))
+	}
+	ctx := context.Background()
+	require.NoError(t, q.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		_ = q.Shutdown(sctx)
+	})
+	<-q.Ready()
+	if az == nil {
+		az, err = auth.New(nil, true)
+		require.NoError(t, err)
+	}
+	api := httpapi.New(q, az, opts)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return &env{t: t, q: q, api: api, srv: srv}
+}
+
+// do sends a request with a JSON body (a string as is, else marshalled)
+// and returns the status and body.
+func (e *env) do(method, path string, body any) (int, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		require.NoError(e.t, err)
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	require.NoError(e.t, err)
+	if e.tok != "" {
+		req.Header.Set("Authorization", "Bearer "+e.tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	return resp.StatusCode, out
+}
+
+// ok sends a request that must answer status, and decodes its body into
+// v (if not nil).
+func (e *env) ok(status int, method, path string, body, v any) {
+	e.t.Helper()
+	got, b := e.do(method, path, body)
+	require.Equal(e.t, status, got, "%s %s: %s", method, path, b)
+	if v != nil {
+		require.NoError(e.t, json.Unmarshal(b, v), "%s", b)
+	}
+}
+
+// fails sends a request that must fail with status and code.
+func (e *env) fails(status int, code apierr.Code, method, path string, body any) string {
+	e.t.Helper()
+	got, b := e.do(method, path, body)
+	var er httpapi.ErrorResponse
+	require.NoError(e.t, json.Unmarshal(b, &er), "%s %s: not a JSON error: %s", method, path, b)
+	require.Equal(e.t, status, got, "%s %s: %s", method, path, b)
+	require.Equal(e.t, code, er.Error.Code, "%s %s: %s", method, path, b)
+	require.NotEmpty(e.t, er.Error.Message)
+	return er.Error.Message
+}
+
+func (e *env) reserve(req httpapi.ReserveRequest) []httpapi.Reserved {
+	e.t.Helper()
+	var out httpapi.ReserveResponse
+	e.ok(200, "POST", "/v1/reserve", req, &out)
+	return out.Jobs
+}
+
+// TestJobLifecycle goes through every route a producer and a consumer
+// use, over real HTTP: schedule (text and binary payloads, byte-exact),
+// reserve at the due time and not before, get, ack, nack with a retry,
+// touch, cancel, reschedule, batch, list, counts, pause, resume, dead and
+// requeue.
+func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil, defaultOpts(), "sms")
+
+	// Every byte value, and bytes that are not UTF-8.
+	bin := make([]byte, 256)
+	for i := range bin {
+		bin[i] = byte(i)
+	}
+	var sr httpapi.ScheduleResponse
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "bin", "payload_base64": base64.StdEncoding.EncodeToString(bin)}, &sr)
+	require.Equal(t, "bin", sr.ID)
+	text := "héllo \u2603 \"quoted\" \\ \n"
+	due := time.Now().Add(300 * time.Millisecond)
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "a/b c?d", "payload": text, "at": due, "headers": map[string]string{"traceparent": "00-x"}}, &sr)
+
+	got := e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, Max: 10, WaitMS: 5000})
+	require.Len(t, got, 1, "the due one only")
+	require.Equal(t, "bin", got[0].ID)
+	require.Nil(t, got[0].Payload)
+	require.Equal(t, bin, got[0].PayloadBase64, "byte-exact")
+	e.ok(204, "POST", "/v1/jobs/sms/bin/ack", httpapi.AckRequest{Token: got[0].Token}, nil)
+
+	got = e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 10000, TTRMS: 5000})
+	require.Len(t, got, 1)
+	require.False(t, time.Now().Before(due), "never before its due time")
+	require.Equal(t, "a/b c?d", got[0].ID)
+	require.Equal(t, text, *got[0].Payload)
+	require.Equal(t, map[string]string{"traceparent": "00-x"}, got[0].Headers)
+	require.Equal(t, 1, got[0].Attempt)
+	path := "/v1/jobs/sms/" + url.PathEscape("a/b c?d")
+	var info wheelq.JobInfo
+	e.ok(200, "GET", path, nil, &info)
+	require.Equal(t, wheelq.StateRunning, info.State)
+	require.True(t, info.Reserved)
+
+	var tr httpapi.TouchResponse
+	e.ok(200, "POST", path+"/touch", httpapi.TouchRequest{Token: got[0].Token, TTRMS: 60000}, &tr)
+	require.True(t, tr.Deadline.After(got[0].Deadline))
+	e.ok(204, "POST", path+"/nack", httpapi.NackRequest{Token: got[0].Token, Error: "partner down", RetryAfterMS: 50}, nil)
+	e.fails(409, apierr.ReservationLost, "POST", path+"/ack", httpapi.AckRequest{Token: got[0].Token})
+	got = e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 10000})
+	require.Len(t, got, 1)
+	require.Equal(t, 2, got[0].Attempt)
+	require.Equal(t, "partner down", got[0].LastError)
+	require.Equal(t, text, *got[0].Payload, "the payload survives a nack by receipt")
+	e.ok(204, "POST", path+"/nack", httpapi.NackRequest{Token: got[0].Token, Error: "bad number", Permanent: true}, nil)
+
+	// Dead: listed, requeued, reserved again.
+	var dead httpapi.ListResponse
+	e.ok(200, "GET", "/v1/dead?topic=sms", nil, &dead)
+	require.Len(t, dead.Jobs, 1)
+	require.Equal(t, "bad number", dead.Jobs[0].LastError)
+	e.ok(204, "POST", path+"/requeue", map[string]any{}, nil)
+	got = e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 10000})
+	require.Len(t, got, 1)
+	e.ok(204, "POST", path+"/ack", httpapi.AckRequest{Token: got[0].Token}, nil)
+	e.ok(200, "GET", path, nil, &info)
+	require.Equal(t, wheelq.StateDone, info.State)
+
+	// Cancel and reschedule; duplicates.
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "later", "delay_ms": 3600e3}, nil)
+	e.fails(409, apierr.Duplicate, "POST", "/v1/jobs/sms", map[string]any{"id": "later"})
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "later", "delay_ms": 7200e3, "on_duplicate": "replace"}, nil)
+	at := time.Now().Add(2 * time.Hour).Truncate(time.Microsecond)
+	e.ok(204, "POST", "/v1/jobs/sms/later/reschedule", map[string]any{"at": at}, nil)
+	e.ok(200, "GET", "/v1/jobs/sms/later", nil, &info)
+	require.True(t, info.Due.Equal(at), "%v %v", info.Due, at)
+	e.ok(204, "DELETE", "/v1/jobs/sms/later", nil, nil)
+	e.fails(404, apierr.NotFound, "DELETE", "/v1/jobs/sms/never", nil)
+	e.fails(404, apierr.NotFound, "GET", "/v1/jobs/sms/never", nil)
+
+	// A batch: a result per job, in order.
+	var br httpapi.BatchResponse
+	e.ok(200, "POST", "/v1/batch", map[string]any{"jobs": []map[string]any{
+		{"topic": "sms", "id": "b1", "delay_ms": 3600e3}, {"topic": "sms", "id": "b1"}, {"topic": "", "id": "b3"}, {"topic": "mail", "id": "b4", "delay_ms": 3600e3},
+	}}, &br)
+	require.Len(t, br.Results, 4)
+	require.Equal(t, []int{201, 409, 400, 201}, []int{br.Results[0].Status, br.Results[1].Status, br.Results[2].Status, br.Results[3].Status})
+	require.Equal(t, apierr.Duplicate, br.Results[1].Error.Code)
+	require.Equal(t, 2, br.Failed)
+
+	var list httpapi.ListResponse
+	e.ok(200, "GET", "/v1/jobs?topic=sms&limit=1", nil, &list)
+	require.Len(t, list.Jobs, 1)
+	var counts httpapi.CountsResponse
+	e.ok(200, "GET", "/v1/counts", nil, &counts)
+	byTopic := map[string]httpapi.TopicCounts{}
+	for _, c := range counts.Topics {
+		byTopic[c.Topic] = c
+	}
+	require.EqualValues(t, 1, byTopic["sms"].Pending)
+	require.EqualValues(t, 1, byTopic["mail"].Pending)
+
+	// Pause holds a pulled topic: reserve says so.
+	e.ok(204, "POST", "/v1/topics/sms/pause", nil, nil)
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "p1"}, nil)
+	e.fails(409, apierr.Paused, "POST", "/v1/reserve", httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 300})
+	e.ok(204, "POST", "/v1/topics/sms/resume", nil, nil)
+	got = e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 10000})
+	require.Len(t, got, 1)
+	require.Equal(t, "p1", got[0].ID)
+}
+
+// TestBadInput: every kind of bad request gets a 4xx with its code, never
+// a 500, a panic or a hang.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	opts := defaultOpts()
+	opts.MaxBody = 64 << 10
+	opts.MaxBatchBody = 256 << 10
+	e := setup(t, nil, opts, "sms")
+	long := strings.Repeat("x", 600)
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+		code         apierr.Code
+	}{
+		{"POST", "/v1/jobs/sms", `{"id":`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", ``, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `[]`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"id":1}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"idd":"x"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"id":"x"} {}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"payload_base64":"not base64!"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"payload":"a","payload_base64":"YQ=="}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"delay_ms":-1}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"delay_ms":1e300}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"delay_ms":1,"at":"2030-01-01T00:00:00Z"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"at":"tomorrow"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"delay_ms":3.2e10}`, 400, apierr.Invalid}, // past max_delay (a year)
+		{"POST", "/v1/jobs/sms", `{"max_attempts":-3}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"on_duplicate":"ignore"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", map[string]any{"id": long}, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", map[string]any{"id": "a\x00b"}, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/" + url.PathEscape("a\x01"), `{}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/" + url.PathEscape("a/b"), `{}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", map[string]any{"headers": manyHeaders(40)}, 413, apierr.TooLarge},
+		{"POST", "/v1/jobs/sms", map[string]any{"payload": strings.Repeat("p", 70<<10)}, 413, apierr.TooLarge},
+		{"POST", "/v1/batch", `{"jobs":[]}`, 400, apierr.Invalid},
+		{"POST", "/v1/batch", map[string]any{"jobs": make([]map[string]any, 101)}, 413, apierr.TooLarge},
+		{"POST", "/v1/batch", `{"jobs":[` + strings.Repeat(`{"topic":"sms"},`, 1_000_000) + `{"topic":"sms"}]}`, 413, apierr.TooLarge},
+		{"POST", "/v1/reserve", `{"topics":[]}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve", `{"topics":["sms"],"wait_ms":31536000000}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve", `{"topics":["sms"],"wait_ms":-1}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve", `{"topics":["sms"],"max":1001}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve", `{"topics":["sms"],"ttr_ms":5}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve", `{"topics":["sms"],"ttr_ms":9223372036854775807}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve", `{"topics":["mail"]}`, 409, apierr.TopicMode},
+		{"POST", "/v1/jobs/sms/x/ack", `{}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms/x/ack", `{"token":"bogus"}`, 409, apierr.ReservationLost},
+		{"POST", "/v1/jobs/sms/x/nack", `{"token":"0123456789abcdef"}`, 409, apierr.ReservationLost},
+		{"POST", "/v1/jobs/sms/x/nack", `{"token":"0123456789abcdef","retry_after_ms":-5}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms/x/touch", `{"token":"0123456789abcdef","ttr_ms":1}`, 400, apierr.Invalid},
+		{"GET", "/v1/jobs?limit=0", nil, 400, apierr.Invalid},
+		{"GET", "/v1/jobs?limit=abc", nil, 400, apierr.Invalid},
+		{"GET", "/v1/jobs?state=bogus", nil, 400, apierr.Invalid},
+		{"GET", "/v1/jobs?due_after=yesterday", nil, 400, apierr.Invalid},
+		{"GET", "/v1/jobs?cursor=%00%01", nil, 400, apierr.Invalid},
+		{"GET", "/v1/jobs?tpoic=sms", nil, 400, apierr.Invalid},
+		{"GET", "/v1/dead?state=pending", nil, 400, apierr.Invalid},
+		{"GET", "/v1/nothing", nil, 404, apierr.NoRoute},
+		{"PUT", "/v1/counts", nil, 405, apierr.MethodNotAllow},
+	} {
+		name := fmt.Sprintf("%s %s", c.method, c.path)
+		if len(name) > 80 {
+			name = name[:80]
+		}
+		t.Run(name, func(t *testing.T) {
+			ee := *e
+			ee.t = t
+			ee.fails(c.status, c.code, c.method, c.path, c.body)
+		})
+	}
+}
+
+func manyHeaders(n int) map[string]string {
+	h := map[string]string{}
+	for i := range n {
+		h[fmt.Sprint("h", i)] = "v"
+	}
+	return h
+}
+
+// TestBodyLimitWithoutReadingWhole: a body announced past the limit is
+// refused at once, not read; one that streams past it (chunked) is cut
+// off at the limit. The client here sends 4 KiB and then nothing more, as
+// a slow or hostile one would.
+func TestBodyLimitWithoutReadingWhole(t *testing.T) {
+	t.Parallel()
+	opts := defaultOpts()
+	opts.MaxBody = 1 << 10
+	e := setup(t, nil, opts)
+	host := strings.TrimPrefix(e.srv.URL, "http://")
+	chunk := `{"payload":"` + strings.Repeat("x", 4<<10)
+	for _, head := range []string{
+		"Content-Length: 1073741824\r\n\r\n" + chunk,
+		"Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n", len(chunk), chunk),
+	} {
+		c, err := net.Dial("tcp", host)
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "POST /v1/jobs/t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+head)
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(wait)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err, "answered without the rest of the body")
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		c.Close()
+		require.Equal(t, 413, resp.StatusCode, "%s", b)
+		require.Contains(t, string(b), `"too_large"`)
+	}
+}
+
+// TestAuth: no token is 401, a wrong one 401, a token without the
+// permission for the topic 403; each permission covers its routes.
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	prodTok, prodSum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	consTok, consSum, err := auth.Generate("worker")
+	require.NoError(t, err)
+	adminTok, adminSum, err := auth.Generate("ops")
+	require.NoError(t, err)
+	az, err := auth.New([]auth.Entry{
+		{ID: "shop", SHA256: prodSum, Perms: [3][]string{{"orders.*"}}},
+		{ID: "worker", SHA256: consSum, Perms: [3][]string{nil, {"orders.cancel"}}},
+		{ID: "ops", SHA256: adminSum, Perms: [3][]string{nil, nil, {"*"}}},
+	}, true)
+	require.NoError(t, err)
+	e := setup(t, az, defaultOpts(), "orders.cancel")
+
+	e.fails(401, apierr.Unauthorized, "POST", "/v1/jobs/orders.cancel", `{}`)
+	e.tok = "wq_shop_wrong"
+	e.fails(401, apierr.Unauthorized, "POST", "/v1/jobs/orders.cancel", `{}`)
+	e.tok = strings.Replace(prodTok, "shop", "nobody", 1)
+	e.fails(401, apierr.Unauthorized, "POST", "/v1/jobs/orders.cancel", `{}`)
+
+	e.tok = prodTok
+	e.ok(201, "POST", "/v1/jobs/orders.cancel", map[string]any{"id": "o1"}, nil)
+	e.fails(403, apierr.Forbidden, "POST", "/v1/jobs/mail", `{}`)
+	e.fails(403, apierr.Forbidden, "POST", "/v1/reserve", httpapi.ReserveRequest{Topics: []string{"orders.cancel"}})
+	e.fails(403, apierr.Forbidden, "GET", "/v1/jobs", nil)
+	e.fails(403, apierr.Forbidden, "POST", "/v1/topics/orders.cancel/pause", nil)
+	e.ok(200, "GET", "/v1/jobs/orders.cancel/o1", nil, nil)
+	var br httpapi.BatchResponse
+	e.ok(200, "POST", "/v1/batch", map[string]any{"jobs": []map[string]any{{"topic": "orders.x"}, {"topic": "mail"}}}, &br)
+	require.Equal(t, 201, br.Results[0].Status)
+	require.Equal(t, apierr.Forbidden, br.Results[1].Error.Code)
+
+	e.tok = consTok
+	e.fails(403, apierr.Forbidden, "POST", "/v1/jobs/orders.cancel", `{}`)
+	got := e.reserve(httpapi.ReserveRequest{Topics: []string{"orders.cancel"}, WaitMS: 10000})
+	require.Len(t, got, 1)
+	e.ok(204, "POST", "/v1/jobs/orders.cancel/o1/ack", httpapi.AckRequest{Token: got[0].Token}, nil)
+	var counts httpapi.CountsResponse
+	e.ok(200, "GET", "/v1/counts", nil, &counts)
+	require.Empty(t, counts.Topics, "counts show only the topics a token administers")
+
+	e.tok = adminTok
+	e.ok(200, "GET", "/v1/jobs", nil, nil)
+	e.ok(204, "POST", "/v1/topics/orders.cancel/pause", nil, nil)
+	e.ok(200, "GET", "/v1/counts", nil, &counts)
+	require.NotEmpty(t, counts.Topics)
+
+	// Health and the document need no token.
+	e.tok = ""
+	e.ok(200, "GET", "/healthz", nil, nil)
+	e.ok(200, "GET", "/v1/openapi.json", nil, nil)
+}
+
+// TestLongPolls: a token holds at most MaxPollsPerToken long polls (429
+// past it), and CloseWaits answers the open ones at once, empty.
+func TestLongPolls(t *testing.T) {
+	t.Parallel()
+	opts := defaultOpts()
+	opts.MaxPollsPerToken = 2
+	e := setup(t, nil, opts, "sms")
+	type res struct {
+		status int
+		body   []byte
+		took   time.Duration
+	}
+	done := make(chan res, 2)
+	for range 2 {
+		go func() {
+			start := time.Now()
+			s, b := e.do("POST", "/v1/reserve", httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 60000})
+			done <- res{s, b, time.Since(start)}
+		}()
+	}
+	deadline := time.Now().Add(wait)
+	for e.api.Waiting() < 2 {
+		require.True(t, time.Now().Before(deadline), "the two polls never waited")
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.fails(429, apierr.TooManyWaiters, "POST", "/v1/reserve", httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 60000})
+	start := time.Now()
+	e.api.CloseWaits()
+	for range 2 {
+		r := <-done
+		require.Equal(t, 200, r.status, "%s", r.body)
+		require.JSONEq(t, `{"jobs":[]}`, string(r.body))
+	}
+	require.Less(t, time.Since(start), 10*time.Second, "answered at once, not at their wait's end")
+}
