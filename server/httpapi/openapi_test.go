@@ -18,8 +18,8 @@ import (
 )
 
 type openAPIDoc struct {
-	OpenAPI string                                `json:"openapi"`
-	Paths   map[string]map[string]openAPIOp       `json:"paths"`
+	OpenAPI string                                 `json:"openapi"`
+	Paths   map[string]map[string]openAPIOp        `json:"paths"`
 	Comps   struct{ Schemas map[string]schemaDoc } `json:"components"`
 }
 

@@ -1,0 +1,77 @@
+package push_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/push"
+)
+
+var secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123"))
+
+// TestDeliver: a job is POSTed with its payload and a signature the
+// receiver verifies; 2xx acks, anything else is an error (with the
+// receiver's Retry-After), redirects are not followed.
+func TestDeliver(t *testing.T) {
+	type got struct {
+		h    http.Header
+		body []byte
+	}
+	reqs := make(chan got, 10)
+	status := http.StatusNoContent
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		reqs <- got{r.Header.Clone(), b}
+		if status == http.StatusFound {
+			w.Header().Set("Location", "http://127.0.0.1:1/elsewhere")
+		}
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "7")
+		}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host}, nil)
+	require.NoError(t, err)
+	j := &wheelq.Job{Topic: "hooks", ID: "o/1", Attempt: 2, Payload: []byte{0, 1, 0xff}, Headers: map[string]string{"traceparent": "00-a"}}
+	require.NoError(t, d.HandleJob(context.Background(), j))
+	g := <-reqs
+	require.Equal(t, []byte{0, 1, 0xff}, g.body)
+	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	require.NoError(t, push.Verify(key, g.h, g.body, time.Now(), 5*time.Minute))
+	require.Error(t, push.Verify(key, g.h, append(g.body, 1), time.Now(), 5*time.Minute), "a changed body fails")
+	require.Error(t, push.Verify(key, g.h, g.body, time.Now().Add(time.Hour), 5*time.Minute), "an old message fails")
+	require.Equal(t, "hooks/o%2F1/2", g.h.Get("webhook-id"))
+	require.Equal(t, "2", g.h.Get(push.HeaderAttempt))
+	require.JSONEq(t, `{"traceparent":"00-a"}`, g.h.Get(push.HeaderHeaders))
+
+	status = http.StatusServiceUnavailable
+	err = d.HandleJob(context.Background(), j)
+	var re *wheelq.RetryError
+	require.True(t, errors.As(err, &re), "%v", err)
+	<-reqs
+	status = http.StatusFound
+	require.ErrorContains(t, d.HandleJob(context.Background(), j), "302")
+	<-reqs
+}
+
+func TestAllowList(t *testing.T) {
+	u, _ := url.Parse("http://169.254.169.254/latest/meta-data")
+	_, err := push.New(push.Target{URL: u, Secret: secret}, []string{"127.0.0.1:9000"}, nil)
+	require.ErrorIs(t, err, push.ErrNotAllowed)
+	u, _ = url.Parse("http://127.0.0.1:9000/x")
+	_, err = push.New(push.Target{URL: u, Secret: "whsec_short"}, []string{"127.0.0.1:9000"}, nil)
+	require.Error(t, err)
+}
