@@ -80,11 +80,11 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = NewLogger(os.Stderr, cfg.Log)
 	}
-	az, err := s.authorizer(cfg)
+	az, n, err := s.authorizer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.Loopback() && az.Open() {
+	if !cfg.Loopback() && n == 0 {
 		return nil, fmt.Errorf("%w: http.addr %s is reachable from other hosts and no token is configured: add [[token]] entries or token_file (wheelq-server token -id NAME makes one)", ErrConfig, cfg.HTTP.Addr)
 	}
 	if cfg.HTTP.TLSCert != "" {
@@ -149,7 +149,9 @@ func NewLogger(w io.Writer, cfg config.Log) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
-func (s *Server) authorizer(cfg config.Config) (*auth.Authorizer, error) {
+// authorizer builds the authorizer of cfg's tokens, and says how many
+// there are.
+func (s *Server) authorizer(cfg config.Config) (*auth.Authorizer, int, error) {
 	var es []auth.Entry
 	for _, t := range cfg.Tokens {
 		es = append(es, auth.Entry{ID: t.ID, SHA256: t.SHA256, Perms: [3][]string{t.Produce, t.Consume, t.Admin}})
@@ -157,15 +159,15 @@ func (s *Server) authorizer(cfg config.Config) (*auth.Authorizer, error) {
 	if cfg.TokenFile != "" {
 		more, err := auth.LoadFile(cfg.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: token_file: %w", ErrConfig, err)
+			return nil, 0, fmt.Errorf("%w: token_file: %w", ErrConfig, err)
 		}
 		es = append(es, more...)
 	}
 	az, err := auth.New(es, cfg.Loopback())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, 0, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return az, nil
+	return az, len(es), nil
 }
 
 func (s *Server) loadCert() error {
@@ -314,11 +316,11 @@ func (s *Server) Reload() error {
 		cfg.Tokens, cfg.TokenFile = c.Tokens, c.TokenFile
 		cfg.HTTP.TLSCert, cfg.HTTP.TLSKey = c.HTTP.TLSCert, c.HTTP.TLSKey
 	}
-	az, err := s.authorizer(cfg)
+	az, n, err := s.authorizer(cfg)
 	if err != nil {
 		return err
 	}
-	if !cfg.Loopback() && az.Open() {
+	if !cfg.Loopback() && n == 0 {
 		return fmt.Errorf("%w: a reload would leave a non-loopback server without tokens", ErrConfig)
 	}
 	if cfg.HTTP.TLSCert != "" && s.cert.Load() != nil {

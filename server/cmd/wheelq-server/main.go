@@ -25,16 +25,26 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/wheelq/wheelq/server"
 	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/config"
 )
 
 func main() {
+	// The server says itself when Redis cannot be reached; go-redis's own
+	// lines (a "failed to dial" per pool connection) would only repeat it.
+	redis.SetLogger(silent{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
+
+// silent drops go-redis's log lines.
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}
 
 // flagKeys maps the named flags to the keys they set.
 var flagKeys = map[string]string{

@@ -1,0 +1,348 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// wait bounds what a test waits for (room for a busy machine).
+const wait = 30 * time.Second
+
+// binary is the wheelq-server built once for the package's tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wheelq-server-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "wheelq-server")
+	build := exec.Command("go", "build", "-race", "-o", binary, "./cmd/wheelq-server")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building wheelq-server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a wheelq-server process.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	URL  string
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan struct{}
+}
+
+var listening = regexp.MustCompile(`wheelq server: listening" addr=(https?://[0-9.:]+)`)
+
+// startServer starts wheelq-server with args (its Redis and address come
+// from the caller) and waits until it listens and is ready.
+func startServer(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	stderr, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	found := make(chan string, 1)
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := listening.FindStringSubmatch(line); m != nil {
+				found <- m[1]
+			}
+		}
+		_ = p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("wheelq-server log:\n%s", p.Log())
+		}
+	})
+	select {
+	case p.URL = <-found:
+	case <-p.done:
+		t.Fatalf("wheelq-server exited before listening:\n%s", p.Log())
+	case <-time.After(wait):
+		t.Fatalf("wheelq-server did not listen within %v:\n%s", wait, p.Log())
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := http.Get(p.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "not ready within %v", wait)
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p
+}
+
+// Log is what the process wrote to stderr so far.
+func (p *proc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// exited waits for the process to end and returns its exit code.
+func (p *proc) exited(within time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		p.t.Fatalf("wheelq-server did not exit within %v", within)
+		return -1
+	}
+}
+
+// call sends a JSON request and decodes the JSON reply into out (if not
+// nil); it returns the status.
+func call(t *testing.T, method, url, token string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil && len(b) > 0 {
+		require.NoError(t, json.Unmarshal(b, out), "%s", b)
+	}
+	return resp.StatusCode
+}
+
+func redisURL(rs *redistest.Server) string { return "redis://" + rs.Addr + "/0" }
+
+// TestServerRefusesOpenRemote: a non-loopback address without tokens is
+// refused at start, with a message saying what to do; a bad config key is
+// named; -print-config masks secrets.
+func TestServerRefusesOpenRemote(t *testing.T) {
+	out, err := exec.Command(binary, "-addr", "0.0.0.0:0", "-redis-url", "redis://127.0.0.1:1/0").CombinedOutput()
+	require.Error(t, err)
+	require.Equal(t, 2, err.(*exec.ExitError).ExitCode())
+	require.Contains(t, string(out), "no token is configured")
+
+	out, err = exec.Command(binary, "-set", "http.max_waitt=1s").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "http.max_waitt")
+
+	cmd := exec.Command(binary, "-print-config", "-redis-url", "redis://:hunter2@127.0.0.1:1/0")
+	cmd.Env = append(os.Environ(), "WHEELQ_SERVER_QUEUE_NAMESPACE=fromenv")
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "hunter2")
+	require.Contains(t, string(out), `namespace = "fromenv"`)
+
+	out, err = exec.Command(binary, "token", "-id", "shop", "-consume", "").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Regexp(t, `# wq_shop_[A-Za-z0-9_-]{43}\n\[\[token\]\]\nid = "shop"\nsha256 = "[0-9a-f]{64}"`, string(out))
+}
+
+// TestServerGracefulStop: SIGTERM answers an open long poll at once with
+// no jobs, finishes, and exits 0.
+func TestServerGracefulStop(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "sms")
+	status := make(chan int, 1)
+	body := make(chan string, 1)
+	go func() {
+		var out map[string]any
+		status <- call(t, "POST", p.URL+"/v1/reserve", "", map[string]any{"topics": []string{"sms"}, "wait_ms": 50000}, &out)
+		b, _ := json.Marshal(out)
+		body <- string(b)
+	}()
+	time.Sleep(300 * time.Millisecond) // the poll is open
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 200, <-status)
+	require.JSONEq(t, `{"jobs":[]}`, <-body)
+	require.Less(t, time.Since(start), 15*time.Second)
+	require.Equal(t, 0, p.exited(wait), "%s", p.Log())
+	require.Contains(t, p.Log(), "wheelq server: stopped")
+}
+
+// TestServerKill9UnderLoad: servers on one namespace, producers and
+// consumers over HTTP; one server is killed with SIGKILL mid-load.
+// Nothing acknowledged is lost: every job is acked in the end (handed out
+// again after its reservation's time-to-run where the dead server's
+// consumer held it), none handed out before its due time.
+func TestServerKill9UnderLoad(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	args := []string{"-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "orders", "-set", "log.access=false"}
+	a := startServer(t, nil, args...)
+	b := startServer(t, nil, args...)
+
+	const jobs = 300
+	due := map[string]time.Time{}
+	var dmu sync.Mutex
+	// Producers: half through each server, due over the next 1.5 s.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		srv := []*proc{a, b}[w%2]
+		wg.Go(func() {
+			for i := w; i < jobs; i += 4 {
+				id := fmt.Sprint("o", i)
+				delay := float64(i%30) * 50
+				at := time.Now().Add(time.Duration(delay) * time.Millisecond)
+				var out map[string]any
+				st := call(t, "POST", srv.URL+"/v1/jobs/orders", "", map[string]any{"id": id, "payload": id, "delay_ms": delay}, &out)
+				if st == 201 {
+					dmu.Lock()
+					due[id] = at
+					dmu.Unlock()
+				}
+			}
+		})
+	}
+	// Consumers: on both servers; a's die with it.
+	type got struct {
+		id    string
+		at    time.Time
+		acked bool
+	}
+	gotc := make(chan got, 4*jobs)
+	stop := make(chan struct{})
+	consume := func(srv *proc, isA bool) {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var out struct {
+				Jobs []struct{ ID, Token string }
+			}
+			req, _ := json.Marshal(map[string]any{"topics": []string{"orders"}, "max": 20, "wait_ms": 500, "ttr_ms": 2000})
+			resp, err := http.Post(srv.URL+"/v1/reserve", "application/json", bytes.NewReader(req))
+			if err != nil {
+				if isA {
+					return // killed
+				}
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || json.Unmarshal(b, &out) != nil {
+				continue
+			}
+			now := time.Now()
+			for _, j := range out.Jobs {
+				if isA {
+					// a's consumers are slow: they hold what they took
+					// until a dies, so it must come back through b.
+					gotc <- got{j.ID, now, false}
+					continue
+				}
+				ack, _ := json.Marshal(map[string]string{"token": j.Token})
+				acked := false
+				if r, err := http.Post(srv.URL+"/v1/jobs/orders/"+j.ID+"/ack", "application/json", bytes.NewReader(ack)); err == nil {
+					acked = r.StatusCode == 204
+					r.Body.Close()
+				}
+				gotc <- got{j.ID, now, acked}
+			}
+		}
+	}
+	var cw sync.WaitGroup
+	for i := range 4 {
+		cw.Go(func() { consume([]*proc{a, b}[i%2], i%2 == 0) })
+	}
+	time.Sleep(700 * time.Millisecond)
+	require.NoError(t, a.cmd.Process.Kill())
+	a.exited(wait)
+	wg.Wait()
+
+	// Every acknowledged job must be acked by a consumer in the end (those
+	// the dead server had handed out unacked come back after their
+	// time-to-run), none handed out early.
+	deadline := time.Now().Add(wait)
+	seen := map[string]bool{}
+	heldByA := 0
+	for {
+		dmu.Lock()
+		n := len(due)
+		missing := 0
+		for id := range due {
+			if !seen[id] {
+				missing++
+			}
+		}
+		dmu.Unlock()
+		if missing == 0 {
+			break
+		}
+		select {
+		case g := <-gotc:
+			seen[g.id] = seen[g.id] || g.acked
+			if !g.acked {
+				heldByA++
+			}
+			dmu.Lock()
+			d, ok := due[g.id]
+			dmu.Unlock()
+			if ok {
+				// The due time was taken before the request: a job handed
+				// out before it is early.
+				require.False(t, g.at.Before(d), "%s handed out %v before its due time", g.id, d.Sub(g.at))
+			}
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("%d of %d acknowledged jobs never acked", missing, n)
+		}
+	}
+	close(stop)
+	cw.Wait()
+	require.Positive(t, heldByA, "the killed server's consumers held jobs")
+	t.Logf("%d jobs, %d held through the killed server and handed out again", len(due), heldByA)
+	dmu.Lock()
+	require.Greater(t, len(due), jobs/2, "most schedules acknowledged")
+	dmu.Unlock()
+}
