@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/server/push"
 )
 
 // wait bounds what a test waits for (room for a busy machine).
@@ -345,4 +350,70 @@ func TestServerKill9UnderLoad(t *testing.T) {
 	dmu.Lock()
 	require.Greater(t, len(due), jobs/2, "most schedules acknowledged")
 	dmu.Unlock()
+}
+
+// TestServerPush: a pushed topic's due job is POSTed to the configured
+// receiver at its time, signed; a failure is retried by the backoff and a
+// 2xx acks it.
+func TestServerPush(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	type hit struct {
+		at   time.Time
+		body []byte
+		h    http.Header
+	}
+	hits := make(chan hit, 10)
+	var n atomic.Int32
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		hits <- hit{time.Now(), b, r.Header.Clone()}
+		if n.Add(1) == 1 {
+			http.Error(w, "try later", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+	host := strings.TrimPrefix(recv.URL, "http://")
+	key := []byte("0123456789abcdef0123456789abcdef")
+	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+[queue]
+max_attempts = 3
+[push]
+allow_hosts = [%q]
+[[push.topic]]
+topic = "hooks"
+url = "%s/in"
+secret = "whsec_%s"
+timeout = "5s"
+`, host, recv.URL, base64.StdEncoding.EncodeToString(key))), 0o600))
+	p := startServer(t, nil, "-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs))
+	payload := []byte{0, 1, 2, 0xff, 'x'}
+	due := time.Now().Add(400 * time.Millisecond)
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/hooks", "", map[string]any{"id": "h1", "at": due,
+		"payload_base64": base64.StdEncoding.EncodeToString(payload), "headers": map[string]string{"k": "v"}}, nil))
+	for attempt := 1; attempt <= 2; attempt++ {
+		select {
+		case h := <-hits:
+			require.False(t, h.at.Before(due), "pushed before its due time")
+			require.Equal(t, payload, h.body)
+			require.NoError(t, push.Verify(key, h.h, h.body, time.Now(), time.Minute))
+			require.Equal(t, fmt.Sprint(attempt), h.h.Get(push.HeaderAttempt))
+			require.Equal(t, "hooks/h1/"+fmt.Sprint(attempt), h.h.Get("webhook-id"))
+		case <-time.After(wait):
+			t.Fatalf("attempt %d never pushed", attempt)
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var info map[string]any
+		require.Equal(t, 200, call(t, "GET", p.URL+"/v1/jobs/hooks/h1", "", nil, &info))
+		if info["state"] == "done" {
+			require.EqualValues(t, 2, info["attempts"])
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "not done: %v", info)
+		time.Sleep(20 * time.Millisecond)
+	}
 }
