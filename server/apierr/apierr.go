@@ -91,6 +91,14 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
+// Is matches any *Error of the same code, so errors.Is(err,
+// &apierr.Error{Code: apierr.Duplicate}) (or a client's sentinel) tests
+// the code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
 // New makes an Error.
 func New(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}

@@ -1,0 +1,261 @@
+// Package client is a small Go client of the wheelq server's HTTP API,
+// for services that do not embed wheelq: schedule, cancel, reschedule,
+// get, reserve, ack, nack, touch. It speaks the API's JSON with the
+// standard library only; an error of the server is an *apierr.Error,
+// which errors.Is matches against this package's sentinels by code:
+//
+//	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
+//	_, err := c.Schedule(ctx, "orders.expire", []byte(order), client.Schedule{ID: order, Delay: 30 * time.Minute})
+//	if errors.Is(err, client.ErrDuplicate) { ... }
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/wheelq/wheelq/server/apierr"
+)
+
+// Sentinels for errors.Is: one per code the server answers with.
+var (
+	ErrInvalid         = &apierr.Error{Code: apierr.Invalid}
+	ErrTooLarge        = &apierr.Error{Code: apierr.TooLarge}
+	ErrUnauthorized    = &apierr.Error{Code: apierr.Unauthorized}
+	ErrForbidden       = &apierr.Error{Code: apierr.Forbidden}
+	ErrNotFound        = &apierr.Error{Code: apierr.NotFound}
+	ErrDuplicate       = &apierr.Error{Code: apierr.Duplicate}
+	ErrRunning         = &apierr.Error{Code: apierr.Running}
+	ErrReservationLost = &apierr.Error{Code: apierr.ReservationLost}
+	ErrTopicMode       = &apierr.Error{Code: apierr.TopicMode}
+	ErrPaused          = &apierr.Error{Code: apierr.Paused}
+	ErrTooManyWaiters  = &apierr.Error{Code: apierr.TooManyWaiters}
+	ErrUnavailable     = &apierr.Error{Code: apierr.Unavailable}
+	ErrOutcomeUnknown  = &apierr.Error{Code: apierr.OutcomeUnknown}
+)
+
+// Client calls one wheelq server.
+type Client struct {
+	base  string
+	token string
+	// HTTP is the client requests go through; default one without a
+	// timeout of its own (each call's context bounds it; a reserve's
+	// wait is added to it).
+	HTTP *http.Client
+}
+
+// New returns a client of the server at base ("http://host:port") with
+// token ("" for a loopback server without tokens).
+func New(base, token string) *Client {
+	return &Client{base: strings.TrimRight(base, "/"), token: token, HTTP: &http.Client{}}
+}
+
+// Schedule says when and how a job runs.
+type Schedule struct {
+	// ID is the job's id; "" lets the server make one.
+	ID string
+	// Delay or At: when it is due (neither: now).
+	Delay       time.Duration
+	At          time.Time
+	MaxAttempts int
+	// Replace overwrites an existing job of the same id instead of
+	// failing with ErrDuplicate.
+	Replace bool
+	Headers map[string]string
+}
+
+type scheduleBody struct {
+	ID            string            `json:"id,omitempty"`
+	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
+	DelayMS       *float64          `json:"delay_ms,omitempty"`
+	At            *time.Time        `json:"at,omitempty"`
+	MaxAttempts   int               `json:"max_attempts,omitempty"`
+	OnDuplicate   string            `json:"on_duplicate,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+}
+
+// Scheduled is what Schedule returns.
+type Scheduled struct {
+	Topic string    `json:"topic"`
+	ID    string    `json:"id"`
+	Due   time.Time `json:"due"`
+}
+
+// Schedule stores a job; it returns once the server's Redis has it.
+func (c *Client) Schedule(ctx context.Context, topic string, payload []byte, s Schedule) (Scheduled, error) {
+	b := scheduleBody{ID: s.ID, PayloadBase64: payload, MaxAttempts: s.MaxAttempts, Headers: s.Headers}
+	switch {
+	case !s.At.IsZero():
+		b.At = &s.At
+	case s.Delay > 0:
+		ms := float64(s.Delay) / float64(time.Millisecond)
+		b.DelayMS = &ms
+	}
+	if s.Replace {
+		b.OnDuplicate = "replace"
+	}
+	var out Scheduled
+	return out, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(topic), b, &out)
+}
+
+// Cancel deletes a job: it never runs after Cancel returned nil
+// (ErrRunning: it was running or reserved; deleted, but that run goes on).
+func (c *Client) Cancel(ctx context.Context, topic, id string) error {
+	return c.do(ctx, "DELETE", jobPath(topic, id), nil, nil)
+}
+
+// Reschedule moves a pending job's due time to at.
+func (c *Client) Reschedule(ctx context.Context, topic, id string, at time.Time) error {
+	return c.do(ctx, "POST", jobPath(topic, id)+"/reschedule", map[string]any{"at": at}, nil)
+}
+
+// Job is a job as Get returns it.
+type Job struct {
+	Topic         string            `json:"topic"`
+	ID            string            `json:"id"`
+	State         string            `json:"state"`
+	Due           time.Time         `json:"due"`
+	Attempts      int               `json:"attempts"`
+	MaxAttempts   int               `json:"max_attempts"`
+	LastError     string            `json:"last_error"`
+	Created       time.Time         `json:"created"`
+	Finished      time.Time         `json:"finished"`
+	Headers       map[string]string `json:"headers"`
+	Payload       *string           `json:"payload"`
+	PayloadBase64 []byte            `json:"payload_base64"`
+	Reserved      bool              `json:"reserved"`
+}
+
+// Bytes is the job's payload (nil for a finished job).
+func (j *Job) Bytes() []byte {
+	if j.Payload != nil {
+		return []byte(*j.Payload)
+	}
+	return j.PayloadBase64
+}
+
+// Get says what became of a job.
+func (c *Client) Get(ctx context.Context, topic, id string) (Job, error) {
+	var j Job
+	return j, c.do(ctx, "GET", jobPath(topic, id), nil, &j)
+}
+
+// Reserve asks.
+type Reserve struct {
+	Topics []string
+	// Max jobs (0: 1); TTR (0: 30 s); Wait for a due job (0: only those
+	// due now).
+	Max  int
+	TTR  time.Duration
+	Wait time.Duration
+}
+
+// Reservation is a reserved job.
+type Reservation struct {
+	Topic         string            `json:"topic"`
+	ID            string            `json:"id"`
+	Token         string            `json:"token"`
+	Payload       *string           `json:"payload"`
+	PayloadBase64 []byte            `json:"payload_base64"`
+	Headers       map[string]string `json:"headers"`
+	Attempt       int               `json:"attempt"`
+	MaxAttempts   int               `json:"max_attempts"`
+	LastError     string            `json:"last_error"`
+	Due           time.Time         `json:"due"`
+	Created       time.Time         `json:"created"`
+	Deadline      time.Time         `json:"deadline"`
+}
+
+// Bytes is the job's payload.
+func (r *Reservation) Bytes() []byte {
+	if r.Payload != nil {
+		return []byte(*r.Payload)
+	}
+	return r.PayloadBase64
+}
+
+// Reserve waits up to r.Wait for due jobs of r.Topics and reserves up to
+// r.Max of them; none if none came due.
+func (c *Client) Reserve(ctx context.Context, r Reserve) ([]Reservation, error) {
+	var out struct {
+		Jobs []Reservation `json:"jobs"`
+	}
+	body := map[string]any{"topics": r.Topics, "max": r.Max, "ttr_ms": r.TTR.Milliseconds(), "wait_ms": r.Wait.Milliseconds()}
+	return out.Jobs, c.do(ctx, "POST", "/v1/reserve", body, &out)
+}
+
+// Ack says a reserved job is done.
+func (c *Client) Ack(ctx context.Context, r *Reservation) error {
+	return c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/ack", map[string]string{"token": r.Token}, nil)
+}
+
+// Nack says a reserved job failed: retried after retryAfter (0: the
+// server's backoff), or dead-lettered if permanent.
+func (c *Client) Nack(ctx context.Context, r *Reservation, cause string, retryAfter time.Duration, permanent bool) error {
+	return c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/nack", map[string]any{"token": r.Token, "error": cause,
+		"retry_after_ms": retryAfter.Milliseconds(), "permanent": permanent}, nil)
+}
+
+// Touch extends a reservation to ttr from now; it returns the new
+// deadline.
+func (c *Client) Touch(ctx context.Context, r *Reservation, ttr time.Duration) (time.Time, error) {
+	var out struct {
+		Deadline time.Time `json:"deadline"`
+	}
+	err := c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/touch", map[string]any{"token": r.Token, "ttr_ms": ttr.Milliseconds()}, &out)
+	if err == nil {
+		r.Deadline = out.Deadline
+	}
+	return out.Deadline, err
+}
+
+func jobPath(topic, id string) string {
+	return "/v1/jobs/" + url.PathEscape(topic) + "/" + url.PathEscape(id)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		var e struct {
+			Error apierr.Error `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
+			return fmt.Errorf("wheelq client: %s %s: %s", method, path, resp.Status)
+		}
+		return &e.Error
+	}
+	if out != nil && len(b) > 0 {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/wheelq/wheelq/server/client"
+)
+
+// A service that does not embed wheelq expires an unpaid order through a
+// wheelq server, and cancels the expiry when the order is paid.
+func Example() {
+	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
+	ctx := context.Background()
+	_, err := c.Schedule(ctx, "orders.expire", []byte(`{"order":"1001"}`), client.Schedule{ID: "1001", Delay: 30 * time.Minute})
+	if errors.Is(err, client.ErrDuplicate) {
+		fmt.Println("already scheduled")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	// The order was paid.
+	if err := c.Cancel(ctx, "orders.expire", "1001"); err != nil && !errors.Is(err, client.ErrNotFound) {
+		log.Fatal(err)
+	}
+}
+
+// A worker pulls due jobs, works, and acks (or nacks to retry).
+func Example_worker() {
+	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
+	ctx := context.Background()
+	for {
+		jobs, err := c.Reserve(ctx, client.Reserve{Topics: []string{"orders.expire"}, Max: 10, Wait: 30 * time.Second})
+		if err != nil {
+			log.Print(err)
+			time.Sleep(time.Second)
+			continue
+		}
+		for i := range jobs {
+			j := &jobs[i]
+			if err := expire(j.Bytes()); err != nil {
+				_ = c.Nack(ctx, j, err.Error(), 0, false) // retried after the server's backoff
+				continue
+			}
+			_ = c.Ack(ctx, j)
+		}
+	}
+}
+
+func expire([]byte) error { return nil }
