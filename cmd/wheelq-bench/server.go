@@ -1,0 +1,362 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wheelq/wheelq"
+)
+
+var serverBin = flag.String("server-bin", "", "server-*: the wheelq-server binary (default: built from ./server, run from the repository's root)")
+
+func init() {
+	workloads = append(workloads,
+		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request and batches of 100, vs the library's Schedule from 32 goroutines in the same run; the server's CPU per job", runServerSchedule},
+		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), vs the in-process pull workload in the same run", runServerReserve},
+	)
+}
+
+// wheelqServer is a wheelq-server process of a workload.
+type wheelqServer struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{}
+}
+
+var serverListening = regexp.MustCompile(`wheelq server: listening" addr=(http://[0-9.:]+)`)
+
+// startWheelqServer builds (once) and starts wheelq-server on addr's
+// Redis with args.
+func startWheelqServer(ctx context.Context, redisAddr string, args ...string) (*wheelqServer, error) {
+	bin := *serverBin
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "wheelq-bench-server")
+		if err != nil {
+			return nil, err
+		}
+		bin = filepath.Join(dir, "wheelq-server")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/wheelq-server")
+		build.Dir = "server"
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build wheelq-server (run from the repository's root, or pass -server-bin): %v\n%s", err, out)
+		}
+		*serverBin = bin
+	}
+	all := append([]string{"-addr", "127.0.0.1:0", "-redis-url", "redis://" + redisAddr + "/0", "-set", "log.access=false"}, args...)
+	s := &wheelqServer{cmd: exec.Command(bin, all...), done: make(chan struct{})}
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan string, 1)
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := serverListening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		_ = s.cmd.Wait()
+	}()
+	select {
+	case s.url = <-found:
+	case <-s.done:
+		return nil, errors.New("wheelq-server exited before listening")
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, errors.New("wheelq-server did not listen within 30 s")
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err := http.Get(s.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, errors.New("wheelq-server not ready within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cpu is the server process's user+system CPU seconds so far (Linux).
+func (s *wheelqServer) cpu() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// rss is the server's resident set in bytes (Linux).
+func (s *wheelqServer) rss() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func (s *wheelqServer) stop() {
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// post sends a JSON body and decodes the reply into out (if not nil).
+func post(c *http.Client, url string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s: %s", resp.Status, rb)
+	}
+	if out != nil {
+		return json.Unmarshal(rb, out)
+	}
+	return nil
+}
+
+func httpClient(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
+}
+
+// runServerSchedule: the library's Schedule from 32 goroutines (the
+// baseline), then 32 HTTP connections scheduling one job per request,
+// then batches of 100; each its own namespace on one Redis.
+func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(40_000, 4_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	payload := bytes.Repeat([]byte("x"), 64)
+	const conns = 32
+
+	// Baseline: the library in this process.
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("srvlib")})
+	if err != nil {
+		return err
+	}
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range conns {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, "t", payload, wheelq.ID(fmt.Sprint("j", k)), wheelq.After(time.Hour)); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	lib := float64(n) / time.Since(t0).Seconds()
+	_ = q.Shutdown(ctx)
+	emit(result{"workload": "server-schedule", "system": "library Schedule", "n": n, "goroutines": conns, "jobs_per_s": round(lib), "errors": failed.Load()})
+
+	ns := namespace("srv")
+	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", ns)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	c := httpClient(conns)
+	for _, batch := range []int{1, 100} {
+		next.Store(0)
+		failed.Store(0)
+		reqs := n / batch
+		cpu0 := s.cpu()
+		t0 := time.Now()
+		for range conns {
+			wg.Go(func() {
+				for k := next.Add(1) - 1; k < int64(reqs); k = next.Add(1) - 1 {
+					var err error
+					if batch == 1 {
+						err = post(c, s.url+"/v1/jobs/t", map[string]any{"id": fmt.Sprint("b1-", k), "payload": string(payload), "delay_ms": 3600e3}, nil)
+					} else {
+						jobs := make([]map[string]any, batch)
+						for i := range jobs {
+							jobs[i] = map[string]any{"topic": "t", "id": fmt.Sprint("b", batch, "-", k, "-", i), "payload": string(payload), "delay_ms": 3600e3}
+						}
+						var out struct{ Failed int }
+						err = post(c, s.url+"/v1/batch", map[string]any{"jobs": jobs}, &out)
+						if err == nil && out.Failed > 0 {
+							failed.Add(int64(out.Failed))
+						}
+					}
+					if err != nil {
+						failed.Add(int64(batch))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		took := time.Since(t0).Seconds()
+		jobs := float64(reqs * batch)
+		rate := jobs / took
+		emit(result{"workload": "server-schedule", "system": "wheelq-server HTTP", "n": reqs * batch, "connections": conns, "batch": batch,
+			"jobs_per_s": round(rate), "ratio_to_library": round(rate/lib*100) / 100, "server_cpu_us_per_job": round((s.cpu() - cpu0) * 1e6 / jobs),
+			"errors": failed.Load()})
+	}
+	return nil
+}
+
+// runServerReserve: 8 HTTP clients blocked in reserve on a pulled topic,
+// n jobs due over [1s, 3s] scheduled by this process; lateness is when a
+// reply arrived minus the job's due time. Also measured: server RSS and
+// CPU with 1,000 idle long polls held open beside them. Then the
+// in-process pull workload, the baseline.
+func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(20_000, 2_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	ns := namespace("srvpull")
+	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", ns, "-pull", "p,idle", "-set", "http.max_polls_per_token=2000")
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	for _, idle := range []int{0, 1000} {
+		stopIdle := holdIdlePolls(ctx, s.url, idle)
+		time.Sleep(time.Duration(idle) * time.Millisecond) // let them open
+		rss := s.rss()
+		cpu0 := s.cpu()
+		q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+		if err != nil {
+			stopIdle()
+			return err
+		}
+		lat := newLateness(n)
+		wanted := make([]time.Time, n)
+		cctx, stop := context.WithCancel(ctx)
+		var cw sync.WaitGroup
+		c := httpClient(16)
+		prefix := fmt.Sprint("i", idle, "-")
+		for range 8 {
+			cw.Go(func() {
+				for cctx.Err() == nil {
+					var out struct {
+						Jobs []struct{ ID, Token string }
+					}
+					err := post(c, s.url+"/v1/reserve", map[string]any{"topics": []string{"p"}, "max": 100, "wait_ms": 2000}, &out)
+					at := time.Now()
+					if err != nil {
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+					for _, j := range out.Jobs {
+						if i, err := strconv.Atoi(strings.TrimPrefix(j.ID, prefix)); err == nil && i >= 0 && i < n {
+							lat.record(i, wanted[i], at)
+						}
+						go func() { _ = post(c, s.url+"/v1/jobs/p/"+j.ID+"/ack", map[string]string{"token": j.Token}, nil) }()
+					}
+				}
+			})
+		}
+		t0 := time.Now()
+		ds := dues(t0, n, time.Second, 3*time.Second)
+		copy(wanted, ds)
+		var wg sync.WaitGroup
+		var next, failed atomic.Int64
+		for range 32 {
+			wg.Go(func() {
+				for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+					if _, err := q.Schedule(ctx, "p", bytes.Repeat([]byte("x"), 64), wheelq.ID(fmt.Sprint(prefix, k)), wheelq.At(ds[k])); err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		waitAll(ctx, lat, t0.Add(10*time.Second))
+		stop()
+		cw.Wait()
+		stopIdle()
+		r := lat.result("server-reserve", "wheelq-server HTTP reserve", n)
+		r["idle_polls"] = idle
+		r["server_rss_bytes"] = rss
+		r["server_cpu_s"] = round((s.cpu() - cpu0) * 10) / 10
+		r["schedule_errors"] = failed.Load()
+		emit(r)
+	}
+	// The in-process pull figure of the same run, the baseline.
+	return runPull(ctx, cfg, emit)
+}
+
+// holdIdlePolls holds k long polls open on a topic nothing is scheduled
+// to, until the returned function is called.
+func holdIdlePolls(ctx context.Context, url string, k int) func() {
+	if k == 0 {
+		return func() {}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	c := httpClient(k)
+	var wg sync.WaitGroup
+	for range k {
+		wg.Go(func() {
+			for cctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(cctx, "POST", url+"/v1/reserve", strings.NewReader(`{"topics":["idle"],"wait_ms":30000}`))
+				resp, err := c.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
