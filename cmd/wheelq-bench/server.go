@@ -328,7 +328,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		r := lat.result("server-reserve", "wheelq-server HTTP reserve", n)
 		r["idle_polls"] = idle
 		r["server_rss_bytes"] = rss
-		r["server_cpu_s"] = round((s.cpu() - cpu0) * 10) / 10
+		r["server_cpu_s"] = round((s.cpu()-cpu0)*10) / 10
 		r["schedule_errors"] = failed.Load()
 		emit(r)
 	}
