@@ -67,6 +67,13 @@ var listening = regexp.MustCompile(`wheelq server: listening" addr=(https?://[0-
 // from the caller) and waits until it listens and is ready.
 func startServer(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startServerWith(t, http.DefaultClient, env, args...)
+}
+
+// startServerWith is startServer checking readiness with client (one
+// that trusts a TLS server's certificate).
+func startServerWith(t *testing.T, client *http.Client, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -105,7 +112,7 @@ func startServer(t *testing.T, env []string, args ...string) *proc {
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		resp, err := http.Get(p.URL + "/readyz")
+		resp, err := client.Get(p.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
