@@ -282,16 +282,20 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		lat := newLateness(n)
 		wanted := make([]time.Time, n)
 		cctx, stop := context.WithCancel(ctx)
-		var cw sync.WaitGroup
-		c := httpClient(16)
+		var cw, acks sync.WaitGroup
+		var ackFailed atomic.Int64
 		prefix := fmt.Sprint("i", idle, "-")
 		for range 8 {
+			// Each client: its own connection for reserve, another for
+			// its acks, one batch ack per reply, sent in the background
+			// while it is back in reserve.
+			rc, ac := httpClient(1), httpClient(1)
 			cw.Go(func() {
 				for cctx.Err() == nil {
 					var out struct {
-						Jobs []struct{ ID, Token string }
+						Jobs []struct{ Topic, ID, Token string }
 					}
-					err := post(c, s.url+"/v1/reserve", map[string]any{"topics": []string{"p"}, "max": 100, "wait_ms": 2000}, &out)
+					err := post(rc, s.url+"/v1/reserve", map[string]any{"topics": []string{"p"}, "max": 100, "wait_ms": 2000}, &out)
 					at := time.Now()
 					if err != nil {
 						time.Sleep(10 * time.Millisecond)
@@ -301,7 +305,15 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 						if i, err := strconv.Atoi(strings.TrimPrefix(j.ID, prefix)); err == nil && i >= 0 && i < n {
 							lat.record(i, wanted[i], at)
 						}
-						go func() { _ = post(c, s.url+"/v1/jobs/p/"+j.ID+"/ack", map[string]string{"token": j.Token}, nil) }()
+					}
+					if len(out.Jobs) > 0 {
+						acks.Go(func() {
+							var res struct{ Failed int64 }
+							if err := post(ac, s.url+"/v1/ack", map[string]any{"receipts": out.Jobs}, &res); err != nil {
+								ackFailed.Add(int64(len(out.Jobs)))
+							}
+							ackFailed.Add(res.Failed)
+						})
 					}
 				}
 			})
@@ -324,12 +336,14 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		waitAll(ctx, lat, t0.Add(10*time.Second))
 		stop()
 		cw.Wait()
+		acks.Wait()
 		stopIdle()
 		r := lat.result("server-reserve", "wheelq-server HTTP reserve", n)
 		r["idle_polls"] = idle
 		r["server_rss_bytes"] = rss
 		r["server_cpu_s"] = round((s.cpu()-cpu0)*10) / 10
 		r["schedule_errors"] = failed.Load()
+		r["ack_errors"] = ackFailed.Load()
 		emit(r)
 	}
 	// The in-process pull figure of the same run, the baseline.

@@ -195,6 +195,38 @@ func (c *Client) Ack(ctx context.Context, r *Reservation) error {
 	return c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/ack", map[string]string{"token": r.Token}, nil)
 }
 
+// AckAll acks many reserved jobs in one request (they share Redis round
+// trips); it returns one error per reservation, nil where acked, and an
+// error of the request as a whole.
+func (c *Client) AckAll(ctx context.Context, rs []Reservation) ([]error, error) {
+	type receipt struct {
+		Topic string `json:"topic"`
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	body := struct {
+		Receipts []receipt `json:"receipts"`
+	}{}
+	for _, r := range rs {
+		body.Receipts = append(body.Receipts, receipt{r.Topic, r.ID, r.Token})
+	}
+	var out struct {
+		Results []struct {
+			Error *apierr.Error `json:"error"`
+		} `json:"results"`
+	}
+	if err := c.do(ctx, "POST", "/v1/ack", body, &out); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(rs))
+	for i := range errs {
+		if i < len(out.Results) && out.Results[i].Error != nil {
+			errs[i] = out.Results[i].Error
+		}
+	}
+	return errs, nil
+}
+
 // Nack says a reserved job failed: retried after retryAfter (0: the
 // server's backoff), or dead-lettered if permanent.
 func (c *Client) Nack(ctx context.Context, r *Reservation, cause string, retryAfter time.Duration, permanent bool) error {

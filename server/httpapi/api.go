@@ -91,6 +91,7 @@ func Routes() []Route {
 		{Pattern: "POST /v1/jobs/{topic}/{id}/reschedule", Operation: "rescheduleJob", h: (*API).reschedule},
 		{Pattern: "POST /v1/jobs/{topic}/{id}/requeue", Operation: "requeueJob", h: (*API).requeue},
 		{Pattern: "POST /v1/jobs/{topic}/{id}/ack", Operation: "ackJob", h: (*API).ack},
+		{Pattern: "POST /v1/ack", Operation: "ackBatch", h: (*API).ackBatch},
 		{Pattern: "POST /v1/jobs/{topic}/{id}/nack", Operation: "nackJob", h: (*API).nack},
 		{Pattern: "POST /v1/jobs/{topic}/{id}/touch", Operation: "touchJob", h: (*API).touch},
 		{Pattern: "POST /v1/reserve", Operation: "reserve", h: (*API).reserve},

@@ -44,6 +44,16 @@ func defaultOpts() httpapi.Options {
 // over it behind a real HTTP server.
 func setup(t *testing.T, az *auth.Authorizer, opts httpapi.Options, pull ...string) *env {
 	t.Helper()
+	e := setupWith(t, az, opts, pull...)
+	e.t = t
+	return e
+}
+
+// setupTB is setup for a benchmark: no authorizer, the default options.
+func setupTB(b *testing.B) *env { return setupWith(b, nil, defaultOpts()) }
+
+func setupWith(t testing.TB, az *auth.Authorizer, opts httpapi.Options, pull ...string) *env {
+	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
 	q, err := wheelq.New(rs.Client(t), wheelq.Config{Partitions: 4, Backoff: func(int, error) time.Duration { return 10 * time.Millisecond }})
 	require.NoError(t, err)
@@ -65,7 +75,7 @@ func setup(t *testing.T, az *auth.Authorizer, opts httpapi.Options, pull ...stri
 	api := httpapi.New(q, az, opts)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, q: q, api: api, srv: srv}
+	return &env{q: q, api: api, srv: srv}
 }
 
 // do sends a request with a JSON body (a string as is, else marshalled)
@@ -178,6 +188,23 @@ func TestJobLifecycle(t *testing.T) {
 	require.Equal(t, text, *got[0].Payload, "the payload survives a nack by receipt")
 	e.ok(204, "POST", path+"/nack", httpapi.NackRequest{Token: got[0].Token, Error: "bad number", Permanent: true}, nil)
 
+	// Many acks in one request: a result per receipt, in order.
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "m1"}, nil)
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "m2"}, nil)
+	two := e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, Max: 2, WaitMS: 10000})
+	for len(two) < 2 {
+		two = append(two, e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 10000})...)
+	}
+	var ab httpapi.AckBatchResponse
+	e.ok(200, "POST", "/v1/ack", httpapi.AckBatchRequest{Receipts: []httpapi.Receipt{
+		{Topic: "sms", ID: two[0].ID, Token: two[0].Token}, {Topic: "sms", ID: "m9", Token: "0123456789abc"},
+		{Topic: "sms", ID: two[1].ID, Token: two[1].Token}, {Topic: "sms", ID: "m1"}}}, &ab)
+	require.Equal(t, []int{204, 409, 204, 400}, []int{ab.Results[0].Status, ab.Results[1].Status, ab.Results[2].Status, ab.Results[3].Status})
+	require.Equal(t, apierr.ReservationLost, ab.Results[1].Error.Code)
+	require.Equal(t, 2, ab.Failed)
+	e.ok(200, "GET", "/v1/jobs/sms/m2", nil, &info)
+	require.Equal(t, wheelq.StateDone, info.State)
+
 	// Dead: listed, requeued, reserved again.
 	var dead httpapi.ListResponse
 	e.ok(200, "GET", "/v1/dead?topic=sms", nil, &dead)
@@ -273,6 +300,8 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/v1/batch", `{"jobs":[]}`, 400, apierr.Invalid},
 		{"POST", "/v1/batch", map[string]any{"jobs": make([]map[string]any, 101)}, 413, apierr.TooLarge},
 		{"POST", "/v1/batch", `{"jobs":[` + strings.Repeat(`{"topic":"sms"},`, 1_000_000) + `{"topic":"sms"}]}`, 413, apierr.TooLarge},
+		{"POST", "/v1/ack", `{"receipts":[]}`, 400, apierr.Invalid},
+		{"POST", "/v1/ack", map[string]any{"receipts": make([]map[string]any, 101)}, 413, apierr.TooLarge},
 		{"POST", "/v1/reserve", `{"topics":[]}`, 400, apierr.Invalid},
 		{"POST", "/v1/reserve", `{"topics":["sms"],"wait_ms":31536000000}`, 400, apierr.Invalid},
 		{"POST", "/v1/reserve", `{"topics":["sms"],"wait_ms":-1}`, 400, apierr.Invalid},

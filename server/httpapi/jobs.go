@@ -47,11 +47,7 @@ func (a *API) scheduleOne(ctx context.Context, topic string, req *ScheduleReques
 			return res
 		}
 	}
-	res.Error = apierr.From(err)
-	if res.Error.Code == apierr.Internal {
-		res.Error = apierr.New(apierr.Internal, "internal error (logged by the server)")
-		a.opts.Logger.Error("wheelq server: schedule", "topic", topic, "err", err)
-	}
+	res.Error = a.public(err)
 	res.ID = req.ID
 	res.Status = res.Error.Code.Status()
 	return res
@@ -75,26 +71,15 @@ func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 	ctx, cancel := a.ctx(r)
 	defer cancel()
 	out := BatchResponse{Results: make([]BatchResult, len(req.Jobs))}
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(batchWorkers, len(req.Jobs)) {
-		wg.Go(func() {
-			for i := range next {
-				j := &req.Jobs[i]
-				if err := p.Allow(auth.Produce, j.Topic); err != nil {
-					out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: apierr.From(err)}
-					out.Results[i].Status = out.Results[i].Error.Code.Status()
-					continue
-				}
-				out.Results[i] = a.scheduleOne(ctx, j.Topic, &j.ScheduleRequest)
-			}
-		})
-	}
-	for i := range req.Jobs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	a.each(len(req.Jobs), func(i int) {
+		j := &req.Jobs[i]
+		if err := p.Allow(auth.Produce, j.Topic); err != nil {
+			e := apierr.From(err)
+			out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
+			return
+		}
+		out.Results[i] = a.scheduleOne(ctx, j.Topic, &j.ScheduleRequest)
+	})
 	for _, res := range out.Results {
 		if res.Error != nil {
 			out.Failed++
@@ -188,6 +173,73 @@ func (a *API) ack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (in
 	ctx, cancel := a.ctx(r)
 	defer cancel()
 	return http.StatusNoContent, nil, a.q.Ack(ctx, rc)
+}
+
+func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	var req AckBatchRequest
+	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
+		return 0, nil, err
+	}
+	if len(req.Receipts) > a.opts.MaxBatch {
+		return 0, nil, apierr.New(apierr.TooLarge, "%d receipts: the limit is %d", len(req.Receipts), a.opts.MaxBatch)
+	}
+	if len(req.Receipts) == 0 {
+		return 0, nil, apierr.New(apierr.Invalid, "no receipts")
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	out := AckBatchResponse{Results: make([]AckResult, len(req.Receipts))}
+	a.each(len(req.Receipts), func(i int) {
+		rc := req.Receipts[i]
+		err := p.Allow(auth.Consume, rc.Topic)
+		if err == nil && rc.Token == "" {
+			err = apierr.New(apierr.Invalid, "no token: give the token reserve returned")
+		}
+		if err == nil {
+			err = a.q.Ack(ctx, wheelq.Receipt{Topic: rc.Topic, ID: rc.ID, Token: rc.Token})
+		}
+		out.Results[i] = AckResult{Status: http.StatusNoContent}
+		if err != nil {
+			e := a.public(err)
+			out.Results[i] = AckResult{Status: e.Code.Status(), Error: e}
+		}
+	})
+	for _, res := range out.Results {
+		if res.Error != nil {
+			out.Failed++
+		}
+	}
+	return http.StatusOK, out, nil
+}
+
+// each runs f(0..n-1) on up to batchWorkers goroutines: the calls share
+// Redis round trips (group commit).
+func (a *API) each(n int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(batchWorkers, n) {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// public is err as a client sees it: an internal error's detail is
+// logged, not sent.
+func (a *API) public(err error) *apierr.Error {
+	e := apierr.From(err)
+	if e.Code == apierr.Internal {
+		a.opts.Logger.Error("wheelq server: internal error", "err", err)
+		e = apierr.New(apierr.Internal, "internal error (logged by the server)")
+	}
+	return e
 }
 
 func (a *API) nack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {

@@ -123,6 +123,8 @@ func TestOpenAPISchemas(t *testing.T) {
 		"BatchJob": httpapi.BatchJob{}, "BatchRequest": httpapi.BatchRequest{}, "BatchResult": httpapi.BatchResult{},
 		"BatchResponse": httpapi.BatchResponse{}, "TimeRequest": httpapi.TimeRequest{}, "ReserveRequest": httpapi.ReserveRequest{},
 		"Reserved": httpapi.Reserved{}, "ReserveResponse": httpapi.ReserveResponse{}, "AckRequest": httpapi.AckRequest{},
+		"Receipt": httpapi.Receipt{}, "AckBatchRequest": httpapi.AckBatchRequest{}, "AckResult": httpapi.AckResult{},
+		"AckBatchResponse": httpapi.AckBatchResponse{},
 		"NackRequest": httpapi.NackRequest{}, "TouchRequest": httpapi.TouchRequest{}, "TouchResponse": httpapi.TouchResponse{},
 		"ListResponse": httpapi.ListResponse{}, "TopicCounts": httpapi.TopicCounts{}, "CountsResponse": httpapi.CountsResponse{},
 		"Error": apierr.Error{}, "ErrorResponse": httpapi.ErrorResponse{}, "HealthResponse": httpapi.HealthResponse{},

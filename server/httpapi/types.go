@@ -193,6 +193,32 @@ type AckRequest struct {
 	Token string `json:"token"`
 }
 
+// Receipt names a reservation: the job and the token reserve gave.
+type Receipt struct {
+	Topic string `json:"topic"`
+	ID    string `json:"id"`
+	Token string `json:"token"`
+}
+
+// AckBatchRequest is the body of POST /v1/ack: many reservations acked in
+// one request (they share Redis round trips).
+type AckBatchRequest struct {
+	Receipts []Receipt `json:"receipts"`
+}
+
+// AckResult is one receipt's result, in the request's order: Status 204,
+// or an error's with Error set.
+type AckResult struct {
+	Status int           `json:"status"`
+	Error  *apierr.Error `json:"error,omitempty"`
+}
+
+// AckBatchResponse answers POST /v1/ack.
+type AckBatchResponse struct {
+	Results []AckResult `json:"results"`
+	Failed  int         `json:"failed"`
+}
+
 // NackRequest is the body of nack.
 type NackRequest struct {
 	Token string `json:"token"`
