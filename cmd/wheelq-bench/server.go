@@ -28,7 +28,7 @@ var serverBin = flag.String("server-bin", "", "server-*: the wheelq-server binar
 func init() {
 	workloads = append(workloads,
 		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request and batches of 100, vs the library's Schedule from 32 goroutines in the same run; the server's CPU per job", runServerSchedule},
-		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), vs the in-process pull workload in the same run", runServerReserve},
+		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream; vs the in-process pull workload in the same run", runServerReserve},
 	)
 }
 
@@ -269,7 +269,11 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		return err
 	}
 	defer s.stop()
-	for _, idle := range []int{0, 1000} {
+	for _, pass := range []struct {
+		stream bool
+		idle   int
+	}{{false, 0}, {false, 1000}, {true, 0}} {
+		idle := pass.idle
 		stopIdle := holdIdlePolls(ctx, s.url, idle)
 		time.Sleep(time.Duration(idle) * time.Millisecond) // let them open
 		rss := s.rss()
@@ -284,8 +288,17 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		cctx, stop := context.WithCancel(ctx)
 		var cw, acks sync.WaitGroup
 		var ackFailed atomic.Int64
-		prefix := fmt.Sprint("i", idle, "-")
+		prefix := fmt.Sprint("i", idle, pass.stream, "-")
+		record := func(id string, at time.Time) {
+			if i, err := strconv.Atoi(strings.TrimPrefix(id, prefix)); err == nil && i >= 0 && i < n {
+				lat.record(i, wanted[i], at)
+			}
+		}
 		for range 8 {
+			if pass.stream {
+				cw.Go(func() { streamConsumer(cctx, s.url, record, &ackFailed) })
+				continue
+			}
 			// Each client: its own connection for reserve, another for
 			// its acks, one batch ack per reply, sent in the background
 			// while it is back in reserve.
@@ -302,9 +315,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 						continue
 					}
 					for _, j := range out.Jobs {
-						if i, err := strconv.Atoi(strings.TrimPrefix(j.ID, prefix)); err == nil && i >= 0 && i < n {
-							lat.record(i, wanted[i], at)
-						}
+						record(j.ID, at)
 					}
 					if len(out.Jobs) > 0 {
 						acks.Go(func() {
@@ -338,7 +349,11 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		cw.Wait()
 		acks.Wait()
 		stopIdle()
-		r := lat.result("server-reserve", "wheelq-server HTTP reserve", n)
+		system := "wheelq-server HTTP reserve (long polls)"
+		if pass.stream {
+			system = "wheelq-server HTTP reserve/stream"
+		}
+		r := lat.result("server-reserve", system, n)
 		r["idle_polls"] = idle
 		r["server_rss_bytes"] = rss
 		r["server_cpu_s"] = round((s.cpu()-cpu0)*10) / 10
@@ -348,6 +363,58 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 	}
 	// The in-process pull figure of the same run, the baseline.
 	return runPull(ctx, cfg, emit)
+}
+
+// streamConsumer reads a reserve stream until ctx ends (opening another
+// when one ends), calling record with each job's id and arrival, and acks
+// what it got in batches on a connection of its own.
+func streamConsumer(ctx context.Context, url string, record func(string, time.Time), ackFailed *atomic.Int64) {
+	type receipt struct{ Topic, ID, Token string }
+	got := make(chan receipt, 1000)
+	ac := httpClient(1)
+	var acks sync.WaitGroup
+	acks.Go(func() {
+		for r := range got {
+			batch := []receipt{r}
+			for len(batch) < 100 {
+				select {
+				case r, ok := <-got:
+					if !ok {
+						break
+					}
+					batch = append(batch, r)
+					continue
+				default:
+				}
+				break
+			}
+			var res struct{ Failed int64 }
+			if err := post(ac, url+"/v1/ack", map[string]any{"receipts": batch}, &res); err != nil {
+				ackFailed.Add(int64(len(batch)))
+			}
+			ackFailed.Add(res.Failed)
+		}
+	})
+	defer func() { close(got); acks.Wait() }()
+	c := httpClient(1)
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/reserve/stream",
+			strings.NewReader(`{"topics":["p"],"max":100,"wait_ms":60000}`))
+		resp, err := c.Do(req)
+		if err != nil {
+			continue
+		}
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var j receipt
+			if dec.Decode(&j) != nil {
+				break
+			}
+			record(j.ID, time.Now())
+			got <- j
+		}
+		resp.Body.Close()
+	}
 }
 
 // holdIdlePolls holds k long polls open on a topic nothing is scheduled

@@ -95,6 +95,7 @@ func Routes() []Route {
 		{Pattern: "POST /v1/jobs/{topic}/{id}/nack", Operation: "nackJob", h: (*API).nack},
 		{Pattern: "POST /v1/jobs/{topic}/{id}/touch", Operation: "touchJob", h: (*API).touch},
 		{Pattern: "POST /v1/reserve", Operation: "reserve", h: (*API).reserve},
+		{Pattern: "POST /v1/reserve/stream", Operation: "reserveStream", h: (*API).reserveStream},
 		{Pattern: "GET /v1/jobs", Operation: "listJobs", h: (*API).list},
 		{Pattern: "GET /v1/dead", Operation: "listDead", h: (*API).dead},
 		{Pattern: "GET /v1/counts", Operation: "counts", h: (*API).counts},

@@ -261,6 +261,55 @@ func TestJobLifecycle(t *testing.T) {
 	require.Equal(t, "p1", got[0].ID)
 }
 
+// TestReserveStream: a stream hands each job over the moment it is
+// reserved, one JSON line each, at its due time and not before, and ends
+// at its wait; CloseWaits ends it at once.
+func TestReserveStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil, defaultOpts(), "sms")
+	base := time.Now().Add(500 * time.Millisecond)
+	for i := range 5 {
+		e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": fmt.Sprint("s", i), "at": base.Add(time.Duration(i) * 100 * time.Millisecond)}, nil)
+	}
+	resp, err := http.Post(e.srv.URL+"/v1/reserve/stream", "application/json", strings.NewReader(`{"topics":["sms"],"max":10,"wait_ms":3000}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "application/x-ndjson", resp.Header.Get("Content-Type"))
+	dec := json.NewDecoder(resp.Body)
+	var rcpts []httpapi.Receipt
+	for i := range 5 {
+		var r httpapi.Reserved
+		require.NoError(t, dec.Decode(&r))
+		at := time.Now()
+		require.Equal(t, fmt.Sprint("s", i), r.ID)
+		require.False(t, at.Before(r.Due), "handed over before its due time")
+		require.Less(t, at.Sub(r.Due), 2*time.Second, "streamed as it came due, not at the stream's end")
+		rcpts = append(rcpts, httpapi.Receipt{Topic: r.Topic, ID: r.ID, Token: r.Token})
+	}
+	var ab httpapi.AckBatchResponse
+	e.ok(200, "POST", "/v1/ack", httpapi.AckBatchRequest{Receipts: rcpts}, &ab)
+	require.Zero(t, ab.Failed)
+	start := time.Now()
+	var extra json.RawMessage
+	require.ErrorIs(t, dec.Decode(&extra), io.EOF, "the stream ends at its wait: %s", extra)
+	require.Less(t, time.Since(start), 10*time.Second)
+
+	// CloseWaits ends an open stream at once.
+	resp2, err := http.Post(e.srv.URL+"/v1/reserve/stream", "application/json", strings.NewReader(`{"topics":["sms"],"wait_ms":50000}`))
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	for e.api.Waiting() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	start = time.Now()
+	e.api.CloseWaits()
+	b, err := io.ReadAll(resp2.Body)
+	require.NoError(t, err)
+	require.Empty(t, b)
+	require.Less(t, time.Since(start), 10*time.Second)
+}
+
 // TestBadInput: every kind of bad request gets a 4xx with its code, never
 // a 500, a panic or a hang.
 func TestBadInput(t *testing.T) {
@@ -309,6 +358,8 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/v1/reserve", `{"topics":["sms"],"ttr_ms":5}`, 400, apierr.Invalid},
 		{"POST", "/v1/reserve", `{"topics":["sms"],"ttr_ms":9223372036854775807}`, 400, apierr.Invalid},
 		{"POST", "/v1/reserve", `{"topics":["mail"]}`, 409, apierr.TopicMode},
+		{"POST", "/v1/reserve/stream", `{"topics":["sms"],"wait_ms":31536000000}`, 400, apierr.Invalid},
+		{"POST", "/v1/reserve/stream", `{"topics":[]}`, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms/x/ack", `{}`, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms/x/ack", `{"token":"bogus"}`, 409, apierr.ReservationLost},
 		{"POST", "/v1/jobs/sms/x/nack", `{"token":"0123456789abcdef"}`, 409, apierr.ReservationLost},

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -295,46 +296,61 @@ func (a *API) touch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 	return http.StatusOK, TouchResponse{Deadline: dl}, nil
 }
 
-func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+// reserveArgs decodes and checks a reserve's body.
+func (a *API) reserveArgs(w http.ResponseWriter, r *http.Request, p *auth.Principal) (wheelq.ReserveOptions, time.Duration, error) {
 	var req ReserveRequest
 	if err := decode(w, r, 64<<10, &req); err != nil {
-		return 0, nil, err
+		return wheelq.ReserveOptions{}, 0, err
 	}
 	if len(req.Topics) == 0 {
-		return 0, nil, apierr.New(apierr.Invalid, "topics: give at least one")
+		return wheelq.ReserveOptions{}, 0, apierr.New(apierr.Invalid, "topics: give at least one")
 	}
 	for _, t := range req.Topics {
 		if err := p.Allow(auth.Consume, t); err != nil {
-			return 0, nil, err
+			return wheelq.ReserveOptions{}, 0, err
 		}
 	}
 	opts := wheelq.ReserveOptions{Topics: req.Topics, Max: req.Max}
 	if req.Max < 0 || req.Max > wheelq.MaxReserve {
-		return 0, nil, apierr.New(apierr.Invalid, "max %d: want 1 to %d", req.Max, wheelq.MaxReserve)
+		return opts, 0, apierr.New(apierr.Invalid, "max %d: want 1 to %d", req.Max, wheelq.MaxReserve)
 	}
 	var err error
 	if req.TTRMS != 0 {
 		if opts.TTR, err = ms(req.TTRMS, "ttr_ms", wheelq.MinTTR, wheelq.MaxTTR); err != nil {
-			return 0, nil, err
+			return opts, 0, err
 		}
 	}
 	wait, err := ms(req.WaitMS, "wait_ms", 0, a.opts.MaxWait)
 	if err != nil {
-		return 0, nil, err
+		return opts, 0, err
 	}
-	if wait < noWait {
-		wait = noWait
-	}
+	return opts, max(wait, noWait), nil
+}
+
+// waiting holds a long poll's place (429 past the token's cap) and gives
+// its context: it ends after wait, when the client goes, or when
+// CloseWaits is called. release gives the place back.
+func (a *API) waiting(w http.ResponseWriter, r *http.Request, p *auth.Principal, wait time.Duration) (context.Context, func(), error) {
 	if !a.holdWaiter(p.ID) {
-		return 0, nil, apierr.New(apierr.TooManyWaiters, "token %s holds %d long polls already", p.ID, a.opts.MaxPollsPerToken)
+		return nil, nil, apierr.New(apierr.TooManyWaiters, "token %s holds %d long polls already", p.ID, a.opts.MaxPollsPerToken)
 	}
-	defer a.dropWaiter(p.ID)
 	// This request may outlast the server's write timeout.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + a.opts.Timeout))
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	defer cancel()
 	stop := context.AfterFunc(a.waitCtx, cancel)
-	defer stop()
+	return ctx, func() { stop(); cancel(); a.dropWaiter(p.ID) }, nil
+}
+
+func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	opts, wait, err := a.reserveArgs(w, r, p)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, release, err := a.waiting(w, r, p, wait)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
 	got, err := a.q.Reserve(ctx, opts)
 	out := ReserveResponse{Jobs: make([]Reserved, 0, len(got))}
 	for _, res := range got {
@@ -344,6 +360,46 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal)
 		return 0, nil, err
 	}
 	return http.StatusOK, out, nil
+}
+
+// reserveStream reserves for as long as wait_ms, writing each job as one
+// line of JSON (a Reserved) the moment it is reserved, so a busy consumer
+// has no gap between polls; the stream ends at the wait's end, when the
+// server stops, or with a last line {"error": ...}.
+func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	opts, wait, err := a.reserveArgs(w, r, p)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, release, err := a.waiting(w, r, p, wait)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return 0, nil, nil
+	}
+	enc := json.NewEncoder(w)
+	for ctx.Err() == nil {
+		got, err := a.q.Reserve(ctx, opts)
+		for _, res := range got {
+			_ = enc.Encode(reserved(res))
+		}
+		if len(got) > 0 && rc.Flush() != nil {
+			// The client is gone: what it did not read lapses at its
+			// time-to-run, as a lost reply's would.
+			return 0, nil, nil
+		}
+		if err != nil && ctx.Err() == nil {
+			_ = enc.Encode(ErrorResponse{Error: *a.public(err)})
+			_ = rc.Flush()
+			break
+		}
+	}
+	return 0, nil, nil
 }
 
 // Waiting is the number of long polls open.
