@@ -138,7 +138,7 @@ func (q *Queue) pullAhead(ts []*task, slot *runSlot) {
 	for _, t := range ts {
 		topic, _, _ := strings.Cut(t.key, persist.KeySep)
 		want := false
-		for _, w := range ps.waiters {
+		for _, w := range ps.byTopic[topic] {
 			if w.wants(topic) {
 				want = true
 				break
@@ -193,7 +193,7 @@ func (q *Queue) deliver(given []delivery) {
 		w.promised--
 		if w.gone {
 			w = nil
-			for _, o := range ps.waiters {
+			for _, o := range ps.byTopic[d.r.Topic] {
 				if o.ttr == d.w.ttr && o.wants(d.r.Topic) {
 					w = o
 					break
@@ -267,7 +267,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runSlot) {
 	for i, t := range ts {
 		jobs[i].Key = t.key
 		topic, _, _ := strings.Cut(t.key, persist.KeySep)
-		for _, w := range ps.waiters {
+		for _, w := range ps.byTopic[topic] {
 			if w.wants(topic) {
 				w.promised++
 				to[i] = w

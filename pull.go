@@ -132,12 +132,20 @@ type pullStage struct {
 	// pauseRecheck, and when announced). A job of one is never run by a
 	// handler here. Replaced whole, never changed (read without mu on
 	// every fired job).
-	known   atomic.Pointer[map[string]bool]
-	waiters []*pullWaiter // guarded by mu: in the order they came
-	due     []*task       // guarded by mu: jobs whose time came, for the pull loop
-	// ready is closed (and replaced) when jobs are queued to a ready set:
-	// blocked Reserves look at the ready sets again. Guarded by mu.
-	ready chan struct{}
+	known atomic.Pointer[map[string]bool]
+	// byTopic lists the waiters of each topic, in the order they came:
+	// a job, an announcement or a take concerns only its topic's waiters,
+	// however many wait on others (a server holds a long poll per idle
+	// consumer). Guarded by mu.
+	byTopic map[string][]*pullWaiter
+	// blocked lists the waiters that would have read the ready sets while
+	// another did (taking): they are woken when it is done. Guarded by mu.
+	blocked []*pullWaiter
+	// looked is when the ready sets of each topic were last read (a take):
+	// a blocked Reserve's periodic look (pullRecheck) is skipped for a
+	// topic looked at since. Guarded by mu.
+	looked map[string]time.Time
+	due    []*task // guarded by mu: jobs whose time came, for the pull loop
 	// gen counts, per topic, the announcements that jobs were queued to
 	// its ready sets; drained is gen as it was before the last take that
 	// found none of the topic's jobs. A Reserve reads the
@@ -293,11 +301,14 @@ func (q *Queue) announced(topics ...string) {
 	for _, t := range topics {
 		ps.gen[t]++
 	}
-	if len(ps.waiters) > 0 {
-		close(ps.ready)
-		ps.ready = make(chan struct{})
+	var woken []*pullWaiter
+	for _, t := range topics {
+		woken = append(woken, ps.byTopic[t]...)
 	}
 	ps.mu.Unlock()
+	for _, w := range woken {
+		wake(w.sig)
+	}
 }
 
 // Reserve returns up to opts.Max due jobs of opts.Topics, each reserved
@@ -362,27 +373,32 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 		}
 	}
 	w := &pullWaiter{topics: topics, max: opts.Max, ttr: opts.TTR, sig: make(chan struct{}, 1)}
-	ps.waiters = append(ps.waiters, w)
+	for _, t := range topics {
+		ps.byTopic[t] = append(ps.byTopic[t], w)
+	}
 	ps.mu.Unlock()
 	defer q.unwait(w)
 	recheck := time.NewTimer(pullRecheck)
 	defer recheck.Stop()
-	force := false
+	force, recheckDue := false, false
 	for {
 		ps.mu.Lock()
 		ps.pickSpareLocked(w)
-		ready := ps.ready
 		got, want := len(w.got), w.max-len(w.got)-w.promised
 		may := force
 		for _, t := range w.topics {
 			may = may || ps.gen[t] != ps.drained[t]
+			// The periodic look, unless a take read the topic since.
+			may = may || recheckDue && q.clock.Now().Sub(ps.looked[t]) >= pullRecheck
 		}
 		taker := got == 0 && want > 0 && may && !ps.taking
 		if taker {
 			ps.taking = true
+		} else if got == 0 && want > 0 && may && !slices.Contains(ps.blocked, w) {
+			ps.blocked = append(ps.blocked, w) // woken when the taker is done
 		}
 		ps.mu.Unlock()
-		force = false
+		force, recheckDue = false, false
 		if got > 0 {
 			return q.takeGot(w), nil
 		}
@@ -404,10 +420,9 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 		}
 		select {
 		case <-w.sig:
-		case <-ready:
 		case <-recheck.C:
 			recheck.Reset(pullRecheck)
-			force = true // an announcement may have been missed
+			recheckDue = true // an announcement may have been missed
 		case <-q.stopDispatch:
 			if got := q.takeGot(w); len(got) > 0 {
 				return got, nil
@@ -437,8 +452,19 @@ func (q *Queue) unwait(w *pullWaiter) {
 	ps := &q.pull
 	ps.mu.Lock()
 	w.gone = true
-	if i := slices.Index(ps.waiters, w); i >= 0 {
-		ps.waiters = slices.Delete(ps.waiters, i, i+1)
+	for _, t := range w.topics {
+		ws := ps.byTopic[t]
+		if i := slices.Index(ws, w); i >= 0 {
+			ws = slices.Delete(ws, i, i+1)
+		}
+		if len(ws) == 0 {
+			delete(ps.byTopic, t)
+		} else {
+			ps.byTopic[t] = ws
+		}
+	}
+	if i := slices.Index(ps.blocked, w); i >= 0 {
+		ps.blocked = slices.Delete(ps.blocked, i, i+1)
 	}
 	left := w.got
 	w.got = nil
@@ -500,7 +526,7 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
 	var shares []share
 	total := 0
 	ps.mu.Lock()
-	for _, o := range ps.waiters {
+	for _, o := range ps.byTopic[w.topics[0]] {
 		if o != w && (o.ttr != w.ttr || !slices.Equal(o.topics, w.topics)) {
 			continue
 		}
@@ -539,10 +565,24 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
 	for _, r := range taken { // their waiters left meanwhile
 		ps.spare = append(ps.spare, spareJob{r: r, ttr: w.ttr, at: q.clock.Now()})
 	}
-	// The other waiters look again: at what they got, or at the ready sets
-	// (a take that stopped at its byte budget leaves jobs there).
-	close(ps.ready)
-	ps.ready = make(chan struct{})
+	// The other waiters of these topics look again: at what they got, or
+	// at the ready sets (a take that stopped at its byte budget leaves jobs
+	// there); so do those that waited for this take to end.
+	now := q.clock.Now()
+	for _, t := range w.topics {
+		ps.looked[t] = now
+		for _, o := range ps.byTopic[t] {
+			if !slices.Contains(woken, o) {
+				woken = append(woken, o)
+			}
+		}
+	}
+	for _, o := range ps.blocked {
+		if !slices.Contains(woken, o) {
+			woken = append(woken, o)
+		}
+	}
+	ps.blocked = ps.blocked[:0]
 	ps.mu.Unlock()
 	for _, o := range woken {
 		wake(o.sig)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -566,4 +567,45 @@ func TestPullNackByReceipt(t *testing.T) {
 	require.Equal(t, StateDead, info.State)
 	require.Equal(t, "gave up", info.LastError)
 	require.ErrorIs(t, b.q.Nack(b.ctx, &Reservation{Receipt: Receipt{Topic: "p", ID: "nope", Token: "0123456789ab"}}, NackOptions{}), ErrReservationLost)
+}
+
+// TestPullIdleWaitersCostNothing: Reserves blocked on a topic nothing is
+// due in cost no Redis round trips beyond one look per topic per
+// pullRecheck, however many there are (a server holds a long poll per
+// idle consumer).
+func TestPullIdleWaitersCostNothing(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "idle", "p")
+	b.srv.RequireReal(t)
+	scripts := func() int64 {
+		info, err := b.rdb.Info(b.ctx, "commandstats").Result()
+		require.NoError(t, err)
+		var n int64
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",")
+				c, _ := strconv.ParseInt(calls, 10, 64)
+				n += c
+			}
+		}
+		return n
+	}
+	const window = 2 * time.Second
+	s0 := scripts()
+	time.Sleep(window)
+	base := scripts() - s0
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	for range 300 {
+		wg.Go(func() { _, _ = b.q.Reserve(ctx, ReserveOptions{Topics: []string{"idle"}}) })
+	}
+	time.Sleep(200 * time.Millisecond)
+	s1 := scripts()
+	time.Sleep(window)
+	idle := scripts() - s1
+	cancel()
+	wg.Wait()
+	t.Logf("scripts in %v: %d without waiters, %d with 300 idle ones", window, base, idle)
+	require.Less(t, idle-base, int64(20), "idle waiters made Redis round trips")
 }

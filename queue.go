@@ -155,7 +155,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		gate:         startGate{held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	q.claims.sig = make(chan struct{}, 1)
-	q.pull.declared, q.pull.ready = map[string]bool{}, make(chan struct{})
+	q.pull.declared, q.pull.byTopic, q.pull.looked = map[string]bool{}, map[string][]*pullWaiter{}, map[string]time.Time{}
 	q.pull.gen, q.pull.drained = map[string]uint64{}, map[string]uint64{}
 	var nb [6]byte
 	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())

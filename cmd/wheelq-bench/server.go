@@ -102,19 +102,7 @@ func startWheelqServer(ctx context.Context, redisAddr string, args ...string) (*
 }
 
 // cpu is the server process's user+system CPU seconds so far (Linux).
-func (s *wheelqServer) cpu() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
+func (s *wheelqServer) cpu() float64 { return pidCPU(s.cmd.Process.Pid) }
 
 // rss is the server's resident set in bytes (Linux).
 func (s *wheelqServer) rss() int64 {
