@@ -61,7 +61,9 @@ var (
 // without sending anything, while Redis is known to be unreachable: a call
 // shortly before found no connection to it. One call in a while still
 // goes through to find out whether Redis is back (see Queue.Schedule). The
-// error wraps the failure that was seen.
+// call that finds Redis unreachable returns it too when no connection
+// could be made (a refused dial: nothing was sent). The error wraps the
+// failure that was seen.
 var ErrUnavailable = errors.New("wheelq: redis unreachable")
 
 // ErrOutcomeUnknown wraps the error of a Schedule, Cancel, Reschedule or
@@ -78,12 +80,17 @@ var ErrOutcomeUnknown = errors.New("wheelq: outcome unknown (the request may hav
 // answered with an error (a script refuses as a whole: the write path's
 // commands run in one script or one MULTI), the request was refused
 // before it was sent, or no connection could be made to send it on (a dial
-// error: go-redis sends a command only on a connection it has).
+// error: go-redis sends a command only on a connection it has; marked
+// ErrUnavailable).
 func uncertain(err error) error {
 	var rerr redis.Error
 	var nerr *net.OpError
+	if errors.As(err, &nerr) && nerr.Op == "dial" && !errors.Is(err, ErrUnavailable) {
+		// Never sent: Redis could not be reached.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	if errors.As(err, &rerr) || errors.Is(err, ErrClosed) || errors.Is(err, batch.ErrClosed) ||
-		errors.Is(err, ErrFenced) || errors.Is(err, ErrLayout) || (errors.As(err, &nerr) && nerr.Op == "dial") {
+		errors.Is(err, ErrFenced) || errors.Is(err, ErrLayout) || errors.As(err, &nerr) && nerr.Op == "dial" {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)

@@ -649,7 +649,8 @@ func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // defaults) before it failed. Once a call has found Redis unreachable,
 // the next ones fail at once with ErrUnavailable, not sent (so not
 // ErrOutcomeUnknown), while one call in a while goes through to see
-// whether Redis is back.
+// whether Redis is back. The first one's error wraps ErrUnavailable too
+// when its dial was refused (a server's client got a bare dial error).
 func TestFailFastWhileRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
@@ -662,6 +663,9 @@ func TestFailFastWhileRedisDown(t *testing.T) {
 	srv.Kill()
 	_, err := b.q.Schedule(b.ctx, "f", nil)
 	require.Error(t, err, "Redis is down")
+	// The first call too says which it was: not sent (a refused dial) or
+	// sent and unanswered.
+	require.True(t, errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown), "a sentinel: %v", err)
 	before := sent.n.Load()
 	fast := 0
 	check := func(err error) {

@@ -125,7 +125,7 @@ func TestOpenAPISchemas(t *testing.T) {
 		"Reserved": httpapi.Reserved{}, "ReserveResponse": httpapi.ReserveResponse{}, "AckRequest": httpapi.AckRequest{},
 		"Receipt": httpapi.Receipt{}, "AckBatchRequest": httpapi.AckBatchRequest{}, "AckResult": httpapi.AckResult{},
 		"AckBatchResponse": httpapi.AckBatchResponse{},
-		"NackRequest": httpapi.NackRequest{}, "TouchRequest": httpapi.TouchRequest{}, "TouchResponse": httpapi.TouchResponse{},
+		"NackRequest":      httpapi.NackRequest{}, "TouchRequest": httpapi.TouchRequest{}, "TouchResponse": httpapi.TouchResponse{},
 		"ListResponse": httpapi.ListResponse{}, "TopicCounts": httpapi.TopicCounts{}, "CountsResponse": httpapi.CountsResponse{},
 		"Error": apierr.Error{}, "ErrorResponse": httpapi.ErrorResponse{}, "HealthResponse": httpapi.HealthResponse{},
 	}

@@ -1,0 +1,115 @@
+package server_test
+
+import (
+	"encoding/base64"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/server/auth"
+)
+
+// TestServerRedisDown: with Redis gone, requests fail fast with 503
+// unavailable (or 504 outcome_unknown for one whose reply was lost), never
+// hang; /readyz says not ready; when Redis is back, everything works again
+// by itself.
+func TestServerRedisDown(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{AOF: true})
+	rs.RequireReal(t)
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "q", "-set", "log.access=false")
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "before", "delay_ms": 3600e3}, nil))
+	rs.Stop()
+
+	codes := map[string]int{}
+	for i := range 20 {
+		start := time.Now()
+		var out struct{ Error struct{ Code string } }
+		st := call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "down" + string(rune('a'+i)), "delay_ms": 3600e3}, &out)
+		require.Contains(t, []int{503, 504}, st, "Redis down: %d %s", st, out.Error.Code)
+		codes[out.Error.Code]++
+		if i > 0 {
+			require.Less(t, time.Since(start), 2*time.Second, "a request while Redis is known down fails at once")
+		}
+	}
+	require.Positive(t, codes["unavailable"], "%v", codes)
+	var h map[string]string
+	require.Equal(t, 503, call(t, "GET", p.URL+"/readyz", "", nil, &h))
+	require.Contains(t, h["reason"], "redis")
+
+	require.NoError(t, rs.Restart())
+	waitFor(t, func() bool {
+		return call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "after", "delay_ms": 3600e3}, nil) == 201
+	})
+	var info map[string]any
+	require.Equal(t, 200, call(t, "GET", p.URL+"/v1/jobs/q/before", "", nil, &info), "an acknowledged job survived (AOF)")
+	waitFor(t, func() bool { return call(t, "GET", p.URL+"/readyz", "", nil, nil) == 200 })
+}
+
+// TestServerEdges: oversized headers are refused (431); /metrics and the
+// dashboard need a token (the dashboard asks a browser for it as a Basic
+// password); the dashboard's page and its API answer with one.
+func TestServerEdges(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	tok, sum, err := auth.Generate("ops")
+	require.NoError(t, err)
+	vtok, vsum, err := auth.Generate("viewer")
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte(`
+[http]
+max_header_bytes = 4096
+[[token]]
+id = "ops"
+sha256 = "`+sum+`"
+admin = ["*"]
+[[token]]
+id = "viewer"
+sha256 = "`+vsum+`"
+produce = ["orders.*"]
+`), 0o600))
+	p := startServer(t, nil, "-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs))
+
+	get := func(path string, hdr map[string]string) (int, http.Header, string) {
+		req, err := http.NewRequest("GET", p.URL+path, nil)
+		require.NoError(t, err)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	st, _, _ := get("/healthz", map[string]string{"X-Big": strings.Repeat("x", 64<<10)})
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, st)
+
+	st, _, _ = get("/metrics", nil)
+	require.Equal(t, 401, st)
+	st, _, _ = get("/metrics", map[string]string{"Authorization": "Bearer " + vtok})
+	require.Equal(t, 403, st, "metrics need admin on every topic")
+	st, _, body := get("/metrics", map[string]string{"Authorization": "Bearer " + tok})
+	require.Equal(t, 200, st)
+	require.Contains(t, body, "wheelq_owned_partitions")
+
+	st, h, _ := get("/ui/", nil)
+	require.Equal(t, 401, st)
+	require.Contains(t, h.Get("WWW-Authenticate"), "Basic")
+	basic := func(tk string) map[string]string {
+		return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+tk))}
+	}
+	st, _, body = get("/ui/", basic(tok))
+	require.Equal(t, 200, st)
+	require.Contains(t, body, "wheelq server")
+	st, _, _ = get("/ui/", basic("wq_ops_wrong"))
+	require.Equal(t, 403, st)
+	st, _, _ = get("/ui/", basic(vtok))
+	require.Equal(t, 403, st, "the namespace's page needs a permission on every topic")
+}
