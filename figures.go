@@ -3,7 +3,7 @@ package wheelq
 // Figures of every worker: each started queue publishes its run figures
 // (running, stuck, outcomes, its lateness histogram) to Redis every
 // figuresEvery, beside its place in the roster, so that a process that
-// runs no job (the dashboard under `wheelq serve`, `wheelq stats`) shows
+// runs no job (the dashboard under `wheelq-server -set queue.start=false`, `wheelq stats`) shows
 // the namespace's running jobs and lateness (issue 25, item 15).
 
 import (

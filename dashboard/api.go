@@ -120,7 +120,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"count": l.Count, "p50Ms": ms(l.P50), "p99Ms": ms(l.P99), "maxMs": ms(l.Max)}
 	}
 	// Every started process's figures (the process serving this page may
-	// run no job: under wheelq serve it runs none).
+	// run no job: under wheelq-server with queue.start false it runs none).
 	ws, err := h.q.Workers(ctx)
 	if err != nil {
 		h.fail(w, err)

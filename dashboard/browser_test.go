@@ -154,7 +154,7 @@ func TestBrowser(t *testing.T) {
 		b.t = t
 		b.fresh()
 		// A started worker runs jobs; a dashboard served by a process that
-		// runs none (as under wheelq serve) shows their lateness and the
+		// runs none (as under wheelq-server with queue.start false) shows their lateness and the
 		// worker (issue 25, item 15: its panels read 0).
 		srv := redistest.Start(t, redistest.Options{})
 		ctx := context.Background()

@@ -49,7 +49,7 @@ type fixture struct {
 // "mail" and one in "hooks" (dead-lettered by a started worker, which is
 // then shut down), a pending job in "orders" due in half an hour, and an
 // overdue one in "reports" due an hour ago. It returns a producer queue on ns that is never started
-// (nothing runs), as `wheelq serve` has.
+// (nothing runs), as `wheelq-server -set queue.start=false` has.
 func setup(t *testing.T, ns string) *fixture {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})

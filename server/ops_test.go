@@ -5,8 +5,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,4 +114,32 @@ produce = ["orders.*"]
 	require.Equal(t, 403, st)
 	st, _, _ = get("/ui/", basic(vtok))
 	require.Equal(t, 403, st, "the namespace's page needs a permission on every topic")
+}
+
+// TestServerNotStarted: with queue.start false (what "wheelq serve" was)
+// the server takes no partition and runs nothing, but schedules, shows
+// jobs and serves the dashboard; it refuses pulled topics; it stops
+// cleanly.
+func TestServerNotStarted(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	out, err := exec.Command(binary, "-set", "queue.start=false", "-pull", "x", "-redis-url", redisURL(rs)).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "queue.start")
+
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "queue.start=false", "-set", "http.ui_read_only=true")
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/orders", "", map[string]any{"id": "o1", "delay_ms": 10}, nil))
+	time.Sleep(300 * time.Millisecond)
+	var info map[string]any
+	require.Equal(t, 200, call(t, "GET", p.URL+"/v1/jobs/orders/o1", "", nil, &info))
+	require.Equal(t, "pending", info["state"], "nobody runs it")
+	resp, err := http.Get(p.URL + "/ui/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	var counts struct{ Topics []map[string]any }
+	require.Equal(t, 200, call(t, "GET", p.URL+"/v1/counts", "", nil, &counts))
+	require.Len(t, counts.Topics, 1)
+	require.Contains(t, p.Log(), "started=false")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.exited(wait), "%s", p.Log())
 }

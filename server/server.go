@@ -224,10 +224,12 @@ func (s *Server) Queue() *wheelq.Queue { return s.q }
 
 // ready is /readyz's check.
 func (s *Server) ready(ctx context.Context) string {
-	select {
-	case <-s.q.Ready():
-	default:
-		return "loading the partitions' jobs"
+	if s.cfg.Queue.Start {
+		select {
+		case <-s.q.Ready():
+		default:
+			return "loading the partitions' jobs"
+		}
 	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return "redis unreachable: " + err.Error()
@@ -245,7 +247,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		mux.Handle("GET /metrics", s.authenticated(auth.Admin, metrics))
 	}
 	if s.cfg.HTTP.UI {
-		dash, err := dashboard.New(s.q, dashboard.Options{Title: "wheelq server", Authorize: s.authorizeUI})
+		dash, err := dashboard.New(s.q, dashboard.Options{Title: "wheelq server", Authorize: s.authorizeUI, ReadOnly: s.cfg.HTTP.UIReadOnly})
 		if err != nil {
 			return nil, err
 		}
@@ -352,9 +354,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", s.cfg.HTTP.Addr, err)
 	}
-	if err := s.q.Start(ctx); err != nil {
-		_ = l.Close()
-		return fmt.Errorf("server: start the queue: %w", err)
+	if s.cfg.Queue.Start {
+		if err := s.q.Start(ctx); err != nil {
+			_ = l.Close()
+			return fmt.Errorf("server: start the queue: %w", err)
+		}
 	}
 	c := s.cfg.HTTP
 	s.hsrv = &http.Server{
@@ -370,7 +374,7 @@ func (s *Server) Run(ctx context.Context) error {
 		l = tls.NewListener(l, s.hsrv.TLSConfig)
 	}
 	s.log.Info("wheelq server: listening", "addr", scheme+"://"+l.Addr().String(), "namespace", s.cfg.Queue.Namespace,
-		"pull", s.cfg.Queue.Pull, "push", len(s.cfg.Push.Topics), "tokens", !s.api.Authorizer().Open())
+		"started", s.cfg.Queue.Start, "pull", s.cfg.Queue.Pull, "push", len(s.cfg.Push.Topics), "tokens", !s.api.Authorizer().Open())
 	if s.opts.Listening != nil {
 		s.opts.Listening(l.Addr().String())
 	}

@@ -1,6 +1,7 @@
 // Command wheelq inspects and steers a wheelq namespace from outside the
 // program that runs it: its figures, its jobs (list, show, cancel,
-// requeue, run now), pauses of a topic, and the web dashboard.
+// requeue, run now) and pauses of a topic. (The web dashboard is served by
+// wheelq-server, module github.com/wheelq/wheelq/server.)
 //
 //	wheelq [connection flags] COMMAND [flags] [args]
 //	wheelq help [COMMAND]
@@ -40,7 +41,7 @@ import (
 
 func main() {
 	// The command owns its output: it says itself when Redis cannot be
-	// reached (watch and serve ride an outage out and say so), so the
+	// reached (watch rides an outage out and says so), so the
 	// client library's own log lines (a "failed to dial" per pool
 	// connection) would only repeat it, out of turn.
 	redis.SetLogger(silentClient{})
@@ -129,12 +130,20 @@ func commands() []command {
 			forms: []string{"TOPIC"}, setup: pauseCmd("pause")},
 		{name: "resume", summary: "start a paused topic's jobs again, oldest first",
 			forms: []string{"TOPIC"}, setup: pauseCmd("resume")},
-		{name: "serve", summary: "the web dashboard of the namespace",
-			forms: []string{"[-addr 127.0.0.1:8080] [-read-only] [-allow-remote-actions] [-title T] [-refresh 5s]"},
-			doc: "It listens on loopback by default: the dashboard has no login of its own, so listening anywhere " +
-				"else needs -read-only, or -allow-remote-actions behind your own authenticating proxy.",
-			setup: serveCmd},
 	}
+}
+
+// moved says where a command that left wheelq went.
+func moved(name string) (string, bool) {
+	switch name {
+	case "serve":
+		return "wheelq serve is now wheelq-server, the one way to run a server: it serves the dashboard under /ui/,\n" +
+			"with tokens, TLS and a read-only mode. For the dashboard alone, running no job:\n" +
+			"  go install github.com/wheelq/wheelq/server/cmd/wheelq-server@latest\n" +
+			"  wheelq-server -redis-url redis://host:6379/0 -namespace NS -addr 127.0.0.1:8080 -set queue.start=false [-set http.ui_read_only=true]\n" +
+			"and open http://127.0.0.1:8080/ui/ (see docs/server.md)", true
+	}
+	return "", false
 }
 
 func lookup(name string) (command, bool) {
@@ -177,6 +186,10 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	cmd, ok := lookup(name)
 	if !ok {
+		if where, ok := moved(name); ok {
+			fmt.Fprintf(stderr, "wheelq: %s\n", where)
+			return 2
+		}
 		fmt.Fprintf(stderr, "wheelq: unknown command %q\nrun 'wheelq help' for the list of commands\n", name)
 		return 2
 	}

@@ -72,6 +72,11 @@ type Queue struct {
 	InstanceID  string   `toml:"instance_id"`
 	LockDir     string   `toml:"lock_dir"`
 	Pull        []string `toml:"pull"`
+	// Start, if false, runs no job: the server joins no team (it takes no
+	// partition), and serves the API's producing and inspecting routes,
+	// the dashboard and /metrics only (as a producer that is never
+	// started). Pulled and pushed topics need it true.
+	Start bool `toml:"start"`
 }
 
 // HTTP configures the HTTP API's listener and its limits.
@@ -91,6 +96,7 @@ type HTTP struct {
 	MaxPollsPerToken  int      `toml:"max_polls_per_token"`
 	ShutdownTimeout   Duration `toml:"shutdown_timeout"`
 	UI                bool     `toml:"ui"`
+	UIReadOnly        bool     `toml:"ui_read_only"`
 	Metrics           bool     `toml:"metrics"`
 }
 
@@ -136,7 +142,7 @@ type Token struct {
 func Default() Config {
 	return Config{
 		Redis: Redis{URL: "redis://127.0.0.1:6379/0"},
-		Queue: Queue{Namespace: "default", Partitions: 16, Concurrency: 64, MaxAttempts: 10, MaxPayload: 1 << 20},
+		Queue: Queue{Namespace: "default", Partitions: 16, Concurrency: 64, MaxAttempts: 10, MaxPayload: 1 << 20, Start: true},
 		HTTP: HTTP{
 			Addr:    "127.0.0.1:8780",
 			MaxBody: 2 << 20, MaxBatchBody: 16 << 20, MaxBatch: 1000, MaxHeaderBytes: 64 << 10,
@@ -384,6 +390,9 @@ func (c *Config) Validate() error {
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		return bad("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+	}
+	if !c.Queue.Start && (len(c.Queue.Pull) > 0 || len(c.Push.Topics) > 0) {
+		return bad("queue.start", "false runs no job: queue.pull and [[push.topic]] need it true")
 	}
 	for i, p := range c.Push.Topics {
 		key := fmt.Sprintf("push.topic[%d]", i)
