@@ -424,3 +424,28 @@ timeout = "5s"
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestServerNeedsARedis: without a Redis named (and without -dev) the
+// server refuses to start, saying how to name one.
+func TestServerNeedsARedis(t *testing.T) {
+	out, err := exec.Command(binary, "-addr", "127.0.0.1:0").CombinedOutput()
+	require.Error(t, err)
+	require.Equal(t, 2, err.(*exec.ExitError).ExitCode())
+	require.Contains(t, string(out), "no Redis given")
+	require.Contains(t, string(out), "-dev")
+}
+
+// TestServerDev: -dev runs with nothing else installed (an in-process
+// Redis), says loudly that it keeps nothing, and a newcomer's first
+// schedule and reserve work.
+func TestServerDev(t *testing.T) {
+	p := startServer(t, nil, "-dev", "-addr", "127.0.0.1:0", "-pull", "hello")
+	require.Contains(t, p.Log(), "keeps NOTHING")
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/hello", "", map[string]any{"id": "1", "payload": "world", "delay_ms": 100}, nil))
+	var out struct {
+		Jobs []struct{ ID, Payload, Token string }
+	}
+	require.Equal(t, 200, call(t, "POST", p.URL+"/v1/reserve", "", map[string]any{"topics": []string{"hello"}, "wait_ms": 10000}, &out))
+	require.Len(t, out.Jobs, 1)
+	require.Equal(t, "world", out.Jobs[0].Payload)
+}

@@ -191,6 +191,8 @@ func (s *Server) connect() error {
 		return nil
 	}
 	switch {
+	case len(rc.Addrs) == 0 && rc.URL == "":
+		return fmt.Errorf("%w: no Redis given: set redis.url (or redis.addrs), -redis-url or $WHEELQ_SERVER_REDIS_URL; or try it with -dev (in-process, keeps nothing)", ErrConfig)
 	case len(rc.Addrs) > 0 && rc.SentinelMaster != "":
 		s.rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: rc.SentinelMaster, SentinelAddrs: rc.Addrs, Password: rc.Password.Reveal()})
 	case len(rc.Addrs) > 0 && rc.Cluster:

@@ -141,7 +141,9 @@ type Token struct {
 // Default returns the configuration with every default filled in.
 func Default() Config {
 	return Config{
-		Redis: Redis{URL: "redis://127.0.0.1:6379/0"},
+		// No Redis by default: the server never uses one it was not told
+		// of (-dev runs an in-process one).
+		Redis: Redis{},
 		Queue: Queue{Namespace: "default", Partitions: 16, Concurrency: 64, MaxAttempts: 10, MaxPayload: 1 << 20, Start: true},
 		HTTP: HTTP{
 			Addr:    "127.0.0.1:8780",
@@ -339,7 +341,7 @@ func (c *Config) Validate() error {
 	bad := func(key string, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...))
 	}
-	if len(c.Redis.Addrs) == 0 {
+	if len(c.Redis.Addrs) == 0 && c.Redis.URL != "" {
 		u, err := url.Parse(string(c.Redis.URL))
 		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 			return bad("redis.url", "want redis://host:port/db or rediss://...")

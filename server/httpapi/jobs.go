@@ -72,14 +72,33 @@ func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 	ctx, cancel := a.ctx(r)
 	defer cancel()
 	out := BatchResponse{Results: make([]BatchResult, len(req.Jobs))}
-	a.each(len(req.Jobs), func(i int) {
-		j := &req.Jobs[i]
-		if err := p.Allow(auth.Produce, j.Topic); err != nil {
-			e := apierr.From(err)
-			out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
-			return
+	// Jobs with one id go in their order (the first stored, a later one a
+	// duplicate or its replacement), the others all at once.
+	var groups [][]int
+	byKey := map[[2]string]int{}
+	for i, j := range req.Jobs {
+		if j.ID == "" {
+			groups = append(groups, []int{i})
+			continue
 		}
-		out.Results[i] = a.scheduleOne(ctx, j.Topic, &j.ScheduleRequest)
+		k := [2]string{j.Topic, j.ID}
+		if g, ok := byKey[k]; ok {
+			groups[g] = append(groups[g], i)
+			continue
+		}
+		byKey[k] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	a.each(len(groups), func(g int) {
+		for _, i := range groups[g] {
+			j := &req.Jobs[i]
+			if err := p.Allow(auth.Produce, j.Topic); err != nil {
+				e := apierr.From(err)
+				out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
+				continue
+			}
+			out.Results[i] = a.scheduleOne(ctx, j.Topic, &j.ScheduleRequest)
+		}
 	})
 	for _, res := range out.Results {
 		if res.Error != nil {

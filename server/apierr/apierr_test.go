@@ -1,0 +1,52 @@
+package apierr_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/apierr"
+	"github.com/wheelq/wheelq/server/auth"
+)
+
+// TestFrom: every sentinel a request can meet maps to its code, wrapped
+// as the library wraps them.
+func TestFrom(t *testing.T) {
+	for err, code := range map[error]apierr.Code{
+		wheelq.ErrDuplicate: apierr.Duplicate, wheelq.ErrNotFound: apierr.NotFound, wheelq.ErrRunning: apierr.Running,
+		wheelq.ErrOutcomeUnknown: apierr.OutcomeUnknown, wheelq.ErrUnavailable: apierr.Unavailable, wheelq.ErrClosed: apierr.Unavailable,
+		wheelq.ErrNotStarted: apierr.Unavailable, wheelq.ErrPayloadTooLarge: apierr.TooLarge, wheelq.ErrHeadersTooLarge: apierr.TooLarge,
+		wheelq.ErrInvalidTopic: apierr.Invalid, wheelq.ErrInvalidID: apierr.Invalid, wheelq.ErrInvalidOption: apierr.Invalid,
+		wheelq.ErrTooFar: apierr.Invalid, wheelq.ErrInvalidCursor: apierr.Invalid, wheelq.ErrReservationLost: apierr.ReservationLost,
+		wheelq.ErrTopicMode: apierr.TopicMode, wheelq.ErrNotPulled: apierr.TopicMode, wheelq.ErrPaused: apierr.Paused,
+		auth.ErrUnauthorized: apierr.Unauthorized, auth.ErrForbidden: apierr.Forbidden, &http.MaxBytesError{Limit: 1}: apierr.TooLarge,
+		context.DeadlineExceeded: apierr.OutcomeUnknown, errors.New("boom"): apierr.Internal,
+	} {
+		got := apierr.From(fmt.Errorf("wheelq: op: %w", err))
+		require.Equal(t, code, got.Code, "%v", err)
+		require.NotEmpty(t, got.Message)
+	}
+	e := apierr.New(apierr.Paused, "x")
+	require.Same(t, e, apierr.From(e))
+	require.True(t, errors.Is(fmt.Errorf("w: %w", e), &apierr.Error{Code: apierr.Paused}))
+	require.False(t, errors.Is(e, &apierr.Error{Code: apierr.Invalid}))
+}
+
+// TestTable: every code has a status and a RESP prefix of its own.
+func TestTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range apierr.Codes {
+		require.GreaterOrEqual(t, c.Status, 400)
+		require.Equal(t, c.Status, c.Code.Status())
+		require.NotEmpty(t, c.Doc)
+		p := c.Code.RESPPrefix()
+		require.False(t, seen[p], "prefix %s twice", p)
+		seen[p] = true
+	}
+	require.Equal(t, "RESERVATIONLOST", apierr.ReservationLost.RESPPrefix())
+}
