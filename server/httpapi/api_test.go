@@ -73,7 +73,7 @@ func setupWith(t testing.TB, az *auth.Authorizer, opts httpapi.Options, pull ...
 		require.NoError(t, err)
 	}
 	api := httpapi.New(q, az, opts)
-	srv := httptest.NewServer(api)
+	srv := httptest.NewServer(validated(t, api))
 	t.Cleanup(srv.Close)
 	return &env{q: q, api: api, srv: srv}
 }
