@@ -14,7 +14,7 @@ type fakeTB struct {
 }
 
 func (f *fakeTB) Errorf(format string, args ...any) { f.failed = true }
-func (f *fakeTB) Helper()                          {}
+func (f *fakeTB) Helper()                           {}
 
 // TestValidatorCatches: the response checker of the other tests fails a
 // response the document does not allow (so its silence means something).

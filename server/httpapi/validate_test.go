@@ -54,4 +54,3 @@ func validated(t testing.TB, h http.Handler) http.Handler {
 		_, _ = w.Write(rec.Body.Bytes())
 	})
 }
-
