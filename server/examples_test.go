@@ -39,6 +39,12 @@ admin = ["*"]
 // runExample runs an example with its real interpreter against p.
 func runExample(t *testing.T, p *proc, tok string, interp string, args ...string) string {
 	t.Helper()
+	return runExampleEnv(t, nil, p, tok, interp, args...)
+}
+
+// runExampleEnv is runExample with more environment variables.
+func runExampleEnv(t *testing.T, env []string, p *proc, tok string, interp string, args ...string) string {
+	t.Helper()
 	if _, err := exec.LookPath(interp); err != nil {
 		if os.Getenv(EnvRequireClients) != "" {
 			t.Fatalf("%s not installed (%s is set): %v", interp, EnvRequireClients, err)
@@ -48,7 +54,7 @@ func runExample(t *testing.T, p *proc, tok string, interp string, args ...string
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, interp, args...)
-	cmd.Env = append(os.Environ(), "WHEELQ_URL="+p.URL, "WHEELQ_TOKEN="+tok)
+	cmd.Env = append(append(os.Environ(), "WHEELQ_URL="+p.URL, "WHEELQ_TOKEN="+tok), env...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s %v:\n%s", interp, args, out)
 	t.Logf("%s:\n%s", interp, out)

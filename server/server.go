@@ -35,6 +35,7 @@ import (
 	"github.com/wheelq/wheelq/server/config"
 	"github.com/wheelq/wheelq/server/httpapi"
 	"github.com/wheelq/wheelq/server/push"
+	"github.com/wheelq/wheelq/server/resp"
 )
 
 // ErrConfig is a configuration the server refuses to run with.
@@ -52,8 +53,10 @@ type Options struct {
 	Dev bool
 	// Logger gets the server's log; default: to stderr as the config says.
 	Logger *slog.Logger
-	// Listening, if set, is told the HTTP address once it listens.
-	Listening func(addr string)
+	// Listening, if set, is told the HTTP address once it listens;
+	// ListeningRESP the RESP one.
+	Listening     func(addr string)
+	ListeningRESP func(addr string)
 }
 
 // Server is one wheelq server process.
@@ -69,6 +72,7 @@ type Server struct {
 	reg  *prometheus.Registry
 	cert atomic.Pointer[tls.Certificate]
 	hsrv *http.Server
+	resp *resp.Server // nil unless resp.addr is set
 }
 
 // New checks cfg and builds the server; Run starts it.
@@ -135,6 +139,10 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		MaxWait: cfg.HTTP.MaxWait.D(), MaxPollsPerToken: cfg.HTTP.MaxPollsPerToken,
 		Logger: s.log, Access: cfg.Log.Access, Ready: s.ready,
 	})
+	if cfg.RESP.Addr != "" {
+		s.resp = resp.New(q, s.api.Authorizer, resp.Options{MaxConns: cfg.RESP.MaxConns, IdleTimeout: cfg.RESP.IdleTimeout.D(),
+			MaxCommandBytes: cfg.RESP.MaxCommandBytes, MaxBlock: cfg.RESP.MaxBlock.D(), Logger: s.log})
+	}
 	return s, nil
 }
 
@@ -369,10 +377,13 @@ func (s *Server) Run(ctx context.Context) error {
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	scheme := "http"
+	var respTLS *tls.Config
 	if s.cert.Load() != nil {
 		scheme = "https"
 		s.hsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil }}
+		// Cloned before Serve, which adds HTTP's protocols to its own.
+		respTLS = s.hsrv.TLSConfig.Clone()
 		l = tls.NewListener(l, s.hsrv.TLSConfig)
 	}
 	s.log.Info("wheelq server: listening", "addr", scheme+"://"+l.Addr().String(), "namespace", s.cfg.Queue.Namespace,
@@ -380,8 +391,26 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.opts.Listening != nil {
 		s.opts.Listening(l.Addr().String())
 	}
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- s.hsrv.Serve(l) }()
+	if s.resp != nil {
+		rl, err := net.Listen("tcp", s.cfg.RESP.Addr)
+		if err != nil {
+			return errors.Join(fmt.Errorf("server: listen on %s (resp.addr): %w", s.cfg.RESP.Addr, err), s.stop())
+		}
+		if respTLS != nil {
+			rl = tls.NewListener(rl, respTLS)
+		}
+		s.log.Info("wheelq server: RESP listening", "addr", rl.Addr().String())
+		if s.opts.ListeningRESP != nil {
+			s.opts.ListeningRESP(rl.Addr().String())
+		}
+		go func() {
+			if err := s.resp.Serve(rl); err != nil {
+				served <- fmt.Errorf("server: resp: %w", err)
+			}
+		}()
+	}
 	select {
 	case err = <-served:
 	case <-ctx.Done():
@@ -396,6 +425,9 @@ func (s *Server) stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	s.api.CloseWaits()
+	if s.resp != nil {
+		_ = s.resp.Close() // blocked reserves answer; connections close
+	}
 	herr := s.hsrv.Shutdown(sctx)
 	if herr != nil {
 		herr = fmt.Errorf("server: http shutdown: %w", herr)

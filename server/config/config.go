@@ -41,6 +41,7 @@ type Config struct {
 	Redis Redis `toml:"redis"`
 	Queue Queue `toml:"queue"`
 	HTTP  HTTP  `toml:"http"`
+	RESP  RESP  `toml:"resp"`
 	Log   Log   `toml:"log"`
 	Push  Push  `toml:"push"`
 	// TokenFile names a file of tokens, one per line: "id sha256hex
@@ -100,6 +101,15 @@ type HTTP struct {
 	Metrics           bool     `toml:"metrics"`
 }
 
+// RESP configures the Redis-protocol front end (off unless Addr is set).
+type RESP struct {
+	Addr            string   `toml:"addr"`
+	MaxConns        int      `toml:"max_conns"`
+	IdleTimeout     Duration `toml:"idle_timeout"`
+	MaxCommandBytes int64    `toml:"max_command_bytes"`
+	MaxBlock        Duration `toml:"max_block"`
+}
+
 // Log configures the server's log lines.
 type Log struct {
 	Format string `toml:"format"`
@@ -153,6 +163,7 @@ func Default() Config {
 			MaxWait: Duration(60 * time.Second), MaxPollsPerToken: 1000,
 			ShutdownTimeout: Duration(10 * time.Second), UI: true, Metrics: true,
 		},
+		RESP: RESP{MaxConns: 10000, IdleTimeout: Duration(5 * time.Minute), MaxCommandBytes: 4 << 20, MaxBlock: Duration(60 * time.Second)},
 		Log:  Log{Format: "text", Level: "info", Access: true},
 		Push: Push{Timeout: Duration(10 * time.Second)},
 	}
@@ -358,6 +369,7 @@ func (c *Config) Validate() error {
 		{"http.max_body", c.HTTP.MaxBody}, {"http.max_batch_body", c.HTTP.MaxBatchBody},
 		{"http.max_batch", int64(c.HTTP.MaxBatch)}, {"http.max_header_bytes", int64(c.HTTP.MaxHeaderBytes)},
 		{"http.max_polls_per_token", int64(c.HTTP.MaxPollsPerToken)},
+		{"resp.max_conns", int64(c.RESP.MaxConns)}, {"resp.max_command_bytes", c.RESP.MaxCommandBytes},
 	}
 	for _, p := range pos {
 		if p.n <= 0 {
@@ -374,7 +386,7 @@ func (c *Config) Validate() error {
 		{"http.read_timeout", c.HTTP.ReadTimeout}, {"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
 		{"http.write_timeout", c.HTTP.WriteTimeout}, {"http.idle_timeout", c.HTTP.IdleTimeout},
 		{"http.max_wait", c.HTTP.MaxWait}, {"http.shutdown_timeout", c.HTTP.ShutdownTimeout},
-		{"push.timeout", c.Push.Timeout},
+		{"push.timeout", c.Push.Timeout}, {"resp.max_block", c.RESP.MaxBlock},
 	}
 	for _, d := range durs {
 		if d.d <= 0 {
@@ -383,6 +395,17 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {
 		return bad("http.addr", "%q: %v (want host:port)", c.HTTP.Addr, err)
+	}
+	if c.RESP.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.RESP.Addr); err != nil {
+			return bad("resp.addr", "%q: %v (want host:port)", c.RESP.Addr, err)
+		}
+	}
+	if c.RESP.IdleTimeout < 0 {
+		return bad("resp.idle_timeout", "below 0 (0: never)")
+	}
+	if c.RESP.MaxCommandBytes < c.HTTP.MaxBody {
+		return bad("resp.max_command_bytes", "%d is below http.max_body %d: a largest job could not be sent", c.RESP.MaxCommandBytes, c.HTTP.MaxBody)
 	}
 	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
 		return bad("http.tls_cert", "tls_cert and tls_key go together")
@@ -430,9 +453,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Loopback says whether the HTTP address listens on loopback only.
+// Loopback says whether the HTTP address, and the RESP one if set, listen
+// on loopback only.
 func (c *Config) Loopback() bool {
-	host, _, _ := net.SplitHostPort(c.HTTP.Addr)
+	return loopback(c.HTTP.Addr) && (c.RESP.Addr == "" || loopback(c.RESP.Addr))
+}
+
+func loopback(addr string) bool {
+	host, _, _ := net.SplitHostPort(addr)
 	if host == "localhost" {
 		return true
 	}

@@ -1,0 +1,657 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/apierr"
+	"github.com/wheelq/wheelq/server/auth"
+)
+
+// spec is one command: its arity as Redis writes it (n: exactly n
+// arguments with the name; -n: at least n), whether it may run before
+// AUTH, and what it does (with the arguments after the name).
+type spec struct {
+	arity  int
+	noauth bool
+	run    func(s *Server, c redcon.Conn, sess *session, args [][]byte) error
+	// summary is COMMAND DOCS's line.
+	summary string
+}
+
+// newTable makes the command table (each Server holds its own).
+func newTable() map[string]spec {
+	return map[string]spec{
+		"ping":          {-1, false, cmdPing, "PING [message]"},
+		"auth":          {-2, true, cmdAuth, "AUTH [user] token"},
+		"hello":         {-1, true, cmdHello, "HELLO [2 [AUTH user token] [SETNAME name]] (3 is refused: RESP2 only)"},
+		"select":        {2, false, cmdSelect, "SELECT 0"},
+		"client":        {-2, false, cmdClient, "CLIENT SETNAME name | GETNAME | SETINFO attr value | ID"},
+		"quit":          {-1, true, cmdQuit, "QUIT"},
+		"command":       {-1, true, cmdCommand, "COMMAND [COUNT | DOCS [name...]]"},
+		"wq.schedule":   {-3, false, cmdSchedule, "WQ.SCHEDULE topic payload [ID id] [DELAY ms | AT unix-ms] [MAXATTEMPTS n] [REPLACE] [HEADER name value]..."},
+		"wq.cancel":     {3, false, cmdCancel, "WQ.CANCEL topic id"},
+		"wq.reschedule": {5, false, cmdReschedule, "WQ.RESCHEDULE topic id DELAY ms | AT unix-ms"},
+		"wq.get":        {3, false, cmdGet, "WQ.GET topic id"},
+		"wq.reserve":    {-3, false, cmdReserve, "WQ.RESERVE [COUNT n] [BLOCK ms] [TTR ms] TOPICS topic [topic...]"},
+		"wq.ack":        {4, false, cmdAck, "WQ.ACK topic id token"},
+		"wq.nack":       {-4, false, cmdNack, "WQ.NACK topic id token [RETRY ms] [PERMANENT] [ERROR message]"},
+		"wq.touch":      {-4, false, cmdTouch, "WQ.TOUCH topic id token [TTR ms]"},
+		"wq.counts":     {1, false, cmdCounts, "WQ.COUNTS"},
+		"wq.pause":      {2, false, cmdPause, "WQ.PAUSE topic"},
+		"wq.resume":     {2, false, cmdResume, "WQ.RESUME topic"},
+	}
+}
+
+// invalid is an Invalid error.
+func invalid(format string, args ...any) error { return apierr.New(apierr.Invalid, format, args...) }
+
+// num parses a decimal argument within [lo, hi].
+func num(b []byte, what string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, invalid("%s %q: want an integer from %d to %d", what, clip(b), lo, hi)
+	}
+	return n, nil
+}
+
+// maxMS is the largest millisecond count taken (a year and a day).
+const maxMS = 366 * 24 * 3600 * 1000
+
+func (s *Server) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.opts.Timeout)
+}
+
+func cmdPing(_ *Server, c redcon.Conn, _ *session, args [][]byte) error {
+	switch len(args) {
+	case 0:
+		c.WriteString("PONG")
+	case 1:
+		c.WriteBulk(args[0])
+	default:
+		return invalid("wrong number of arguments for 'ping' command")
+	}
+	return nil
+}
+
+func (s *Server) login(sess *session, token string) error {
+	p, err := s.authz().Authenticate(token)
+	if err != nil {
+		return apierr.New(apierr.Unauthorized, "invalid token")
+	}
+	sess.p = p
+	return nil
+}
+
+func cmdAuth(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if len(args) > 2 {
+		return invalid("syntax error: AUTH [user] token")
+	}
+	// AUTH token, or AUTH user token (the user name is not used).
+	if err := s.login(sess, string(args[len(args)-1])); err != nil {
+		c.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+		return nil
+	}
+	c.WriteString("OK")
+	return nil
+}
+
+func cmdHello(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if len(args) > 0 {
+		v, err := strconv.Atoi(string(args[0]))
+		if err != nil {
+			return invalid("Protocol version is not an integer or out of range")
+		}
+		if v != 2 {
+			c.WriteError("NOPROTO sorry, this protocol version is not supported (wheelq speaks RESP2)")
+			return nil
+		}
+		for i := 1; i < len(args); i++ {
+			switch strings.ToUpper(string(args[i])) {
+			case "AUTH":
+				if i+2 >= len(args) {
+					return invalid("syntax error in HELLO option 'auth'")
+				}
+				if err := s.login(sess, string(args[i+2])); err != nil {
+					c.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+					return nil
+				}
+				i += 2
+			case "SETNAME":
+				if i+1 >= len(args) {
+					return invalid("syntax error in HELLO option 'setname'")
+				}
+				sess.name = string(args[i+1])
+				i++
+			default:
+				return invalid("syntax error in HELLO option '%s'", clip(args[i]))
+			}
+		}
+	}
+	if sess.p == nil {
+		c.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return nil
+	}
+	c.WriteArray(14)
+	for _, kv := range []string{"server", "wheelq", "version", "1.0.0", "proto"} {
+		c.WriteBulkString(kv)
+	}
+	c.WriteInt(2)
+	c.WriteBulkString("id")
+	c.WriteInt(1)
+	for _, kv := range []string{"mode", "standalone", "role", "master"} {
+		c.WriteBulkString(kv)
+	}
+	c.WriteBulkString("modules")
+	c.WriteArray(0)
+	return nil
+}
+
+func cmdSelect(_ *Server, c redcon.Conn, _ *session, args [][]byte) error {
+	if string(args[0]) != "0" {
+		return invalid("DB index is out of range (wheelq has database 0 only)")
+	}
+	c.WriteString("OK")
+	return nil
+}
+
+func cmdClient(_ *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	switch strings.ToUpper(string(args[0])) {
+	case "SETNAME":
+		if len(args) != 2 {
+			return invalid("wrong number of arguments for 'client|setname' command")
+		}
+		sess.name = string(args[1])
+		c.WriteString("OK")
+	case "GETNAME":
+		if sess.name == "" {
+			c.WriteNull()
+		} else {
+			c.WriteBulkString(sess.name)
+		}
+	case "SETINFO":
+		if len(args) != 3 {
+			return invalid("wrong number of arguments for 'client|setinfo' command")
+		}
+		c.WriteString("OK")
+	case "ID":
+		c.WriteInt(1)
+	default:
+		return invalid("unknown subcommand '%s' (wheelq takes SETNAME, GETNAME, SETINFO, ID)", clip(args[0]))
+	}
+	return nil
+}
+
+func cmdQuit(_ *Server, c redcon.Conn, _ *session, _ [][]byte) error {
+	c.WriteString("OK")
+	return c.Close()
+}
+
+func cmdCommand(s *Server, c redcon.Conn, _ *session, args [][]byte) error {
+	if len(args) > 0 && strings.EqualFold(string(args[0]), "COUNT") {
+		c.WriteInt(len(s.cmds))
+		return nil
+	}
+	if len(args) > 0 && strings.EqualFold(string(args[0]), "DOCS") {
+		names := args[1:]
+		var pick []string
+		if len(names) == 0 {
+			for n := range s.cmds {
+				pick = append(pick, n)
+			}
+		} else {
+			for _, n := range names {
+				if _, ok := s.cmds[strings.ToLower(string(n))]; ok {
+					pick = append(pick, strings.ToLower(string(n)))
+				}
+			}
+		}
+		c.WriteArray(2 * len(pick))
+		for _, n := range pick {
+			c.WriteBulkString(n)
+			c.WriteArray(2)
+			c.WriteBulkString("summary")
+			c.WriteBulkString(s.cmds[n].summary)
+		}
+		return nil
+	}
+	// COMMAND: name, arity, flags, first key, last key, step.
+	c.WriteArray(len(s.cmds))
+	for n, sp := range s.cmds {
+		c.WriteArray(6)
+		c.WriteBulkString(n)
+		c.WriteInt(sp.arity)
+		c.WriteArray(0)
+		c.WriteInt(0)
+		c.WriteInt(0)
+		c.WriteInt(0)
+	}
+	return nil
+}
+
+// ScheduleArgs are WQ.SCHEDULE's parsed arguments.
+type ScheduleArgs struct {
+	Topic   string
+	Payload []byte
+	Opts    []wheelq.Option
+}
+
+// ParseSchedule parses WQ.SCHEDULE's arguments (after the name).
+func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
+	if len(args) < 2 {
+		return ScheduleArgs{}, invalid("wrong number of arguments for 'wq.schedule' command")
+	}
+	a := ScheduleArgs{Topic: string(args[0]), Payload: args[1]}
+	var when, headers bool
+	h := map[string]string{}
+	for i := 2; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		need := 1
+		switch opt {
+		case "REPLACE":
+			need = 0
+		case "HEADER":
+			need = 2
+		case "ID", "DELAY", "AT", "MAXATTEMPTS":
+		default:
+			return a, invalid("syntax error: unknown option '%s' (ID, DELAY, AT, MAXATTEMPTS, REPLACE, HEADER)", clip(args[i]))
+		}
+		if i+need >= len(args) {
+			return a, invalid("syntax error: %s needs %d argument(s)", opt, need)
+		}
+		switch opt {
+		case "ID":
+			a.Opts = append(a.Opts, wheelq.ID(string(args[i+1])))
+		case "DELAY", "AT":
+			if when {
+				return a, invalid("syntax error: DELAY or AT, once")
+			}
+			when = true
+			if opt == "DELAY" {
+				n, err := num(args[i+1], "DELAY", 0, maxMS)
+				if err != nil {
+					return a, err
+				}
+				a.Opts = append(a.Opts, wheelq.After(time.Duration(n)*time.Millisecond))
+			} else {
+				n, err := num(args[i+1], "AT", 0, 1<<50)
+				if err != nil {
+					return a, err
+				}
+				a.Opts = append(a.Opts, wheelq.At(time.UnixMilli(n)))
+			}
+		case "MAXATTEMPTS":
+			n, err := num(args[i+1], "MAXATTEMPTS", 1, 1<<31-1)
+			if err != nil {
+				return a, err
+			}
+			a.Opts = append(a.Opts, wheelq.MaxAttempts(int(n)))
+		case "REPLACE":
+			a.Opts = append(a.Opts, wheelq.OnDuplicate(wheelq.Replace))
+		case "HEADER":
+			headers = true
+			h[string(args[i+1])] = string(args[i+2])
+		}
+		i += need
+	}
+	if headers {
+		a.Opts = append(a.Opts, wheelq.Headers(h))
+	}
+	return a, nil
+}
+
+func cmdSchedule(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	a, err := ParseSchedule(args)
+	if err != nil {
+		return err
+	}
+	if err := sess.p.Allow(auth.Produce, a.Topic); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	id, err := s.q.Schedule(ctx, a.Topic, a.Payload, a.Opts...)
+	if err != nil {
+		return err
+	}
+	c.WriteBulkString(id)
+	return nil
+}
+
+func cmdCancel(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	topic := string(args[0])
+	if err := sess.p.Allow(auth.Produce, topic); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.q.Cancel(ctx, topic, string(args[1])); err != nil {
+		return err
+	}
+	c.WriteInt(1)
+	return nil
+}
+
+func cmdReschedule(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	topic := string(args[0])
+	if err := sess.p.Allow(auth.Produce, topic); err != nil {
+		return err
+	}
+	var at time.Time
+	switch strings.ToUpper(string(args[2])) {
+	case "DELAY":
+		n, err := num(args[3], "DELAY", 0, maxMS)
+		if err != nil {
+			return err
+		}
+		at = time.Now().Add(time.Duration(n) * time.Millisecond)
+	case "AT":
+		n, err := num(args[3], "AT", 0, 1<<50)
+		if err != nil {
+			return err
+		}
+		at = time.UnixMilli(n)
+	default:
+		return invalid("syntax error: WQ.RESCHEDULE topic id DELAY ms | AT unix-ms")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.q.Reschedule(ctx, topic, string(args[1]), at); err != nil {
+		return err
+	}
+	c.WriteString("OK")
+	return nil
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func cmdGet(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	topic := string(args[0])
+	if err := sess.p.AllowAny(topic, auth.Produce, auth.Consume); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	j, err := s.q.Lookup(ctx, topic, string(args[1]))
+	if err != nil {
+		return err
+	}
+	// A flat array of field, value (RESP2's map).
+	fields := []any{"topic", j.Topic, "id", j.ID, "state", j.State.String(), "due_ms", ms(j.Due),
+		"attempts", j.Attempts, "max_attempts", j.MaxAttempts, "last_error", j.LastError,
+		"created_ms", ms(j.Created), "finished_ms", ms(j.Finished), "reserved", boolInt(j.Reserved)}
+	c.WriteArray(len(fields) + 4)
+	for _, f := range fields {
+		switch v := f.(type) {
+		case string:
+			c.WriteBulkString(v)
+		case int:
+			c.WriteInt(v)
+		case int64:
+			c.WriteInt64(v)
+		}
+	}
+	c.WriteBulkString("payload")
+	if j.Payload == nil {
+		c.WriteNull()
+	} else {
+		c.WriteBulk(j.Payload)
+	}
+	c.WriteBulkString("headers")
+	c.WriteArray(2 * len(j.Headers))
+	for k, v := range j.Headers {
+		c.WriteBulkString(k)
+		c.WriteBulkString(v)
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ReserveArgs are WQ.RESERVE's parsed arguments.
+type ReserveArgs struct {
+	Opts  wheelq.ReserveOptions
+	Block time.Duration // 0: do not wait
+}
+
+// ParseReserve parses WQ.RESERVE's arguments (after the name); maxBlock
+// bounds BLOCK.
+func ParseReserve(args [][]byte, maxBlock time.Duration) (ReserveArgs, error) {
+	var a ReserveArgs
+	for i := 0; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		if opt == "TOPICS" {
+			for _, t := range args[i+1:] {
+				a.Opts.Topics = append(a.Opts.Topics, string(t))
+			}
+			break
+		}
+		if i+1 >= len(args) {
+			return a, invalid("syntax error: %s needs a value", clip(args[i]))
+		}
+		switch opt {
+		case "COUNT":
+			n, err := num(args[i+1], "COUNT", 1, wheelq.MaxReserve)
+			if err != nil {
+				return a, err
+			}
+			a.Opts.Max = int(n)
+		case "BLOCK":
+			n, err := num(args[i+1], "BLOCK", 0, maxBlock.Milliseconds())
+			if err != nil {
+				return a, err
+			}
+			a.Block = time.Duration(n) * time.Millisecond
+		case "TTR":
+			n, err := num(args[i+1], "TTR", wheelq.MinTTR.Milliseconds(), wheelq.MaxTTR.Milliseconds())
+			if err != nil {
+				return a, err
+			}
+			a.Opts.TTR = time.Duration(n) * time.Millisecond
+		default:
+			return a, invalid("syntax error: unknown option '%s' (COUNT, BLOCK, TTR, then TOPICS)", clip(args[i]))
+		}
+		i++
+	}
+	if len(a.Opts.Topics) == 0 {
+		return a, invalid("syntax error: WQ.RESERVE [COUNT n] [BLOCK ms] [TTR ms] TOPICS topic [topic...]")
+	}
+	return a, nil
+}
+
+// noBlock is how long a reserve without BLOCK waits: one take from Redis.
+const noBlock = 20 * time.Millisecond
+
+func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	a, err := ParseReserve(args, s.opts.MaxBlock)
+	if err != nil {
+		return err
+	}
+	for _, t := range a.Opts.Topics {
+		if err := sess.p.Allow(auth.Consume, t); err != nil {
+			return err
+		}
+	}
+	wait := max(a.Block, noBlock)
+	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
+	defer cancel()
+	got, err := s.q.Reserve(ctx, a.Opts)
+	if len(got) == 0 {
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		c.WriteArray(-1) // a null array, as BLPOP's timeout
+		return nil
+	}
+	// Each job: topic, id, token, payload, attempt, due (unix ms),
+	// deadline (unix ms).
+	c.WriteArray(len(got))
+	for _, r := range got {
+		c.WriteArray(7)
+		c.WriteBulkString(r.Topic)
+		c.WriteBulkString(r.ID)
+		c.WriteBulkString(r.Token)
+		c.WriteBulk(r.Job.Payload)
+		c.WriteInt(r.Job.Attempt)
+		c.WriteInt64(r.Job.Due.UnixMilli())
+		c.WriteInt64(r.Deadline.UnixMilli())
+	}
+	return nil
+}
+
+func receipt(sess *session, args [][]byte) (wheelq.Receipt, error) {
+	r := wheelq.Receipt{Topic: string(args[0]), ID: string(args[1]), Token: string(args[2])}
+	return r, sess.p.Allow(auth.Consume, r.Topic)
+}
+
+func cmdAck(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	r, err := receipt(sess, args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.q.Ack(ctx, r); err != nil {
+		return err
+	}
+	c.WriteString("OK")
+	return nil
+}
+
+func cmdNack(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	r, err := receipt(sess, args)
+	if err != nil {
+		return err
+	}
+	var opts wheelq.NackOptions
+	for i := 3; i < len(args); i++ {
+		switch strings.ToUpper(string(args[i])) {
+		case "PERMANENT":
+			opts.Permanent = true
+			continue
+		case "RETRY":
+			if i+1 >= len(args) {
+				return invalid("syntax error: RETRY needs milliseconds")
+			}
+			n, err := num(args[i+1], "RETRY", 0, maxMS)
+			if err != nil {
+				return err
+			}
+			opts.RetryAfter = time.Duration(n) * time.Millisecond
+		case "ERROR":
+			if i+1 >= len(args) {
+				return invalid("syntax error: ERROR needs a message")
+			}
+			opts.Err = errors.New(string(args[i+1]))
+		default:
+			return invalid("syntax error: unknown option '%s' (RETRY, PERMANENT, ERROR)", clip(args[i]))
+		}
+		i++
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.q.Nack(ctx, &wheelq.Reservation{Receipt: r}, opts); err != nil {
+		return err
+	}
+	c.WriteString("OK")
+	return nil
+}
+
+func cmdTouch(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	r, err := receipt(sess, args)
+	if err != nil {
+		return err
+	}
+	ttr := wheelq.DefaultTTR
+	switch {
+	case len(args) == 5 && strings.EqualFold(string(args[3]), "TTR"):
+		n, err := num(args[4], "TTR", wheelq.MinTTR.Milliseconds(), wheelq.MaxTTR.Milliseconds())
+		if err != nil {
+			return err
+		}
+		ttr = time.Duration(n) * time.Millisecond
+	case len(args) != 3:
+		return invalid("syntax error: WQ.TOUCH topic id token [TTR ms]")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	dl, err := s.q.Touch(ctx, r, ttr)
+	if err != nil {
+		return err
+	}
+	c.WriteInt64(dl.UnixMilli())
+	return nil
+}
+
+func cmdCounts(s *Server, c redcon.Conn, sess *session, _ [][]byte) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	cs, err := s.q.Counts(ctx)
+	if err != nil {
+		return err
+	}
+	var mine []wheelq.TopicCounts
+	for _, tc := range cs {
+		if sess.p.Allow(auth.Admin, tc.Topic) == nil {
+			mine = append(mine, tc)
+		}
+	}
+	// Each topic: topic, pending, overdue, running, dead, paused.
+	c.WriteArray(len(mine))
+	for _, tc := range mine {
+		c.WriteArray(6)
+		c.WriteBulkString(tc.Topic)
+		c.WriteInt64(tc.Pending)
+		c.WriteInt64(tc.Overdue)
+		c.WriteInt64(tc.Running)
+		c.WriteInt64(tc.Dead)
+		c.WriteInt(boolInt(tc.Paused))
+	}
+	return nil
+}
+
+func pauseResume(pause bool) func(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	return func(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+		topic := string(args[0])
+		if err := sess.p.Allow(auth.Admin, topic); err != nil {
+			return err
+		}
+		ctx, cancel := s.ctx()
+		defer cancel()
+		var err error
+		if pause {
+			err = s.q.Pause(ctx, topic)
+		} else {
+			err = s.q.Resume(ctx, topic)
+		}
+		if err != nil {
+			return err
+		}
+		c.WriteString("OK")
+		return nil
+	}
+}
+
+func cmdPause(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	return pauseResume(true)(s, c, sess, args)
+}
+
+func cmdResume(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	return pauseResume(false)(s, c, sess, args)
+}

@@ -1,0 +1,241 @@
+// Package resp is the wheelq server's Redis-protocol front end: any Redis
+// client (redis-cli, redis-py, phpredis, go-redis, ...) schedules,
+// cancels, reserves and acks with native commands prefixed WQ. (see
+// docs/resp.md), after the connection commands clients send on their own
+// (HELLO, AUTH, SELECT 0, CLIENT SETNAME and SETINFO, PING, QUIT,
+// COMMAND). It speaks RESP2; HELLO 3 is answered -NOPROTO, on which
+// clients fall back to RESP2. It is thin over the library's public API,
+// as package httpapi is, with the same tokens, permissions and error codes
+// (apierr: the error's prefix is its code in capitals).
+//
+// Built on github.com/tidwall/redcon (its reader, writer and connection
+// loop: pipelined commands are answered in order, each connection has its
+// own goroutine, so a blocked WQ.RESERVE holds only its own).
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/apierr"
+	"github.com/wheelq/wheelq/server/auth"
+)
+
+// Options configures the front end.
+type Options struct {
+	// MaxConns caps the open connections; past it a new one is refused
+	// with an error and closed.
+	MaxConns int
+	// IdleTimeout closes a connection that sends nothing for that long
+	// (0: never).
+	IdleTimeout time.Duration
+	// MaxCommandBytes caps what a connection may send without a command
+	// being completed: a larger command (or a client that never finishes
+	// one) is refused and the connection closed, before its bytes
+	// accumulate.
+	MaxCommandBytes int64
+	// MaxBlock bounds WQ.RESERVE's BLOCK.
+	MaxBlock time.Duration
+	// Timeout bounds the queue calls of a command that does not block.
+	Timeout time.Duration
+	// Logger gets panics and internal errors.
+	Logger *slog.Logger
+}
+
+// Server is the RESP front end of one queue.
+type Server struct {
+	q     *wheelq.Queue
+	authz func() *auth.Authorizer
+	opts  Options
+	srv   *redcon.Server
+	cmds  map[string]spec // the command table: never changed after New
+	conns atomic.Int64
+
+	// blockCtx ends every blocked WQ.RESERVE at Close.
+	blockCtx context.Context
+	stop     context.CancelFunc
+	closed   sync.Once
+}
+
+// session is a connection's state.
+type session struct {
+	p    *auth.Principal
+	name string
+	lim  *limitedConn
+}
+
+// New builds the front end over q; authz gives the current authorizer
+// (the server swaps it on SIGHUP).
+func New(q *wheelq.Queue, authz func() *auth.Authorizer, opts Options) *Server {
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{q: q, authz: authz, opts: opts, cmds: newTable()}
+	s.blockCtx, s.stop = context.WithCancel(context.Background())
+	s.srv = redcon.NewServerNetwork("tcp", "", s.serve, s.accept, s.closedConn)
+	s.srv.SetIdleClose(opts.IdleTimeout)
+	return s
+}
+
+// Serve serves connections from l until Close.
+func (s *Server) Serve(l net.Listener) error {
+	return s.srv.Serve(&limitedListener{Listener: l, max: s.opts.MaxCommandBytes})
+}
+
+// Close ends blocked reserves (they answer a null array), stops
+// accepting and closes every connection.
+func (s *Server) Close() error {
+	var err error
+	s.closed.Do(func() {
+		s.stop()
+		err = s.srv.Close()
+	})
+	return err
+}
+
+func (s *Server) accept(c redcon.Conn) bool {
+	if s.conns.Add(1) > int64(s.opts.MaxConns) {
+		s.conns.Add(-1)
+		c.WriteError("ERR max number of clients reached")
+		_ = redcon.BaseWriter(c).Flush()
+		return false
+	}
+	sess := &session{}
+	if lc, ok := c.NetConn().(*limitedConn); ok {
+		sess.lim = lc
+	}
+	if p, err := s.authz().Authenticate(""); err == nil {
+		sess.p = p // a loopback server without tokens
+	}
+	c.SetContext(sess)
+	return true
+}
+
+func (s *Server) closedConn(redcon.Conn, error) { s.conns.Add(-1) }
+
+// serve runs one command: it checks its arity and the connection's
+// authentication, then runs it, turning a panic into an error reply.
+func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
+	sess, _ := c.Context().(*session)
+	if sess == nil {
+		sess = &session{}
+		c.SetContext(sess)
+	}
+	if sess.lim != nil {
+		sess.lim.dispatched()
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			s.opts.Logger.Error("wheelq server: panic serving a RESP command", "panic", v)
+			c.WriteError("ERR internal error")
+		}
+	}()
+	name := strings.ToLower(string(cmd.Args[0]))
+	spec, ok := s.cmds[name]
+	if !ok {
+		c.WriteError(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", clip(cmd.Args[0]), argsPreview(cmd.Args[1:])))
+		return
+	}
+	if n := len(cmd.Args); (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+		c.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
+		return
+	}
+	if sess.p == nil && !spec.noauth {
+		c.WriteError("NOAUTH Authentication required.")
+		return
+	}
+	if err := spec.run(s, c, sess, cmd.Args[1:]); err != nil {
+		s.writeErr(c, err)
+	}
+}
+
+// writeErr answers err with its code's prefix.
+func (s *Server) writeErr(c redcon.Conn, err error) {
+	e := apierr.From(err)
+	if e.Code == apierr.Internal {
+		s.opts.Logger.Error("wheelq server: internal error (RESP)", "err", err)
+		e = apierr.New(apierr.Internal, "internal error (logged by the server)")
+	}
+	c.WriteError(Prefix(e.Code) + " " + oneLine(e.Message))
+}
+
+// Prefix is the RESP error prefix of code: its name in capitals without
+// '_' ("RESERVATIONLOST"), and ERR for invalid input, as Redis says it.
+func Prefix(code apierr.Code) string {
+	if code == apierr.Invalid {
+		return "ERR"
+	}
+	return code.RESPPrefix()
+}
+
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
+
+func clip(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return oneLine(string(b))
+}
+
+func argsPreview(args [][]byte) string {
+	var parts []string
+	for i, a := range args {
+		if i == 3 {
+			break
+		}
+		parts = append(parts, "'"+clip(a)+"'")
+	}
+	return strings.Join(parts, " ")
+}
+
+// errLimit is a connection past MaxCommandBytes.
+var errLimit = errors.New("command too large")
+
+// limitedListener wraps each connection in a limitedConn.
+type limitedListener struct {
+	net.Listener
+	max int64
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &limitedConn{Conn: c, max: l.max}, nil
+}
+
+// limitedConn refuses to read more than max bytes between two commands
+// dispatched: redcon's reader grows its buffer without a bound while a
+// command is incomplete.
+type limitedConn struct {
+	net.Conn
+	max  int64
+	read atomic.Int64
+}
+
+func (c *limitedConn) Read(b []byte) (int, error) {
+	if c.max > 0 && c.read.Load() > c.max {
+		_, _ = c.Conn.Write([]byte("-ERR command past the limit of the server (resp.max_command_bytes)\r\n"))
+		return 0, errLimit
+	}
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+// dispatched restarts the count: a command was completed.
+func (c *limitedConn) dispatched() { c.read.Store(0) }

@@ -1,0 +1,255 @@
+package resp_test
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/server"
+	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/config"
+)
+
+const wait = 20 * time.Second
+
+// start runs a wheelq server in this process on a real redis-server with
+// the RESP front end, pulling topics; tokens, if any, are required.
+func start(t *testing.T, tokens []config.Token, pull ...string) string {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	cfg := config.Default()
+	cfg.Redis.URL = config.Secret("redis://" + rs.Addr + "/0")
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.RESP.Addr = "127.0.0.1:0"
+	cfg.Queue.Pull = pull
+	cfg.Log.Access = false
+	cfg.Tokens = tokens
+	addr := make(chan string, 1)
+	s, err := server.New(cfg, server.Options{ListeningRESP: func(a string) { addr <- a }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case a := <-addr:
+		<-s.Queue().Ready()
+		return a
+	case err := <-done:
+		t.Fatalf("server stopped: %v", err)
+	}
+	return ""
+}
+
+// TestGoRedis: go-redis connects with its defaults (HELLO 3 is refused
+// with NOPROTO; it falls back to RESP2), then schedules, reserves with a
+// block (the job at its due time, not before), nacks, acks, cancels,
+// gets, counts, and gets each error with its prefix.
+func TestGoRedis(t *testing.T) {
+	t.Parallel()
+	addr := start(t, nil, "sms")
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: "test"})
+	defer rdb.Close()
+	ctx := context.Background()
+	require.NoError(t, rdb.Ping(ctx).Err())
+
+	due := time.Now().Add(300 * time.Millisecond)
+	id, err := rdb.Do(ctx, "WQ.SCHEDULE", "sms", []byte{0, 1, 0xff}, "ID", "a", "AT", due.UnixMilli(), "HEADER", "k", "v").Text()
+	require.NoError(t, err)
+	require.Equal(t, "a", id)
+	err = rdb.Do(ctx, "WQ.SCHEDULE", "sms", "x", "ID", "a").Err()
+	require.ErrorContains(t, err, "DUPLICATE ")
+
+	res, err := rdb.Do(ctx, "WQ.RESERVE", "COUNT", 10, "BLOCK", 10000, "TTR", 60000, "TOPICS", "sms").Slice()
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	job := res[0].([]any)
+	require.Equal(t, "sms", job[0])
+	require.Equal(t, "a", job[1])
+	token := job[2].(string)
+	require.Equal(t, string([]byte{0, 1, 0xff}), job[3], "binary payloads round-trip")
+	require.EqualValues(t, 1, job[4])
+	require.False(t, time.Now().Before(due.Truncate(time.Millisecond)), "not before its due time")
+
+	require.NoError(t, rdb.Do(ctx, "WQ.NACK", "sms", "a", token, "RETRY", 20, "ERROR", "later").Err())
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.ACK", "sms", "a", token).Err(), "RESERVATIONLOST ")
+	res, err = rdb.Do(ctx, "WQ.RESERVE", "BLOCK", 10000, "TOPICS", "sms").Slice()
+	require.NoError(t, err)
+	job = res[0].([]any)
+	require.EqualValues(t, 2, job[4])
+	dl, err := rdb.Do(ctx, "WQ.TOUCH", "sms", "a", job[2], "TTR", 120000).Int64()
+	require.NoError(t, err)
+	require.Greater(t, dl, time.Now().Add(time.Minute).UnixMilli())
+	require.NoError(t, rdb.Do(ctx, "WQ.ACK", "sms", "a", job[2]).Err())
+
+	get, err := rdb.Do(ctx, "WQ.GET", "sms", "a").Slice()
+	require.NoError(t, err)
+	m := map[string]any{}
+	for i := 0; i+1 < len(get); i += 2 {
+		m[get[i].(string)] = get[i+1]
+	}
+	require.Equal(t, "done", m["state"])
+	require.EqualValues(t, 2, m["attempts"])
+
+	// A blocked reserve that times out is a null array.
+	err = rdb.Do(ctx, "WQ.RESERVE", "BLOCK", 100, "TOPICS", "sms").Err()
+	require.ErrorIs(t, err, redis.Nil)
+
+	_, err = rdb.Do(ctx, "WQ.SCHEDULE", "sms", "y", "ID", "later", "DELAY", 3600000).Text()
+	require.NoError(t, err)
+	require.NoError(t, rdb.Do(ctx, "WQ.RESCHEDULE", "sms", "later", "DELAY", 7200000).Err())
+	counts, err := rdb.Do(ctx, "WQ.COUNTS").Slice()
+	require.NoError(t, err)
+	require.Len(t, counts, 1)
+	require.EqualValues(t, 1, counts[0].([]any)[1])
+	n, err := rdb.Do(ctx, "WQ.CANCEL", "sms", "later").Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.CANCEL", "sms", "later").Err(), "NOTFOUND ")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.RESERVE", "TOPICS", "mail").Err(), "TOPICMODE ")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.SCHEDULE", "sms", "x", "DELAY", "soon").Err(), "ERR DELAY")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.SCHEDULE", "sms").Err(), "ERR wrong number of arguments")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.NOPE").Err(), "ERR unknown command")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.RESERVE", "BLOCK", 999999999, "TOPICS", "sms").Err(), "ERR BLOCK")
+	require.NoError(t, rdb.Do(ctx, "WQ.PAUSE", "sms").Err())
+	require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "sms", "due", "ID", "p1").Err())
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.RESERVE", "BLOCK", 5000, "TOPICS", "sms").Err(), "PAUSED ")
+	require.NoError(t, rdb.Do(ctx, "WQ.RESUME", "sms").Err())
+}
+
+// TestAuth: with tokens, every command but AUTH, HELLO, QUIT and COMMAND
+// needs AUTH first; a token's permissions hold as over HTTP; go-redis
+// connects with a password (the token) and its defaults.
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	tok, sum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	addr := start(t, []config.Token{{ID: "shop", SHA256: sum, Produce: []string{"orders.*"}}}, "orders.x")
+	ctx := context.Background()
+
+	anon := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer anon.Close()
+	require.ErrorContains(t, anon.Do(ctx, "WQ.SCHEDULE", "orders.x", "p").Err(), "NOAUTH")
+	bad := redis.NewClient(&redis.Options{Addr: addr, Password: "wq_shop_wrong", MaxRetries: -1})
+	defer bad.Close()
+	require.ErrorContains(t, bad.Ping(ctx).Err(), "WRONGPASS")
+
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: tok})
+	defer rdb.Close()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "orders.x", "p", "ID", "1").Err())
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.SCHEDULE", "mail", "p").Err(), "FORBIDDEN ")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.RESERVE", "TOPICS", "orders.x").Err(), "FORBIDDEN ")
+	user := redis.NewClient(&redis.Options{Addr: addr, Username: "anyone", Password: tok})
+	defer user.Close()
+	require.NoError(t, user.Ping(ctx).Err(), "AUTH user token")
+}
+
+// TestPipelineAndRaw: raw RESP and inline commands, many in one write,
+// are answered in order; a blocked reserve does not hold another
+// connection; bad frames get an error, not a crash.
+func TestPipelineAndRaw(t *testing.T) {
+	t.Parallel()
+	addr := start(t, nil, "p")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(wait)))
+	var b strings.Builder
+	for i := range 50 {
+		b.WriteString("*4\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$0\r\n\r\n$2\r\nID\r\n")
+		_ = i
+	}
+	// (the $2 ID above is followed by no value: each of these is an error)
+	_, err = c.Write([]byte(b.String() + "PING\r\n"))
+	require.NoError(t, err)
+	rd := bufio.NewReader(c)
+	for range 50 {
+		line, err := rd.ReadString('\n')
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(line, "-ERR syntax error"), "%q", line)
+	}
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "+PONG\r\n", line)
+
+	// A blocked reserve on one connection; another is served meanwhile.
+	blocked, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer blocked.Close()
+	_, err = blocked.Write([]byte("WQ.RESERVE BLOCK 3000 TOPICS p\r\n"))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	_, err = c.Write([]byte("*3\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$5\r\nhello\r\n"))
+	require.NoError(t, err)
+	line, err = rd.ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(line, "$"), "%q", line)
+	require.Less(t, time.Since(start), 2*time.Second)
+	_, _ = rd.ReadString('\n')
+	require.NoError(t, blocked.SetDeadline(time.Now().Add(wait)))
+	brd := bufio.NewReader(blocked)
+	line, err = brd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "*1\r\n", line, "the blocked reserve got the job")
+
+	// Bad frames: an error reply, and the server goes on serving.
+	for _, frame := range []string{"*-5\r\n", "*1\r\n$-3\r\n", "*2\r\n$4\r\nPING\r\n$99999999999\r\n", "*1\r\n$4\r\nPI"} {
+		bc, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		require.NoError(t, bc.SetDeadline(time.Now().Add(2*time.Second)))
+		_, _ = bc.Write([]byte(frame))
+		buf := make([]byte, 256)
+		n, _ := bc.Read(buf)
+		bc.Close()
+		if n > 0 {
+			require.True(t, buf[0] == '-', "%q: %q", frame, buf[:n])
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.NoError(t, rdb.Ping(context.Background()).Err(), "still serving")
+}
+
+// TestRedisCLI: redis-cli, scripted, schedules, reserves and acks.
+func TestRedisCLI(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		if os.Getenv("WHEELQ_REQUIRE_CLIENTS") != "" {
+			t.Fatal("redis-cli not installed (WHEELQ_REQUIRE_CLIENTS is set)")
+		}
+		t.Skip("redis-cli not installed")
+	}
+	addr := start(t, nil, "cli")
+	host, port, _ := net.SplitHostPort(addr)
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	require.Equal(t, "PONG", cli("PING"))
+	require.Equal(t, "o-1", cli("WQ.SCHEDULE", "cli", "hello", "ID", "o-1", "DELAY", "50"))
+	out := cli("WQ.RESERVE", "BLOCK", "5000", "TOPICS", "cli")
+	lines := strings.Split(out, "\n")
+	require.GreaterOrEqual(t, len(lines), 4, "%s", out)
+	require.Equal(t, "cli", lines[0])
+	require.Equal(t, "o-1", lines[1])
+	require.Equal(t, "hello", lines[3])
+	require.Equal(t, "OK", cli("WQ.ACK", "cli", "o-1", lines[2]))
+	require.Contains(t, cli("WQ.GET", "cli", "o-1"), "done")
+	require.Contains(t, cli("WQ.CANCEL", "cli", "nope"), "NOTFOUND")
+}

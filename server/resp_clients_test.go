@@ -1,0 +1,59 @@
+package server_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+var respListening = regexp.MustCompile(`wheelq server: RESP listening" addr=([0-9.:]+)`)
+
+// startRESP starts a server with the RESP front end on a free port and
+// returns it with that port's address.
+func startRESP(t *testing.T, pull string) (*proc, string) {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", pull, "-set", "resp.addr=127.0.0.1:0")
+	var addr string
+	waitFor(t, func() bool {
+		m := respListening.FindStringSubmatch(p.Log())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	return p, addr
+}
+
+// TestRESPPython: redis-py (Debian's python3-redis) schedules, cancels,
+// reserves with a block, nacks and acks through the RESP front end.
+func TestRESPPython(t *testing.T) {
+	t.Parallel()
+	p, addr := startRESP(t, "py")
+	out := runExampleEnv(t, []string{"WHEELQ_RESP=" + addr}, p, "", "/usr/bin/python3", "examples/resp/worker.py")
+	if strings.Contains(out, "No module named 'redis'") {
+		t.Fatal("python3-redis missing")
+	}
+	require.Contains(t, out, "ping True")
+	require.Contains(t, out, "cancel job-2 1")
+	require.Contains(t, out, "again job-1: DUPLICATE")
+	require.Contains(t, out, "nacked job-1 attempt 1")
+	require.Contains(t, out, `acked job-1 attempt 2 payload b'\x00binary\xff' early=False`)
+	require.Contains(t, out, "state done attempts 2")
+}
+
+// TestRESPPHP: phpredis (Debian's php-redis) schedules, reserves with a
+// block and acks; an error reply is the client's error.
+func TestRESPPHP(t *testing.T) {
+	t.Parallel()
+	p, addr := startRESP(t, "php")
+	out := runExampleEnv(t, []string{"WHEELQ_RESP=" + addr}, p, "", "php", "examples/resp/worker.php")
+	require.Contains(t, out, "ping true")
+	require.Contains(t, out, "scheduled 1001")
+	require.Contains(t, out, "acked 1001 (order 1001) attempt 1: true")
+	require.Contains(t, out, "cancel missing: NOTFOUND")
+}
