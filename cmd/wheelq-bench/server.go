@@ -36,10 +36,14 @@ func init() {
 type wheelqServer struct {
 	cmd  *exec.Cmd
 	url  string
+	resp string // the RESP front end's address, if started with one
 	done chan struct{}
 }
 
-var serverListening = regexp.MustCompile(`wheelq server: listening" addr=(http://[0-9.:]+)`)
+var (
+	serverListening = regexp.MustCompile(`wheelq server: listening" addr=(http://[0-9.:]+)`)
+	respListening   = regexp.MustCompile(`wheelq server: RESP listening" addr=([0-9.:]+)`)
+)
 
 // startWheelqServer builds (once) and starts wheelq-server on addr's
 // Redis with args.
@@ -67,13 +71,16 @@ func startWheelqServer(ctx context.Context, redisAddr string, args ...string) (*
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
 	}
-	found := make(chan string, 1)
+	found, foundRESP := make(chan string, 1), make(chan string, 1)
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := serverListening.FindStringSubmatch(sc.Text()); m != nil {
 				found <- m[1]
+			}
+			if m := respListening.FindStringSubmatch(sc.Text()); m != nil {
+				foundRESP <- m[1]
 			}
 		}
 		_ = s.cmd.Wait()
@@ -85,6 +92,14 @@ func startWheelqServer(ctx context.Context, redisAddr string, args ...string) (*
 	case <-time.After(30 * time.Second):
 		s.stop()
 		return nil, errors.New("wheelq-server did not listen within 30 s")
+	}
+	if strings.Contains(strings.Join(args, " "), "resp.addr=") {
+		select {
+		case s.resp = <-foundRESP:
+		case <-time.After(30 * time.Second):
+			s.stop()
+			return nil, errors.New("wheelq-server's RESP front end did not listen within 30 s")
+		}
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if resp, err := http.Get(s.url + "/readyz"); err == nil {

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq"
+)
+
+func init() {
+	workloads = append(workloads,
+		workload{"resp-schedule", "jobs/s scheduled through wheelq-server's RESP front end (WQ.SCHEDULE) from 32 connections, pipelined 64 deep and one at a time, vs the library's Schedule from 32 goroutines in the same run", runRESPSchedule},
+		workload{"resp-reserve", "20,000 jobs due over [1s, 3s], 8 go-redis clients blocked in WQ.RESERVE (lateness: the reply's arrival minus due), vs the in-process pull workload in the same run", runRESPReserve},
+	)
+}
+
+func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(64_000, 6_400)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	payload := bytes.Repeat([]byte("x"), 64)
+	const conns = 32
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("resplib")})
+	if err != nil {
+		return err
+	}
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range conns {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, "t", payload, wheelq.ID(fmt.Sprint("j", k)), wheelq.After(time.Hour)); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	lib := float64(n) / time.Since(t0).Seconds()
+	_ = q.Shutdown(ctx)
+	emit(result{"workload": "resp-schedule", "system": "library Schedule", "n": n, "goroutines": conns, "jobs_per_s": round(lib), "errors": failed.Load()})
+
+	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", namespace("resp"), "-set", "resp.addr=127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	rdb := redis.NewClient(&redis.Options{Addr: s.resp, PoolSize: conns})
+	defer rdb.Close()
+	for _, depth := range []int{64, 1} {
+		next.Store(0)
+		failed.Store(0)
+		batches := n / depth
+		cpu0 := s.cpu()
+		t0 := time.Now()
+		for range conns {
+			wg.Go(func() {
+				for k := next.Add(1) - 1; k < int64(batches); k = next.Add(1) - 1 {
+					pipe := rdb.Pipeline()
+					for i := range depth {
+						pipe.Do(ctx, "WQ.SCHEDULE", "t", payload, "ID", fmt.Sprint("d", depth, "-", k, "-", i), "DELAY", 3600000)
+					}
+					cmds, _ := pipe.Exec(ctx)
+					for _, c := range cmds {
+						if c.Err() != nil {
+							failed.Add(1)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		jobs := float64(batches * depth)
+		rate := jobs / time.Since(t0).Seconds()
+		emit(result{"workload": "resp-schedule", "system": "wheelq-server RESP", "n": batches * depth, "connections": conns, "pipeline": depth,
+			"jobs_per_s": round(rate), "ratio_to_library": round(rate/lib*100) / 100, "server_cpu_us_per_job": round((s.cpu() - cpu0) * 1e6 / jobs),
+			"errors": failed.Load()})
+	}
+	return nil
+}
+
+func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(20_000, 2_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	ns := namespace("resppull")
+	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	lat := newLateness(n)
+	wanted := make([]time.Time, n)
+	cctx, stop := context.WithCancel(ctx)
+	var cw sync.WaitGroup
+	var ackFailed atomic.Int64
+	for range 8 {
+		rc := redis.NewClient(&redis.Options{Addr: s.resp, PoolSize: 1, ReadTimeout: 5 * time.Second})
+		ac := redis.NewClient(&redis.Options{Addr: s.resp, PoolSize: 1})
+		cw.Go(func() {
+			defer rc.Close()
+			defer ac.Close()
+			var acks sync.WaitGroup
+			defer acks.Wait()
+			for cctx.Err() == nil {
+				res, err := rc.Do(cctx, "WQ.RESERVE", "COUNT", 100, "BLOCK", 2000, "TOPICS", "p").Slice()
+				at := time.Now()
+				if err != nil {
+					continue
+				}
+				pipe := ac.Pipeline()
+				for _, j := range res {
+					f, _ := j.([]any)
+					if len(f) < 3 {
+						continue
+					}
+					id, _ := f[1].(string)
+					var i int
+					if _, err := fmt.Sscanf(strings.TrimPrefix(id, "r-"), "%d", &i); err == nil && i >= 0 && i < n {
+						lat.record(i, wanted[i], at)
+					}
+					pipe.Do(ctx, "WQ.ACK", f[0], f[1], f[2])
+				}
+				acks.Go(func() {
+					cmds, _ := pipe.Exec(context.WithoutCancel(cctx))
+					for _, c := range cmds {
+						if c.Err() != nil {
+							ackFailed.Add(1)
+						}
+					}
+				})
+			}
+		})
+	}
+	t0 := time.Now()
+	ds := dues(t0, n, time.Second, 3*time.Second)
+	copy(wanted, ds)
+	var wg sync.WaitGroup
+	var next, failed atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, "p", bytes.Repeat([]byte("x"), 64), wheelq.ID(fmt.Sprint("r-", k)), wheelq.At(ds[k])); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitAll(ctx, lat, t0.Add(10*time.Second))
+	stop()
+	cw.Wait()
+	r := lat.result("resp-reserve", "wheelq-server RESP WQ.RESERVE", n)
+	r["schedule_errors"] = failed.Load()
+	r["ack_errors"] = ackFailed.Load()
+	emit(r)
+	return runPull(ctx, cfg, emit)
+}
