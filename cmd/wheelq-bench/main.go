@@ -37,6 +37,9 @@ type workload struct {
 }
 
 type config struct {
+	// serverBin is the wheelq-server binary of the server-* and resp-*
+	// workloads (built from ./server when empty).
+	serverBin string
 	n          int
 	goroutines []int
 	claimLead  time.Duration
@@ -66,6 +69,7 @@ func main() {
 	flag.StringVar(&names, "workload", "precision,memory,addcancel", "comma-separated workloads, or \"all\"")
 	flag.IntVar(&cfg.n, "n", 0, "override the workload's size")
 	flag.StringVar(&cfg.redisAddr, "redis", "", "use this Redis (host:port) instead of starting one")
+	flag.StringVar(&cfg.serverBin, "server-bin", "", "server-*, resp-*: the wheelq-server binary (default: built from ./server, run from the repository's root)")
 	flag.BoolVar(&cfg.quick, "quick", false, "smaller sizes, for a smoke test")
 	flag.BoolVar(&cfg.backup, "backup", false, "precision: the wheel with wheel.SchedulerConfig.Backup (a second runner on a thread of its own; Linux, GOMAXPROCS >= 2; not with -wakes)")
 	flag.DurationVar(&cfg.wakes, "wakes", 0, "precision: print to stderr each wake of the wheel's sleeper at least this late, with the thread's run-queue wait and the machine's CPU pressure meanwhile (Linux)")

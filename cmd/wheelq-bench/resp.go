@@ -51,7 +51,7 @@ func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error 
 	_ = q.Shutdown(ctx)
 	emit(result{"workload": "resp-schedule", "system": "library Schedule", "n": n, "goroutines": conns, "jobs_per_s": round(lib), "errors": failed.Load()})
 
-	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", namespace("resp"), "-set", "resp.addr=127.0.0.1:0")
+	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", namespace("resp"), "-set", "resp.addr=127.0.0.1:0")
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 	defer br.close()
 	ns := namespace("resppull")
-	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0")
+	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0")
 	if err != nil {
 		return err
 	}

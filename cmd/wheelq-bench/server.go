@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,8 +21,6 @@ import (
 
 	"github.com/wheelq/wheelq"
 )
-
-var serverBin = flag.String("server-bin", "", "server-*: the wheelq-server binary (default: built from ./server, run from the repository's root)")
 
 func init() {
 	workloads = append(workloads,
@@ -47,8 +44,8 @@ var (
 
 // startWheelqServer builds (once) and starts wheelq-server on addr's
 // Redis with args.
-func startWheelqServer(ctx context.Context, redisAddr string, args ...string) (*wheelqServer, error) {
-	bin := *serverBin
+func startWheelqServer(ctx context.Context, cfg *config, redisAddr string, args ...string) (*wheelqServer, error) {
+	bin := cfg.serverBin
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "wheelq-bench-server")
 		if err != nil {
@@ -60,7 +57,7 @@ func startWheelqServer(ctx context.Context, redisAddr string, args ...string) (*
 		if out, err := build.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build wheelq-server (run from the repository's root, or pass -server-bin): %v\n%s", err, out)
 		}
-		*serverBin = bin
+		cfg.serverBin = bin // built once per run
 	}
 	all := append([]string{"-addr", "127.0.0.1:0", "-redis-url", "redis://" + redisAddr + "/0", "-set", "log.access=false"}, args...)
 	s := &wheelqServer{cmd: exec.Command(bin, all...), done: make(chan struct{})}
@@ -208,7 +205,7 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 	emit(result{"workload": "server-schedule", "system": "library Schedule", "n": n, "goroutines": conns, "jobs_per_s": round(lib), "errors": failed.Load()})
 
 	ns := namespace("srv")
-	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", ns)
+	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns)
 	if err != nil {
 		return err
 	}
@@ -267,7 +264,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 	}
 	defer br.close()
 	ns := namespace("srvpull")
-	s, err := startWheelqServer(ctx, br.srv.Addr, "-namespace", ns, "-pull", "p,idle", "-set", "http.max_polls_per_token=2000")
+	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "p,idle", "-set", "http.max_polls_per_token=2000")
 	if err != nil {
 		return err
 	}

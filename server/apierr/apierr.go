@@ -47,29 +47,31 @@ type Info struct {
 	Doc string
 }
 
-// Codes is the table, in a stable order.
-var Codes = []Info{
-	{Invalid, http.StatusBadRequest, "the request is malformed: bad JSON, a wrong type, an unknown field, an invalid topic, id, time, option or cursor"},
-	{TooLarge, http.StatusRequestEntityTooLarge, "the body, the payload, the headers or the batch is past its limit"},
-	{Unauthorized, http.StatusUnauthorized, "no token, or an unknown one"},
-	{Forbidden, http.StatusForbidden, "the token lacks the permission for the topic"},
-	{NotFound, http.StatusNotFound, "no such job (nor in the run history)"},
-	{NoRoute, http.StatusNotFound, "no such route"},
-	{MethodNotAllow, http.StatusMethodNotAllowed, "the route does not take this method"},
-	{Duplicate, http.StatusConflict, "a job with this id exists (on_duplicate reject)"},
-	{Running, http.StatusConflict, "the job is running or reserved: cancelled, but that run goes on"},
-	{ReservationLost, http.StatusConflict, "the reservation is not current: lapsed, cancelled, or settled already"},
-	{TopicMode, http.StatusConflict, "the topic is not pulled by this server (queue.pull), or is consumed the other way"},
-	{Paused, http.StatusConflict, "every topic asked for is paused"},
-	{TooManyWaiters, http.StatusTooManyRequests, "the token holds http.max_polls_per_token long polls already"},
-	{Unavailable, http.StatusServiceUnavailable, "Redis is unreachable, or the server is shutting down: retry later"},
-	{OutcomeUnknown, http.StatusGatewayTimeout, "Redis did not answer: the request may have been applied; sending it again is safe"},
-	{Internal, http.StatusInternalServerError, "a bug: the detail is in the server's log"},
+// Codes returns the table, in a stable order (a new slice each call).
+func Codes() []Info {
+	return []Info{
+		{Invalid, http.StatusBadRequest, "the request is malformed: bad JSON, a wrong type, an unknown field, an invalid topic, id, time, option or cursor"},
+		{TooLarge, http.StatusRequestEntityTooLarge, "the body, the payload, the headers or the batch is past its limit"},
+		{Unauthorized, http.StatusUnauthorized, "no token, or an unknown one"},
+		{Forbidden, http.StatusForbidden, "the token lacks the permission for the topic"},
+		{NotFound, http.StatusNotFound, "no such job (nor in the run history)"},
+		{NoRoute, http.StatusNotFound, "no such route"},
+		{MethodNotAllow, http.StatusMethodNotAllowed, "the route does not take this method"},
+		{Duplicate, http.StatusConflict, "a job with this id exists (on_duplicate reject)"},
+		{Running, http.StatusConflict, "the job is running or reserved: cancelled, but that run goes on"},
+		{ReservationLost, http.StatusConflict, "the reservation is not current: lapsed, cancelled, or settled already"},
+		{TopicMode, http.StatusConflict, "the topic is not pulled by this server (queue.pull), or is consumed the other way"},
+		{Paused, http.StatusConflict, "every topic asked for is paused"},
+		{TooManyWaiters, http.StatusTooManyRequests, "the token holds http.max_polls_per_token long polls already"},
+		{Unavailable, http.StatusServiceUnavailable, "Redis is unreachable, or the server is shutting down: retry later"},
+		{OutcomeUnknown, http.StatusGatewayTimeout, "Redis did not answer: the request may have been applied; sending it again is safe"},
+		{Internal, http.StatusInternalServerError, "a bug: the detail is in the server's log"},
+	}
 }
 
 // Status is the HTTP status of code.
 func (c Code) Status() int {
-	for _, i := range Codes {
+	for _, i := range Codes() {
 		if i.Code == c {
 			return i.Status
 		}
@@ -89,6 +91,7 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// Error gives the code and the message.
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Is matches any *Error of the same code, so errors.Is(err,

@@ -40,7 +40,7 @@ func TestFrom(t *testing.T) {
 // TestTable: every code has a status and a RESP prefix of its own.
 func TestTable(t *testing.T) {
 	seen := map[string]bool{}
-	for _, c := range apierr.Codes {
+	for _, c := range apierr.Codes() {
 		require.GreaterOrEqual(t, c.Status, 400)
 		require.Equal(t, c.Status, c.Code.Status())
 		require.NotEmpty(t, c.Doc)

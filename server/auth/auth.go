@@ -45,6 +45,7 @@ const (
 
 var permNames = [numPerms]string{"produce", "consume", "admin"}
 
+// String names the permission as the configuration does.
 func (p Perm) String() string {
 	if p < 0 || p >= numPerms {
 		return fmt.Sprintf("perm(%d)", int(p))
@@ -69,9 +70,9 @@ type Principal struct {
 	all   bool
 }
 
-// Anonymous may do everything: the principal of a loopback server that
+// anonymous may do everything: the principal of a loopback server that
 // has no tokens.
-var anonymous = &Principal{ID: "anonymous", all: true}
+func anonymous() *Principal { return &Principal{ID: "anonymous", all: true} }
 
 // Allow says whether p may act with perm on topic ("" for an act on
 // every topic, which needs a "*" pattern). Admin covers every
@@ -159,7 +160,7 @@ func (a *Authorizer) Open() bool { return a.open }
 // none).
 func (a *Authorizer) Authenticate(token string) (*Principal, error) {
 	if a.open {
-		return anonymous, nil
+		return anonymous(), nil
 	}
 	if token == "" {
 		return nil, fmt.Errorf("%w: no token (send Authorization: Bearer wq_...)", ErrUnauthorized)

@@ -69,7 +69,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	d := loadDoc(t)
 	var want []string
 	statuses := map[string]bool{}
-	for _, c := range apierr.Codes {
+	for _, c := range apierr.Codes() {
 		want = append(want, string(c.Code))
 		statuses[itoa(c.Status)] = true
 	}
