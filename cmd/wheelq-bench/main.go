@@ -39,7 +39,7 @@ type workload struct {
 type config struct {
 	// serverBin is the wheelq-server binary of the server-* and resp-*
 	// workloads (built from ./server when empty).
-	serverBin string
+	serverBin  string
 	n          int
 	goroutines []int
 	claimLead  time.Duration

@@ -30,27 +30,12 @@ func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error 
 	defer br.close()
 	payload := bytes.Repeat([]byte("x"), 64)
 	const conns = 32
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("resplib")})
+	lib, err := libraryRate(ctx, br, "resp-schedule", n, conns, payload, emit)
 	if err != nil {
 		return err
 	}
 	var next, failed atomic.Int64
 	var wg sync.WaitGroup
-	t0 := time.Now()
-	for range conns {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-				if _, err := q.Schedule(ctx, "t", payload, wheelq.ID(fmt.Sprint("j", k)), wheelq.After(time.Hour)); err != nil {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	lib := float64(n) / time.Since(t0).Seconds()
-	_ = q.Shutdown(ctx)
-	emit(result{"workload": "resp-schedule", "system": "library Schedule", "n": n, "goroutines": conns, "jobs_per_s": round(lib), "errors": failed.Load()})
-
 	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", namespace("resp"), "-set", "resp.addr=127.0.0.1:0")
 	if err != nil {
 		return err

@@ -169,6 +169,34 @@ func httpClient(conns int) *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
 }
 
+// libraryRate schedules n jobs (payload, due in an hour) with the
+// library's Schedule from goroutines, on a namespace of their own: the
+// baseline of the server's workloads. It emits the result and returns
+// the jobs/s.
+func libraryRate(ctx context.Context, br *benchRedis, workload string, n, goroutines int, payload []byte, emit func(result)) (float64, error) {
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("lib")})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = q.Shutdown(ctx) }()
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, "t", payload, wheelq.ID(fmt.Sprint("j", k)), wheelq.After(time.Hour)); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	lib := float64(n) / time.Since(t0).Seconds()
+	emit(result{"workload": workload, "system": "library Schedule", "n": n, "goroutines": goroutines, "jobs_per_s": round(lib), "errors": failed.Load()})
+	return lib, nil
+}
+
 // runServerSchedule: the library's Schedule from 32 goroutines (the
 // baseline), then 32 HTTP connections scheduling one job per request,
 // then batches of 100; each its own namespace on one Redis.
@@ -182,27 +210,12 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 	payload := bytes.Repeat([]byte("x"), 64)
 	const conns = 32
 
-	// Baseline: the library in this process.
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("srvlib")})
+	lib, err := libraryRate(ctx, br, "server-schedule", n, conns, payload, emit)
 	if err != nil {
 		return err
 	}
 	var next, failed atomic.Int64
 	var wg sync.WaitGroup
-	t0 := time.Now()
-	for range conns {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-				if _, err := q.Schedule(ctx, "t", payload, wheelq.ID(fmt.Sprint("j", k)), wheelq.After(time.Hour)); err != nil {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	lib := float64(n) / time.Since(t0).Seconds()
-	_ = q.Shutdown(ctx)
-	emit(result{"workload": "server-schedule", "system": "library Schedule", "n": n, "goroutines": conns, "jobs_per_s": round(lib), "errors": failed.Load()})
 
 	ns := namespace("srv")
 	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns)

@@ -8,40 +8,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wheelq/wheelq/internal/redistest"
-	"github.com/wheelq/wheelq/server"
 	"github.com/wheelq/wheelq/server/client"
 	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/internal/servertest"
 )
 
 // startServer runs a wheelq server in this process on a real
 // redis-server, pulling topics, and returns its base URL.
 func startServer(t *testing.T, pull ...string) string {
 	t.Helper()
-	rs := redistest.Start(t, redistest.Options{})
-	cfg := config.Default()
-	cfg.Redis.URL = config.Secret("redis://" + rs.Addr + "/0")
-	cfg.HTTP.Addr = "127.0.0.1:0"
-	cfg.Queue.Pull = pull
-	cfg.Log.Access = false
-	addr := make(chan string, 1)
-	s, err := server.New(cfg, server.Options{Listening: func(a string) { addr <- a }})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case a := <-addr:
-		<-s.Queue().Ready()
-		return "http://" + a
-	case err := <-done:
-		t.Fatalf("server stopped: %v", err)
-	}
-	return ""
+	return servertest.Start(t, func(c *config.Config) { c.Queue.Pull = pull }).HTTP
 }
 
 func TestClient(t *testing.T) {

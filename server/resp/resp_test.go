@@ -13,44 +13,23 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wheelq/wheelq/internal/redistest"
-	"github.com/wheelq/wheelq/server"
 	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/internal/servertest"
 )
 
 const wait = 20 * time.Second
 
 // start runs a wheelq server in this process on a real redis-server with
-// the RESP front end, pulling topics; tokens, if any, are required.
+// the RESP front end, pulling topics; tokens, if any, are required. It
+// returns the RESP address.
 func start(t *testing.T, tokens []config.Token, pull ...string) string {
 	t.Helper()
-	rs := redistest.Start(t, redistest.Options{})
-	cfg := config.Default()
-	cfg.Redis.URL = config.Secret("redis://" + rs.Addr + "/0")
-	cfg.HTTP.Addr = "127.0.0.1:0"
-	cfg.RESP.Addr = "127.0.0.1:0"
-	cfg.Queue.Pull = pull
-	cfg.Log.Access = false
-	cfg.Tokens = tokens
-	addr := make(chan string, 1)
-	s, err := server.New(cfg, server.Options{ListeningRESP: func(a string) { addr <- a }})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case a := <-addr:
-		<-s.Queue().Ready()
-		return a
-	case err := <-done:
-		t.Fatalf("server stopped: %v", err)
-	}
-	return ""
+	return servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.Queue.Pull = pull
+		c.Tokens = tokens
+	}).RESP
 }
 
 // TestGoRedis: go-redis connects with its defaults (HELLO 3 is refused
