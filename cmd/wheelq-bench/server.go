@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +26,7 @@ import (
 func init() {
 	workloads = append(workloads,
 		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request and batches of 100, vs the library's Schedule from 32 goroutines in the same run; the server's CPU per job", runServerSchedule},
+		workload{"server-push", "20,000 jobs due over [1s, 3s] of a topic wheelq-server POSTs to a receiver in the bench process (lateness: the POST's arrival minus due), vs precision64's handlers in the same run", runServerPush},
 		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream; vs the in-process pull workload in the same run", runServerReserve},
 	)
 }
@@ -453,4 +455,74 @@ func holdIdlePolls(ctx context.Context, url string, k int) func() {
 		})
 	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// runServerPush: W1 pushed: n jobs due over [1s, 3s] of a topic the
+// server delivers by HTTP POST to a receiver in this process (204 each);
+// lateness is the POST's arrival minus the due time.
+func runServerPush(ctx context.Context, cfg *config, emit func(result)) error {
+	n := cfg.size(20_000, 2_000)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	lat := newLateness(n)
+	wanted := make([]time.Time, n)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	recv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		if i, err := strconv.Atoi(strings.TrimPrefix(r.Header.Get("Wheelq-Id"), "h-")); err == nil && i >= 0 && i < n {
+			lat.record(i, wanted[i], at)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = recv.Serve(l) }()
+	defer recv.Close()
+	dir, err := os.MkdirTemp("", "wheelq-bench-push")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	conf := filepath.Join(dir, "wheelq-server.toml")
+	body := fmt.Sprintf("[push]\nallow_hosts = [%q]\n[[push.topic]]\ntopic = \"hook\"\nurl = \"http://%s/in\"\nsecret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\"\n", l.Addr(), l.Addr())
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		return err
+	}
+	ns := namespace("srvpush")
+	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-config", conf, "-namespace", ns)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	ds := dues(t0, n, time.Second, 3*time.Second)
+	copy(wanted, ds)
+	var wg sync.WaitGroup
+	var next, failed atomic.Int64
+	cpu0 := s.cpu()
+	for range 32 {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, "hook", bytes.Repeat([]byte("x"), 64), wheelq.ID(fmt.Sprint("h-", k)), wheelq.At(ds[k])); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitAll(ctx, lat, t0.Add(10*time.Second))
+	r := lat.result("server-push", "wheelq-server push (POST received)", n)
+	r["schedule_errors"] = failed.Load()
+	r["server_cpu_us_per_job"] = round((s.cpu() - cpu0) * 1e6 / float64(n))
+	emit(r)
+	return runPrecision64(ctx, cfg, emit)
 }

@@ -40,6 +40,11 @@ const (
 	HeaderHeaders = "Wheelq-Headers"
 )
 
+// maxIdlePerHost is how many idle connections a deliverer keeps to its
+// receiver: as many as pushes may run at once (Config.Concurrency's
+// default, 64), and some.
+const maxIdlePerHost = 128
+
 // Target is where a topic's jobs go.
 type Target struct {
 	URL *url.URL
@@ -70,7 +75,11 @@ func New(t Target, allow []string, transport http.RoundTripper) (*Deliverer, err
 		return nil, errors.New("push: secret: want whsec_ then the base64 of at least 16 bytes")
 	}
 	if transport == nil {
-		transport = http.DefaultTransport
+		// Keep a connection per concurrent delivery: the default keeps 2
+		// idle per host, so most pushes to one receiver dialled anew.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = maxIdlePerHost
+		transport = t
 	}
 	c := &http.Client{
 		Transport: transport,

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,4 +78,35 @@ func TestAllowList(t *testing.T) {
 	u, _ = url.Parse("http://127.0.0.1:9000/x")
 	_, err = push.New(push.Target{URL: u, Secret: "whsec_short"}, []string{"127.0.0.1:9000"}, nil)
 	require.Error(t, err)
+}
+
+// TestReusesConnections: concurrent deliveries to one receiver reuse
+// their connections (the default transport keeps 2 idle per host, and
+// most pushes dialled anew: p50 0.44 s late at 10,000 jobs/s).
+func TestReusesConnections(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host}, nil)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 20 {
+				require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(g, "-", i), Attempt: 1}))
+			}
+		})
+	}
+	wg.Wait()
+	require.LessOrEqual(t, conns.Load(), int32(40), "640 pushes from 32 goroutines: about one connection each")
 }
