@@ -48,8 +48,11 @@ func behaviour(t *testing.T, rdb redis.UniversalClient) {
 	require.NoError(t, worker.Start(ctx))
 	<-worker.Ready()
 	const n = 40
+	// Due 1.5 s on: the cancels and reschedules below come first, however
+	// busy the machine (at 300 ms, beside stress-ng, a cancel found its
+	// job already run).
 	for i := range n {
-		_, err := producer.Schedule(ctx, "b", nil, ID(fmt.Sprint(i)), After(300*time.Millisecond+time.Duration(i)*10*time.Millisecond))
+		_, err := producer.Schedule(ctx, "b", nil, ID(fmt.Sprint(i)), After(1500*time.Millisecond+time.Duration(i)*10*time.Millisecond))
 		require.NoError(t, err)
 	}
 	for _, id := range []string{"retry", "dead"} {
@@ -58,7 +61,7 @@ func behaviour(t *testing.T, rdb redis.UniversalClient) {
 	}
 	for i := range 10 {
 		require.NoError(t, producer.Cancel(ctx, "b", fmt.Sprint(i)))
-		require.NoError(t, producer.Reschedule(ctx, "b", fmt.Sprint(10+i), time.Now().Add(700*time.Millisecond)))
+		require.NoError(t, producer.Reschedule(ctx, "b", fmt.Sprint(10+i), time.Now().Add(2500*time.Millisecond)))
 	}
 	runs := func() int {
 		c := 0

@@ -143,7 +143,7 @@ func wqKeys(t *testing.T, b *bundle) []string {
 	for _, k := range keys {
 		if !strings.HasSuffix(k, ":meta") && !strings.HasSuffix(k, ":lease") && !strings.HasSuffix(k, ":loaded") && !strings.Contains(k, ":cancelled") &&
 			!strings.HasSuffix(k, ":members") && !strings.HasSuffix(k, ":members-version") && !strings.Contains(k, ":history") &&
-			!strings.HasSuffix(k, ":topics") {
+			!strings.HasSuffix(k, ":topics") && !strings.HasSuffix(k, ":figures") {
 			out = append(out, k)
 		}
 	}
@@ -248,7 +248,15 @@ func TestBacklogRunsEachJobOnce(t *testing.T) {
 			require.False(t, r.at[i].Before(j.Due), "job %s ran before due", j.ID)
 		}
 		r.mu.Unlock()
-		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "acks remove every job key")
+		var left []string
+		if !assert.Eventually(t, func() bool { left = wqKeys(t, b); return len(left) == 0 }, wait, 10*time.Millisecond) {
+			for _, k := range left {
+				typ, _ := b.rdb.Type(b.ctx, k).Result()
+				t.Logf("left: %s (%s)", k, typ)
+			}
+			st, _ := b.q.Stats(b.ctx)
+			t.Fatalf("acks did not remove every job key; stats %+v", st)
+		}
 		st, err := b.q.Stats(b.ctx)
 		require.NoError(t, err)
 		require.Equal(t, uint64(2*n), st.Succeeded)
