@@ -81,11 +81,12 @@ func cmdPing(_ *Server, c redcon.Conn, _ *session, args [][]byte) error {
 }
 
 func (s *Server) login(sess *session, token string) error {
-	p, err := s.authz().Authenticate(token)
+	az := s.authz()
+	p, err := az.Authenticate(token)
 	if err != nil {
 		return apierr.New(apierr.Unauthorized, "invalid token")
 	}
-	sess.p = p
+	sess.p, sess.token, sess.az = p, token, az
 	return nil
 }
 

@@ -72,6 +72,12 @@ type session struct {
 	p    *auth.Principal
 	name string
 	lim  *limitedConn
+	// token is what the connection authenticated with, and az the
+	// authorizer that took it: when the server swaps its authorizer
+	// (SIGHUP), the next command authenticates the token again, so a
+	// revoked token is refused on open connections too.
+	token string
+	az    *auth.Authorizer
 }
 
 // New builds the front end over q; authz gives the current authorizer
@@ -117,8 +123,9 @@ func (s *Server) accept(c redcon.Conn) bool {
 	if lc, ok := c.NetConn().(*limitedConn); ok {
 		sess.lim = lc
 	}
-	if p, err := s.authz().Authenticate(""); err == nil {
-		sess.p = p // a loopback server without tokens
+	az := s.authz()
+	if p, err := az.Authenticate(""); err == nil {
+		sess.p, sess.az = p, az // a loopback server without tokens
 	}
 	c.SetContext(sess)
 	return true
@@ -152,6 +159,16 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 	if n := len(cmd.Args); (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
 		c.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return
+	}
+	if sess.p != nil {
+		if az := s.authz(); az != sess.az {
+			// The tokens were reloaded: is this connection's still good?
+			p, err := az.Authenticate(sess.token)
+			sess.p, sess.az = p, az
+			if err != nil {
+				sess.p = nil
+			}
+		}
 	}
 	if sess.p == nil && !spec.noauth {
 		c.WriteError("NOAUTH Authentication required.")
