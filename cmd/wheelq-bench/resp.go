@@ -138,23 +138,12 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
 	copy(wanted, ds)
-	var wg sync.WaitGroup
-	var next, failed atomic.Int64
-	for range 32 {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-				if _, err := q.Schedule(ctx, "p", bytes.Repeat([]byte("x"), 64), wheelq.ID(fmt.Sprint("r-", k)), wheelq.At(ds[k])); err != nil {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	failed := scheduleDue(ctx, q, "p", "r-", ds)
 	waitAll(ctx, lat, t0.Add(10*time.Second))
 	stop()
 	cw.Wait()
 	r := lat.result("resp-reserve", "wheelq-server RESP WQ.RESERVE", n)
-	r["schedule_errors"] = failed.Load()
+	r["schedule_errors"] = failed
 	r["ack_errors"] = ackFailed.Load()
 	emit(r)
 	return runPull(ctx, cfg, emit)

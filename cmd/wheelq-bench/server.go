@@ -347,18 +347,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		t0 := time.Now()
 		ds := dues(t0, n, time.Second, 3*time.Second)
 		copy(wanted, ds)
-		var wg sync.WaitGroup
-		var next, failed atomic.Int64
-		for range 32 {
-			wg.Go(func() {
-				for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-					if _, err := q.Schedule(ctx, "p", bytes.Repeat([]byte("x"), 64), wheelq.ID(fmt.Sprint(prefix, k)), wheelq.At(ds[k])); err != nil {
-						failed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		failed := scheduleDue(ctx, q, "p", prefix, ds)
 		waitAll(ctx, lat, t0.Add(10*time.Second))
 		stop()
 		cw.Wait()
@@ -372,7 +361,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		r["idle_polls"] = idle
 		r["server_rss_bytes"] = rss
 		r["server_cpu_s"] = round((s.cpu()-cpu0)*10) / 10
-		r["schedule_errors"] = failed.Load()
+		r["schedule_errors"] = failed
 		r["ack_errors"] = ackFailed.Load()
 		emit(r)
 	}
@@ -506,23 +495,32 @@ func runServerPush(ctx context.Context, cfg *config, emit func(result)) error {
 	t0 := time.Now()
 	ds := dues(t0, n, time.Second, 3*time.Second)
 	copy(wanted, ds)
+	cpu0 := s.cpu()
+	failed := scheduleDue(ctx, q, "hook", "h-", ds)
+	waitAll(ctx, lat, t0.Add(10*time.Second))
+	r := lat.result("server-push", "wheelq-server push (POST received)", n)
+	r["schedule_errors"] = failed
+	r["server_cpu_us_per_job"] = round((s.cpu() - cpu0) * 1e6 / float64(n))
+	emit(r)
+	return runPrecision64(ctx, cfg, emit)
+}
+
+// scheduleDue schedules a job of topic per due time in ds (64-byte
+// payloads, id prefix+index) from 32 goroutines, and returns how many
+// failed: W1's writing, for the workloads whose consumer is a server's.
+func scheduleDue(ctx context.Context, q *wheelq.Queue, topic, prefix string, ds []time.Time) int64 {
 	var wg sync.WaitGroup
 	var next, failed atomic.Int64
-	cpu0 := s.cpu()
+	payload := bytes.Repeat([]byte("x"), 64)
 	for range 32 {
 		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(n); k = next.Add(1) - 1 {
-				if _, err := q.Schedule(ctx, "hook", bytes.Repeat([]byte("x"), 64), wheelq.ID(fmt.Sprint("h-", k)), wheelq.At(ds[k])); err != nil {
+			for k := next.Add(1) - 1; k < int64(len(ds)); k = next.Add(1) - 1 {
+				if _, err := q.Schedule(ctx, topic, payload, wheelq.ID(fmt.Sprint(prefix, k)), wheelq.At(ds[k])); err != nil {
 					failed.Add(1)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	waitAll(ctx, lat, t0.Add(10*time.Second))
-	r := lat.result("server-push", "wheelq-server push (POST received)", n)
-	r["schedule_errors"] = failed.Load()
-	r["server_cpu_us_per_job"] = round((s.cpu() - cpu0) * 1e6 / float64(n))
-	emit(r)
-	return runPrecision64(ctx, cfg, emit)
+	return failed.Load()
 }

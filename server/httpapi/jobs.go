@@ -54,6 +54,17 @@ func (a *API) scheduleOne(ctx context.Context, topic string, req *ScheduleReques
 	return res
 }
 
+// checkBatch checks the size of a batch of n items: 1 to MaxBatch.
+func (a *API) checkBatch(n int, what string) error {
+	switch {
+	case n > a.opts.MaxBatch:
+		return apierr.New(apierr.TooLarge, "%d %s: the limit is %d", n, what, a.opts.MaxBatch)
+	case n == 0:
+		return apierr.New(apierr.Invalid, "no %s", what)
+	}
+	return nil
+}
+
 // batchWorkers is how many of a batch's jobs are scheduled at once: they
 // share Redis round trips (group commit).
 const batchWorkers = 256
@@ -63,11 +74,8 @@ func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
 		return 0, nil, err
 	}
-	if len(req.Jobs) > a.opts.MaxBatch {
-		return 0, nil, apierr.New(apierr.TooLarge, "batch of %d jobs: the limit is %d", len(req.Jobs), a.opts.MaxBatch)
-	}
-	if len(req.Jobs) == 0 {
-		return 0, nil, apierr.New(apierr.Invalid, "a batch of no jobs")
+	if err := a.checkBatch(len(req.Jobs), "jobs"); err != nil {
+		return 0, nil, err
 	}
 	ctx, cancel := a.ctx(r)
 	defer cancel()
@@ -200,11 +208,8 @@ func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal
 	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
 		return 0, nil, err
 	}
-	if len(req.Receipts) > a.opts.MaxBatch {
-		return 0, nil, apierr.New(apierr.TooLarge, "%d receipts: the limit is %d", len(req.Receipts), a.opts.MaxBatch)
-	}
-	if len(req.Receipts) == 0 {
-		return 0, nil, apierr.New(apierr.Invalid, "no receipts")
+	if err := a.checkBatch(len(req.Receipts), "receipts"); err != nil {
+		return 0, nil, err
 	}
 	ctx, cancel := a.ctx(r)
 	defer cancel()
