@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -485,10 +486,7 @@ func (q *Queue) unwait(w *pullWaiter) {
 		for i, r := range left {
 			ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
-		defer cancel()
-		_, wall := wheel.Readings(q.clock)
-		if _, err := q.store.Resolve(ctx, wall.UnixMicro(), ops); err != nil {
+		if _, err := q.releaseOps(context.Background(), ops); err != nil {
 			q.log.Warn("wheelq: releasing reservations; they lapse instead", "err", err, "jobs", len(ops))
 		}
 		q.announced(w.topics...)
@@ -730,6 +728,74 @@ func (q *Queue) Nack(ctx context.Context, res *Reservation, opts NackOptions) er
 		}
 	}
 	return err
+}
+
+// Release hands reservations back without counting an attempt: each job
+// goes back to its topic's ready set at its due time, to be taken at once
+// by the next Reserve (here or in any process), oldest first, as if it had
+// never been handed out. It is for a consumer that took jobs it will not
+// process: a server whose client went away before the reply reached it.
+// Released tokens are spent. It returns ErrReservationLost (naming the
+// jobs) for those whose reservation was no longer current; the others are
+// released. One round trip for all.
+func (q *Queue) Release(ctx context.Context, rs ...*Reservation) error {
+	if err := checkCtx(ctx, "release"); err != nil {
+		return err
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	ops := make([]persist.ResolveOp, len(rs))
+	for i, r := range rs {
+		if r == nil || r.Job.Due.IsZero() {
+			return fmt.Errorf("%w: release of a reservation Reserve did not give", ErrInvalidOption)
+		}
+		if err := validTopic(r.Topic); err != nil {
+			return err
+		}
+		if err := validID(r.ID); err != nil {
+			return err
+		}
+		ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	res, err := q.releaseOps(ctx, ops)
+	if err != nil {
+		return err
+	}
+	var lost []string
+	topics := map[string]bool{}
+	for i, b := range res {
+		if b == persist.Resolved {
+			topics[rs[i].Topic] = true
+		} else {
+			lost = append(lost, ops[i].Key)
+		}
+	}
+	q.announced(slices.Sorted(maps.Keys(topics))...)
+	if len(lost) > 0 {
+		return fmt.Errorf("%w: not released, the reservation was not current: %s", ErrReservationLost, strings.Join(lost, ", "))
+	}
+	return nil
+}
+
+// releaseOps runs release ops (resolve.lua's "u") in one round trip.
+func (q *Queue) releaseOps(ctx context.Context, ops []persist.ResolveOp) ([]byte, error) {
+	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return nil, errs.Errorf("wheelq: release: %w", err)
+	}
+	_, wall := wheel.Readings(q.clock)
+	res, err := q.store.Resolve(cctx, wall.UnixMicro(), ops)
+	q.reach.note(err, probe, q.clock)
+	if err != nil {
+		return nil, errs.Errorf("wheelq: release: %w", uncertain(err))
+	}
+	return res, nil
 }
 
 // Touch extends a reservation: its deadline becomes ttr from now (if that

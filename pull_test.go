@@ -609,3 +609,33 @@ func TestPullIdleWaitersCostNothing(t *testing.T) {
 	t.Logf("scripts in %v: %d without waiters, %d with 300 idle ones", window, base, idle)
 	require.Less(t, idle-base, int64(20), "idle waiters made Redis round trips")
 }
+
+// TestPullRelease: a released reservation goes back to its topic at once,
+// oldest first, without counting an attempt; its token is spent, and a
+// reservation no longer current is ErrReservationLost.
+func TestPullRelease(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	_, err := b.q.Schedule(b.ctx, "p", []byte("one"), ID("a"))
+	require.NoError(t, err)
+	_, err = b.q.Schedule(b.ctx, "p", []byte("two"), ID("b"), After(5*time.Millisecond))
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	got := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 2, TTR: time.Hour})
+	require.Len(t, got, 2)
+	start := time.Now()
+	require.NoError(t, b.q.Release(b.ctx, got...))
+	again := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 2, TTR: time.Hour})
+	require.Less(t, time.Since(start), 5*time.Second, "back at once, not after the hour's time-to-run")
+	require.Len(t, again, 2)
+	require.Equal(t, "a", again[0].ID, "oldest first, as before")
+	for _, r := range again {
+		require.Equal(t, 1, r.Job.Attempt, "a release counts no attempt")
+	}
+	require.ErrorIs(t, b.q.Ack(b.ctx, got[0].Receipt), ErrReservationLost, "the released token is spent")
+	require.ErrorIs(t, b.q.Release(b.ctx, got[0]), ErrReservationLost)
+	require.NoError(t, b.q.Ack(b.ctx, again[0].Receipt))
+	require.NoError(t, b.q.Ack(b.ctx, again[1].Receipt))
+	require.ErrorIs(t, b.q.Release(b.ctx, nil), ErrInvalidOption)
+	require.NoError(t, b.q.Release(b.ctx))
+}
