@@ -516,3 +516,40 @@ func TestLongPolls(t *testing.T) {
 	}
 	require.Less(t, time.Since(start), 10*time.Second, "answered at once, not at their wait's end")
 }
+
+// TestClientGoneLosesNothing: a long poll (an hour's time-to-run) whose
+// client goes away holds nothing: a job that comes due afterwards goes to
+// the next poll at once, on its first attempt.
+func TestClientGoneLosesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil, defaultOpts(), "sms")
+	ctx, cancel := context.WithCancel(context.Background())
+	body, err := json.Marshal(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 60000, TTRMS: 3600000})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/reserve", bytes.NewReader(body))
+	require.NoError(t, err)
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	deadline := time.Now().Add(wait)
+	for e.api.Waiting() < 1 {
+		require.True(t, time.Now().Before(deadline), "the poll never waited")
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	require.Error(t, <-gone)
+	for e.api.Waiting() > 0 {
+		require.True(t, time.Now().Before(deadline), "the poll of a gone client never ended")
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "j", "payload": "p", "delay_ms": 100}, nil)
+	start := time.Now()
+	got := e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 5000})
+	require.Len(t, got, 1, "waited %v", time.Since(start))
+	require.Equal(t, 1, got[0].Attempt)
+}

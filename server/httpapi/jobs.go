@@ -376,14 +376,46 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal)
 	}
 	defer release()
 	got, err := a.q.Reserve(ctx, opts)
+	if r.Context().Err() != nil {
+		// The client went away while waiting: what came for it goes back
+		// at once rather than lapsing at its time-to-run.
+		a.release(got)
+		w.WriteHeader(statusClientGone) // for the access log: no one reads it
+		return 0, nil, nil
+	}
 	out := ReserveResponse{Jobs: make([]Reserved, 0, len(got))}
 	for _, res := range got {
 		out.Jobs = append(out.Jobs, reserved(res))
 	}
-	if err != nil && len(got) == 0 && !(ctx.Err() != nil && r.Context().Err() == nil) {
+	if err != nil && len(got) == 0 && ctx.Err() == nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, out, nil
+	if len(got) == 0 {
+		return http.StatusOK, out, nil
+	}
+	writeJSON(w, http.StatusOK, out)
+	if http.NewResponseController(w).Flush() != nil {
+		// Not written (a reply written but never read is a lost reply:
+		// its jobs lapse at their time-to-run).
+		a.release(got)
+	}
+	return 0, nil, nil
+}
+
+// statusClientGone is the access log's status of a long poll whose client
+// went away (nginx's 499: client closed request).
+const statusClientGone = 499
+
+// release hands back reservations a client did not get.
+func (a *API) release(got []*wheelq.Reservation) {
+	if len(got) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Timeout)
+	defer cancel()
+	if err := a.q.Release(ctx, got...); err != nil {
+		a.opts.Logger.Warn("wheelq server: releasing the jobs of a client that went away; they lapse at their time-to-run instead", "err", err, "jobs", len(got))
+	}
 }
 
 // reserveStream reserves for as long as wait_ms, writing each job as one
@@ -412,9 +444,10 @@ func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		for _, res := range got {
 			_ = enc.Encode(reserved(res))
 		}
-		if len(got) > 0 && rc.Flush() != nil {
-			// The client is gone: what it did not read lapses at its
-			// time-to-run, as a lost reply's would.
+		if len(got) > 0 && (rc.Flush() != nil || r.Context().Err() != nil) {
+			// The client is gone before these were written: they go back
+			// at once.
+			a.release(got)
 			return 0, nil, nil
 		}
 		if err != nil && ctx.Err() == nil {

@@ -492,7 +492,20 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	wait := max(a.Block, noBlock)
 	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
 	defer cancel()
+	if a.Block > 0 {
+		// Answer what was pipelined before, then block.
+		if err := redcon.BaseWriter(c).Flush(); err != nil {
+			return c.Close()
+		}
+	}
+	stop := watchPeer(c.NetConn(), cancel)
 	got, err := s.q.Reserve(ctx, a.Opts)
+	if stop() {
+		// The client went away while blocked: what came for it goes back
+		// at once rather than lapsing at its time-to-run.
+		s.release(got)
+		return c.Close()
+	}
 	if len(got) == 0 {
 		if err != nil && ctx.Err() == nil {
 			return err
@@ -513,7 +526,26 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		c.WriteInt64(r.Job.Due.UnixMilli())
 		c.WriteInt64(r.Deadline.UnixMilli())
 	}
+	if err := redcon.BaseWriter(c).Flush(); err != nil {
+		// Not written: the jobs go back at once. (A reply written but
+		// never read, the connection closing after, is a lost reply: its
+		// jobs lapse at their time-to-run.)
+		s.release(got)
+		return c.Close()
+	}
 	return nil
+}
+
+// release hands back reservations a client did not get.
+func (s *Server) release(got []*wheelq.Reservation) {
+	if len(got) == 0 {
+		return
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.q.Release(ctx, got...); err != nil {
+		s.opts.Logger.Warn("wheelq server: releasing the jobs of a closed connection; they lapse at their time-to-run instead", "err", err, "jobs", len(got))
+	}
 }
 
 func receipt(sess *session, args [][]byte) (wheelq.Receipt, error) {

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package resp
+
+import "net"
+
+// watchPeer does not watch outside Linux: a client that goes away while
+// blocked is found when its reply is written.
+func watchPeer(net.Conn, func()) (stop func() bool) { return func() bool { return false } }
