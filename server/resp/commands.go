@@ -30,7 +30,7 @@ func newTable() map[string]spec {
 	return map[string]spec{
 		"ping":          {-1, false, cmdPing, "PING [message]"},
 		"auth":          {-2, true, cmdAuth, "AUTH [user] token"},
-		"hello":         {-1, true, cmdHello, "HELLO [2 [AUTH user token] [SETNAME name]] (3 is refused: RESP2 only)"},
+		"hello":         {-1, true, cmdHello, "HELLO [2|3 [AUTH user token] [SETNAME name]]"},
 		"select":        {2, false, cmdSelect, "SELECT 0"},
 		"client":        {-2, false, cmdClient, "CLIENT SETNAME name | GETNAME | SETINFO attr value | ID"},
 		"quit":          {-1, true, cmdQuit, "QUIT"},
@@ -104,15 +104,17 @@ func cmdAuth(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 }
 
 func cmdHello(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	proto := max(sess.proto, 2)
 	if len(args) > 0 {
 		v, err := strconv.Atoi(string(args[0]))
 		if err != nil {
 			return invalid("Protocol version is not an integer or out of range")
 		}
-		if v != 2 {
-			c.WriteError("NOPROTO sorry, this protocol version is not supported (wheelq speaks RESP2)")
+		if v != 2 && v != 3 {
+			c.WriteError("NOPROTO sorry, this protocol version is not supported (wheelq speaks RESP2 and RESP3)")
 			return nil
 		}
+		proto = v
 		for i := 1; i < len(args); i++ {
 			switch strings.ToUpper(string(args[i])) {
 			case "AUTH":
@@ -139,11 +141,13 @@ func cmdHello(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		c.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return nil
 	}
-	c.WriteArray(14)
+	sess.proto = proto
+	w := sess.out(c)
+	w.Map(7)
 	for _, kv := range []string{"server", "wheelq", "version", "1.0.0", "proto"} {
 		c.WriteBulkString(kv)
 	}
-	c.WriteInt(2)
+	c.WriteInt(proto)
 	c.WriteBulkString("id")
 	c.WriteInt(1)
 	for _, kv := range []string{"mode", "standalone", "role", "master"} {
@@ -172,7 +176,7 @@ func cmdClient(_ *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		c.WriteString("OK")
 	case "GETNAME":
 		if sess.name == "" {
-			c.WriteNull()
+			sess.out(c).Null()
 		} else {
 			c.WriteBulkString(sess.name)
 		}
@@ -194,7 +198,7 @@ func cmdQuit(_ *Server, c redcon.Conn, _ *session, _ [][]byte) error {
 	return c.Close()
 }
 
-func cmdCommand(s *Server, c redcon.Conn, _ *session, args [][]byte) error {
+func cmdCommand(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	if len(args) > 0 && strings.EqualFold(string(args[0]), "COUNT") {
 		c.WriteInt(len(s.cmds))
 		return nil
@@ -213,10 +217,11 @@ func cmdCommand(s *Server, c redcon.Conn, _ *session, args [][]byte) error {
 				}
 			}
 		}
-		c.WriteArray(2 * len(pick))
+		w := sess.out(c)
+		w.Map(len(pick))
 		for _, n := range pick {
 			c.WriteBulkString(n)
-			c.WriteArray(2)
+			w.Map(1)
 			c.WriteBulkString("summary")
 			c.WriteBulkString(s.cmds[n].summary)
 		}
@@ -388,11 +393,12 @@ func cmdGet(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	if err != nil {
 		return err
 	}
-	// A flat array of field, value (RESP2's map).
+	// A map (RESP3), or a flat array of field, value (RESP2).
 	fields := []any{"topic", j.Topic, "id", j.ID, "state", j.State.String(), "due_ms", ms(j.Due),
 		"attempts", j.Attempts, "max_attempts", j.MaxAttempts, "last_error", j.LastError,
 		"created_ms", ms(j.Created), "finished_ms", ms(j.Finished), "reserved", boolInt(j.Reserved)}
-	c.WriteArray(len(fields) + 4)
+	w := sess.out(c)
+	w.Map(len(fields)/2 + 2)
 	for _, f := range fields {
 		switch v := f.(type) {
 		case string:
@@ -405,12 +411,12 @@ func cmdGet(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	c.WriteBulkString("payload")
 	if j.Payload == nil {
-		c.WriteNull()
+		w.Null()
 	} else {
 		c.WriteBulk(j.Payload)
 	}
 	c.WriteBulkString("headers")
-	c.WriteArray(2 * len(j.Headers))
+	w.Map(len(j.Headers))
 	for k, v := range j.Headers {
 		c.WriteBulkString(k)
 		c.WriteBulkString(v)
@@ -510,7 +516,7 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		if err != nil && ctx.Err() == nil {
 			return err
 		}
-		c.WriteArray(-1) // a null array, as BLPOP's timeout
+		sess.out(c).NullArray() // as BLPOP's timeout
 		return nil
 	}
 	// Each job: topic, id, token, payload, attempt, due (unix ms),

@@ -3,8 +3,8 @@
 // cancels, reserves and acks with native commands prefixed WQ. (see
 // docs/resp.md), after the connection commands clients send on their own
 // (HELLO, AUTH, SELECT 0, CLIENT SETNAME and SETINFO, PING, QUIT,
-// COMMAND). It speaks RESP2; HELLO 3 is answered -NOPROTO, on which
-// clients fall back to RESP2. It is thin over the library's public API,
+// COMMAND). It speaks RESP2, and RESP3 after HELLO 3 (maps and nulls in
+// RESP3's types; everything else is the same in both). It is thin over the library's public API,
 // as package httpapi is, with the same tokens, permissions and error codes
 // (apierr: the error's prefix is its code in capitals).
 //
@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,45 @@ type session struct {
 	// revoked token is refused on open connections too.
 	token string
 	az    *auth.Authorizer
+	// proto is the protocol HELLO chose: 2 (the default) or 3.
+	proto int
+}
+
+// out writes the replies whose shape depends on the protocol.
+func (sess *session) out(c redcon.Conn) replier { return replier{c, sess.proto == 3} }
+
+// replier writes a map, or a null, as the connection's protocol says it:
+// RESP3's map and null, or RESP2's flat array and null bulk (null array).
+type replier struct {
+	c     redcon.Conn
+	resp3 bool
+}
+
+// Map starts a map of n pairs (RESP2: an array of 2n).
+func (w replier) Map(n int) {
+	if w.resp3 {
+		w.c.WriteRaw([]byte("%" + strconv.Itoa(n) + "\r\n"))
+		return
+	}
+	w.c.WriteArray(2 * n)
+}
+
+// Null writes a null (RESP2: a null bulk string).
+func (w replier) Null() {
+	if w.resp3 {
+		w.c.WriteRaw([]byte("_\r\n"))
+		return
+	}
+	w.c.WriteNull()
+}
+
+// NullArray writes a null where an array was expected (RESP2: *-1).
+func (w replier) NullArray() {
+	if w.resp3 {
+		w.c.WriteRaw([]byte("_\r\n"))
+		return
+	}
+	w.c.WriteArray(-1)
 }
 
 // New builds the front end over q; authz gives the current authorizer

@@ -32,14 +32,13 @@ func start(t *testing.T, tokens []config.Token, pull ...string) string {
 	}).RESP
 }
 
-// TestGoRedis: go-redis connects with its defaults (HELLO 3 is refused
-// with NOPROTO; it falls back to RESP2), then schedules, reserves with a
+// TestGoRedis: go-redis connects speaking RESP2, then schedules, reserves with a
 // block (the job at its due time, not before), nacks, acks, cancels,
 // gets, counts, and gets each error with its prefix.
 func TestGoRedis(t *testing.T) {
 	t.Parallel()
 	addr := start(t, nil, "sms")
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: "test"})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: "test", Protocol: 2})
 	defer rdb.Close()
 	ctx := context.Background()
 	require.NoError(t, rdb.Ping(ctx).Err())
