@@ -92,6 +92,12 @@ type ReserveOptions struct {
 	// the job is handed out again (after the topic's backoff). Zero means
 	// DefaultTTR; else MinTTR to MaxTTR.
 	TTR time.Duration
+	// NoWait makes Reserve return at once with what is ready, possibly
+	// nothing (and a nil error), instead of blocking until a job is due.
+	// It reads the ready sets only when jobs were announced since its
+	// last look here (or a second has passed), so polling an empty topic
+	// costs no round trip.
+	NoWait bool
 }
 
 // Receipt names a reservation: the job and the token Reserve gave for it.
@@ -315,7 +321,7 @@ func (q *Queue) announced(topics ...string) {
 // Reserve returns up to opts.Max due jobs of opts.Topics, each reserved
 // for this caller until its deadline (opts.TTR from now), oldest first,
 // blocking until at least one is due or ctx ends (then ctx.Err(), with
-// nothing reserved). A job whose time comes while Reserve is blocked is
+// nothing reserved), or, with opts.NoWait, returning at once. A job whose time comes while Reserve is blocked is
 // handed over at its due time, never before. Each reservation must be
 // acked (Ack) or nacked (Nack) before its deadline, or touched (Touch) to
 // extend it: one that lapses counts a failed attempt, and the job is
@@ -381,7 +387,7 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	defer q.unwait(w)
 	recheck := time.NewTimer(pullRecheck)
 	defer recheck.Stop()
-	force, recheckDue := false, false
+	force, recheckDue, waited := false, opts.NoWait, false
 	for {
 		ps.mu.Lock()
 		ps.pickSpareLocked(w)
@@ -418,9 +424,17 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 				force = true // stale entries were in the way: look again at once
 				continue
 			}
+			if opts.NoWait {
+				return nil, nil
+			}
+		} else if opts.NoWait && (!may || waited) {
+			// Nothing announced since the last look; or another take
+			// (shared with this Reserve if alike) ended meanwhile.
+			return nil, nil
 		}
 		select {
 		case <-w.sig:
+			waited = true
 		case <-recheck.C:
 			recheck.Reset(pullRecheck)
 			recheckDue = true // an announcement may have been missed

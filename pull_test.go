@@ -639,3 +639,55 @@ func TestPullRelease(t *testing.T) {
 	require.ErrorIs(t, b.q.Release(b.ctx, nil), ErrInvalidOption)
 	require.NoError(t, b.q.Release(b.ctx))
 }
+
+// TestPullNoWait: a Reserve with NoWait returns at once, with nothing and
+// no error when nothing is ready; polling an empty topic costs no round
+// trip after the first look; a job is taken once it is due, not before.
+func TestPullNoWait(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "nw")
+	b.srv.RequireReal(t)
+	opts := ReserveOptions{Topics: []string{"nw"}, NoWait: true}
+	start := time.Now()
+	got, err := b.q.Reserve(b.ctx, opts)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	calls := func() int64 {
+		info, err := b.rdb.Info(b.ctx, "stats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no total_commands_processed")
+		return 0
+	}
+	c0 := calls()
+	for range 200 {
+		got, err = b.q.Reserve(b.ctx, opts)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	}
+	// The queue's own loops (lease renewals, figures) send a few meanwhile;
+	// 200 polls that each looked would send 200.
+	require.Less(t, calls()-c0, int64(50), "polls of an empty topic looked at Redis")
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	due := time.Now().Add(200 * time.Millisecond)
+	_, err = b.q.Schedule(b.ctx, "nw", []byte("x"), ID("j"), At(due))
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) == 0 {
+		require.True(t, time.Now().Before(deadline), "never taken")
+		got, err = b.q.Reserve(b.ctx, opts)
+		require.NoError(t, err)
+		if len(got) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	require.False(t, time.Now().Before(due), "taken early")
+	require.Equal(t, "j", got[0].ID)
+	require.NoError(t, b.q.Ack(b.ctx, got[0].Receipt))
+}
