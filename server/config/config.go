@@ -108,6 +108,9 @@ type RESP struct {
 	IdleTimeout     Duration `toml:"idle_timeout"`
 	MaxCommandBytes int64    `toml:"max_command_bytes"`
 	MaxBlock        Duration `toml:"max_block"`
+	// DelayedQueue turns on the delayedqueue compatibility commands
+	// (SADD, SPOP, KEYS, SCARD, DEL).
+	DelayedQueue bool `toml:"delayedqueue"`
 }
 
 // Log configures the server's log lines.
@@ -400,6 +403,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.RESP.Addr); err != nil {
 			return bad("resp.addr", "%q: %v (want host:port)", c.RESP.Addr, err)
 		}
+	}
+	if c.RESP.DelayedQueue && c.RESP.Addr == "" {
+		return bad("resp.delayedqueue", "needs resp.addr: the compatibility commands are RESP's")
 	}
 	if c.RESP.IdleTimeout < 0 {
 		return bad("resp.idle_timeout", "below 0 (0: never)")

@@ -6,17 +6,13 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/fanout"
 )
-
-// noWait is how long a reserve with wait_ms 0 waits: enough for one take
-// from Redis, so that jobs already due are returned.
-const noWait = 20 * time.Millisecond
 
 func (a *API) schedule(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	topic := r.PathValue("topic")
@@ -239,22 +235,7 @@ func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal
 
 // each runs f(0..n-1) on up to batchWorkers goroutines: the calls share
 // Redis round trips (group commit).
-func (a *API) each(n int, f func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(batchWorkers, n) {
-		wg.Go(func() {
-			for i := range next {
-				f(i)
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-}
+func (a *API) each(n int, f func(i int)) { fanout.Each(n, batchWorkers, f) }
 
 // public is err as a client sees it: an internal error's detail is
 // logged, not sent.
@@ -348,7 +329,11 @@ func (a *API) reserveArgs(w http.ResponseWriter, r *http.Request, p *auth.Princi
 	if err != nil {
 		return opts, 0, err
 	}
-	return opts, max(wait, noWait), nil
+	if wait == 0 {
+		// What is ready, at once (the call is still bounded).
+		opts.NoWait, wait = true, a.opts.Timeout
+	}
+	return opts, wait, nil
 }
 
 // waiting holds a long poll's place (429 past the token's cap) and gives
@@ -454,6 +439,9 @@ func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Prin
 			_ = enc.Encode(ErrorResponse{Error: *a.public(err)})
 			_ = rc.Flush()
 			break
+		}
+		if opts.NoWait {
+			break // wait_ms 0: what was ready
 		}
 	}
 	return 0, nil, nil

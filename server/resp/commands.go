@@ -482,9 +482,6 @@ func ParseReserve(args [][]byte, maxBlock time.Duration) (ReserveArgs, error) {
 	return a, nil
 }
 
-// noBlock is how long a reserve without BLOCK waits: one take from Redis.
-const noBlock = 20 * time.Millisecond
-
 func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	a, err := ParseReserve(args, s.opts.MaxBlock)
 	if err != nil {
@@ -495,7 +492,11 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 			return err
 		}
 	}
-	wait := max(a.Block, noBlock)
+	wait := a.Block
+	if wait == 0 {
+		// What is ready, at once (the call is still bounded).
+		a.Opts.NoWait, wait = true, s.opts.Timeout
+	}
 	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
 	defer cancel()
 	if a.Block > 0 {

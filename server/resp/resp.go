@@ -49,6 +49,10 @@ type Options struct {
 	MaxBlock time.Duration
 	// Timeout bounds the queue calls of a command that does not block.
 	Timeout time.Duration
+	// DelayedQueue turns on the delayedqueue compatibility mode: SADD,
+	// SPOP, KEYS, SCARD and DEL on queues (topics), as delayedqueue gave
+	// them (docs/resp.md).
+	DelayedQueue bool
 	// Logger gets panics and internal errors.
 	Logger *slog.Logger
 }
@@ -130,6 +134,9 @@ func New(q *wheelq.Queue, authz func() *auth.Authorizer, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{q: q, authz: authz, opts: opts, cmds: newTable()}
+	if opts.DelayedQueue {
+		compatTable(s.cmds)
+	}
 	s.blockCtx, s.stop = context.WithCancel(context.Background())
 	s.srv = redcon.NewServerNetwork("tcp", "", s.serve, s.accept, s.closedConn)
 	s.srv.SetIdleClose(opts.IdleTimeout)

@@ -1,0 +1,222 @@
+package resp
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/fanout"
+)
+
+// The delayedqueue compatibility mode (Options.DelayedQueue): the Redis
+// set commands delayedqueue gave a meaning to, so that its users' programs
+// run unchanged. A queue is a topic; it must be pulled (queue.pull).
+
+// compatTable adds the compatibility commands to t.
+func compatTable(t map[string]spec) {
+	t["sadd"] = spec{-4, false, cmdSAdd, "SADD queue payload delay-ms [payload delay-ms ...] (delayedqueue mode)"}
+	t["spop"] = spec{-2, false, cmdSPop, "SPOP queue [count] (delayedqueue mode: reserves and acks at once, at most once)"}
+	t["keys"] = spec{-1, false, cmdKeys, "KEYS [pattern] (delayedqueue mode: the queues)"}
+	t["scard"] = spec{2, false, cmdSCard, "SCARD queue (delayedqueue mode: its pending jobs)"}
+	t["del"] = spec{-2, false, cmdDel, "DEL queue [queue ...] (delayedqueue mode: cancels every pending job)"}
+}
+
+// compatWorkers is how many of one command's jobs are scheduled, acked or
+// released at once: they share round trips.
+const compatWorkers = 64
+
+// cmdSAdd schedules each payload after its delay; replies with how many.
+func cmdSAdd(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	topic := string(args[0])
+	pairs := args[1:]
+	if len(pairs)%2 != 0 {
+		return invalid("syntax error: SADD queue payload delay-ms [payload delay-ms ...]")
+	}
+	if err := sess.p.Allow(auth.Produce, topic); err != nil {
+		return err
+	}
+	delays := make([]time.Duration, len(pairs)/2)
+	for i := range delays {
+		n, err := num(pairs[2*i+1], "delay", 0, maxMS)
+		if err != nil {
+			return err
+		}
+		delays[i] = time.Duration(n) * time.Millisecond
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	errs := make([]error, len(delays))
+	fanout.Each(len(delays), compatWorkers, func(i int) {
+		_, errs[i] = s.q.Schedule(ctx, topic, pairs[2*i], wheelq.After(delays[i]))
+	})
+	// The first error stands for the command; those before it are stored.
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	c.WriteInt(len(delays))
+	return nil
+}
+
+// cmdSPop takes up to count due jobs of a queue and acks them before the
+// reply: at most once, as delayedqueue's. Without count it replies with a
+// payload or a null, as Redis's SPOP; with one, an array (empty if none
+// is due). It does not wait.
+func cmdSPop(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if len(args) > 2 {
+		return invalid("syntax error: SPOP queue [count]")
+	}
+	topic := string(args[0])
+	count := int64(1)
+	if len(args) == 2 {
+		var err error
+		if count, err = num(args[1], "count", 0, wheelq.MaxReserve); err != nil {
+			return err
+		}
+	}
+	if err := sess.p.Allow(auth.Consume, topic); err != nil {
+		return err
+	}
+	var got []*wheelq.Reservation
+	if count > 0 {
+		ctx, cancel := s.ctx()
+		defer cancel()
+		var err error
+		got, err = s.q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{topic}, Max: int(count), NoWait: true})
+		if err != nil && len(got) == 0 {
+			return err
+		}
+		got = s.ackAll(got)
+	}
+	if len(args) == 1 {
+		if len(got) == 0 {
+			sess.out(c).Null()
+		} else {
+			c.WriteBulk(got[0].Job.Payload)
+		}
+		return nil
+	}
+	c.WriteArray(len(got))
+	for _, r := range got {
+		c.WriteBulk(r.Job.Payload)
+	}
+	return nil
+}
+
+// ackAll acks got and returns those acked; those it could not ack are
+// released (back at once) so that none is both replied and kept.
+func (s *Server) ackAll(got []*wheelq.Reservation) []*wheelq.Reservation {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	errs := make([]error, len(got))
+	fanout.Each(len(got), compatWorkers, func(i int) { errs[i] = s.q.Ack(ctx, got[i].Receipt) })
+	acked, left := got[:0:0], []*wheelq.Reservation(nil)
+	for i, r := range got {
+		if errs[i] == nil {
+			acked = append(acked, r)
+		} else {
+			left = append(left, r)
+		}
+	}
+	if len(left) > 0 {
+		s.opts.Logger.Warn("wheelq server: SPOP could not ack every job taken; releasing the rest", "err", errs[slices.IndexFunc(errs, func(e error) bool { return e != nil })], "jobs", len(left))
+		s.release(left)
+	}
+	return acked
+}
+
+// compatCounts is the counts of the topics the connection may see.
+func (s *Server) compatCounts(sess *session) ([]wheelq.TopicCounts, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	cs, err := s.q.Counts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := cs[:0]
+	for _, tc := range cs {
+		if sess.p.AllowAny(tc.Topic, auth.Produce, auth.Consume, auth.Admin) == nil {
+			mine = append(mine, tc)
+		}
+	}
+	return mine, nil
+}
+
+// cmdKeys lists the queues (topics with jobs) matching pattern (a glob,
+// as KEYS's; default "*").
+func cmdKeys(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if len(args) > 1 {
+		return invalid("syntax error: KEYS [pattern]")
+	}
+	pattern := "*"
+	if len(args) == 1 {
+		pattern = string(args[0])
+	}
+	if _, err := path.Match(pattern, ""); err != nil {
+		return invalid("bad pattern %q: %v", clip(args[0]), err)
+	}
+	cs, err := s.compatCounts(sess)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, tc := range cs {
+		if ok, _ := path.Match(pattern, tc.Topic); ok && (tc.Pending > 0 || tc.Dead > 0) {
+			names = append(names, tc.Topic)
+		}
+	}
+	c.WriteArray(len(names))
+	for _, n := range names {
+		c.WriteBulkString(n)
+	}
+	return nil
+}
+
+// cmdSCard replies with a queue's pending jobs (due or not; reserved ones
+// included).
+func cmdSCard(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	topic := string(args[0])
+	if err := sess.p.AllowAny(topic, auth.Produce, auth.Consume, auth.Admin); err != nil {
+		return err
+	}
+	cs, err := s.compatCounts(sess)
+	if err != nil {
+		return err
+	}
+	var n int64
+	if i := slices.IndexFunc(cs, func(tc wheelq.TopicCounts) bool { return tc.Topic == topic }); i >= 0 {
+		n = cs[i].Pending
+	}
+	c.WriteInt64(n)
+	return nil
+}
+
+// cmdDel cancels every pending job of each queue (admin); replies with how
+// many of the queues had any.
+func cmdDel(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	for _, a := range args {
+		if err := sess.p.Allow(auth.Admin, string(a)); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	deleted := 0
+	for _, a := range args {
+		n, err := s.q.CancelWhere(ctx, wheelq.JobFilter{Topic: string(a)})
+		if err != nil {
+			return fmt.Errorf("DEL %s: cancelled %d jobs, then: %w", clip(a), n, err)
+		}
+		if n > 0 {
+			deleted++
+		}
+	}
+	c.WriteInt(deleted)
+	return nil
+}

@@ -1,0 +1,144 @@
+package resp_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/internal/servertest"
+)
+
+// startCompat runs a server with the delayedqueue mode on, pulling topics.
+func startCompat(t *testing.T, pull ...string) string {
+	t.Helper()
+	return servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.RESP.DelayedQueue = true
+		c.Queue.Pull = pull
+	}).RESP
+}
+
+// TestDelayedQueueREADME runs delayedqueue's README session with
+// redis-cli (its delays cut tenfold): nothing before its time, each
+// payload once, in due order; KEYS, SCARD and DEL, which it lacked, too.
+func TestDelayedQueueREADME(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		if os.Getenv("WHEELQ_REQUIRE_CLIENTS") != "" {
+			t.Fatal("redis-cli not installed (WHEELQ_REQUIRE_CLIENTS is set)")
+		}
+		t.Skip("redis-cli not installed")
+	}
+	addr := startCompat(t, "my_queue", "other")
+	host, port, _ := net.SplitHostPort(addr)
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	start := time.Now()
+	require.Equal(t, "1", cli("sadd", "my_queue", "data_delays_10_seconds", "1000"))
+	require.Equal(t, "1", cli("sadd", "my_queue", "data_delays_1_seconds", "100"))
+	require.Equal(t, "1", cli("sadd", "my_queue", "data_delays_5_seconds", "500"))
+	require.Equal(t, "my_queue", cli("keys"))
+	require.Equal(t, "my_queue", cli("keys", "my_*"))
+	require.Equal(t, "", cli("keys", "nope*"))
+	require.Equal(t, "3", cli("scard", "my_queue"))
+	if time.Since(start) < 90*time.Millisecond {
+		require.Equal(t, "", cli("spop", "my_queue", "10"), "none due yet")
+	}
+	time.Sleep(time.Until(start.Add(600 * time.Millisecond)))
+	require.Equal(t, "data_delays_1_seconds\ndata_delays_5_seconds", cli("spop", "my_queue", "10"))
+	require.Equal(t, "1", cli("scard", "my_queue"))
+	time.Sleep(time.Until(start.Add(1100 * time.Millisecond)))
+	require.Equal(t, "data_delays_10_seconds", cli("spop", "my_queue", "10"))
+	require.Equal(t, "", cli("spop", "my_queue", "10"), "each once")
+	require.Equal(t, "0", cli("scard", "my_queue"))
+
+	// DEL cancels a queue's pending jobs.
+	require.Equal(t, "2", cli("sadd", "other", "a", "60000", "b", "60000"))
+	require.Equal(t, "2", cli("scard", "other"))
+	require.Equal(t, "1", cli("del", "other", "my_queue"))
+	require.Equal(t, "0", cli("scard", "other"))
+}
+
+// TestDelayedQueueQuickStart runs delayedqueue's Go quick start (go-redis:
+// SAdd with a delay in ms, SPopN 1000 at a time, sleeping 300 ms when none
+// is due) with its delays cut sixty-fold: every message once, none before
+// its time; a popped job is done (at most once: acked before the reply).
+func TestDelayedQueueQuickStart(t *testing.T) {
+	t.Parallel()
+	addr := startCompat(t, "queue_name")
+	ctx := context.Background()
+	const n = 300
+	producer := redis.NewClient(&redis.Options{Addr: addr})
+	defer producer.Close()
+	due := map[string]time.Time{}
+	for j := range n {
+		millis := rand.Int32N(1000) + 17
+		data := "Value " + strconv.Itoa(j)
+		due[data] = time.Now().Add(time.Duration(millis) * time.Millisecond)
+		require.NoError(t, producer.SAdd(ctx, "queue_name", data, strconv.Itoa(int(millis))).Err())
+	}
+	consumer := redis.NewClient(&redis.Options{Addr: addr})
+	defer consumer.Close()
+	seen := map[string]bool{}
+	deadline := time.Now().Add(wait)
+	for len(seen) < n {
+		require.True(t, time.Now().Before(deadline), "got %d of %d", len(seen), n)
+		m := consumer.SPopN(ctx, "queue_name", 1000)
+		if redis.Nil == m.Err() || len(m.Val()) == 0 {
+			require.NoError(t, m.Err())
+			time.Sleep(300 * time.Millisecond)
+			continue
+		}
+		now := time.Now()
+		for _, msg := range m.Val() {
+			require.False(t, seen[msg], "%s twice", msg)
+			seen[msg] = true
+			require.False(t, now.Before(due[msg].Truncate(time.Millisecond)), "%s early", msg)
+		}
+	}
+	require.Equal(t, int64(0), consumer.SCard(ctx, "queue_name").Val())
+}
+
+// TestDelayedQueueErrors: the mode's commands refuse bad input with
+// Redis's conventions, and do not exist with the mode off.
+func TestDelayedQueueErrors(t *testing.T) {
+	t.Parallel()
+	addr := startCompat(t, "q")
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.ErrorContains(t, rdb.Do(ctx, "SADD", "q", "a").Err(), "ERR wrong number of arguments")
+	require.ErrorContains(t, rdb.Do(ctx, "SADD", "q", "a", "10", "b").Err(), "ERR syntax error")
+	require.ErrorContains(t, rdb.Do(ctx, "SADD", "q", "a", "-1").Err(), "ERR delay")
+	require.ErrorContains(t, rdb.Do(ctx, "SPOP", "q", "1001").Err(), "ERR count")
+	require.ErrorContains(t, rdb.Do(ctx, "SPOP", "unpulled").Err(), "TOPICMODE ")
+	require.ErrorContains(t, rdb.Do(ctx, "KEYS", "[").Err(), "ERR bad pattern")
+	require.ErrorIs(t, rdb.SPop(ctx, "q").Err(), redis.Nil, "SPOP without count: a null, as Redis's")
+	require.NoError(t, rdb.SAdd(ctx, "q", "only", "0").Err())
+	var v string
+	require.Eventually(t, func() bool {
+		var err error
+		v, err = rdb.SPop(ctx, "q").Result()
+		return err == nil
+	}, wait, 5*time.Millisecond)
+	require.Equal(t, "only", v)
+	require.Empty(t, rdb.SPopN(ctx, "q", 0).Val())
+
+	plain := redis.NewClient(&redis.Options{Addr: start(t, nil, "q")})
+	defer plain.Close()
+	require.ErrorContains(t, plain.Do(ctx, "SADD", "q", "a", "10").Err(), "ERR unknown command")
+}
