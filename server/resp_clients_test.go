@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,4 +57,25 @@ func TestRESPPHP(t *testing.T) {
 	require.Contains(t, out, "scheduled 1001")
 	require.Contains(t, out, "acked 1001 (order 1001) attempt 1: true")
 	require.Contains(t, out, "cancel missing: NOTFOUND")
+}
+
+// TestRESPNode: node-redis (npm's "redis", installed by `npm ci` in
+// examples/resp/node: .ci/run does) schedules, cancels, reserves with a
+// block, nacks and acks; then connects in RESP3 and reads WQ.GET's map.
+func TestRESPNode(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("examples/resp/node/node_modules/redis"); err != nil {
+		if os.Getenv(EnvRequireClients) != "" {
+			t.Fatalf("node-redis not installed (%s is set): run npm ci in server/examples/resp/node", EnvRequireClients)
+		}
+		t.Skip("node-redis not installed: npm ci in examples/resp/node")
+	}
+	p, addr := startRESP(t, "node")
+	out := runExampleEnv(t, []string{"WHEELQ_RESP=" + addr}, p, "", "node", "examples/resp/node/worker.mjs")
+	require.Contains(t, out, "ping PONG")
+	require.Contains(t, out, "cancel job-2 1")
+	require.Contains(t, out, "again job-1: DUPLICATE")
+	require.Contains(t, out, "nacked job-1 attempt 1")
+	require.Contains(t, out, "acked job-1 attempt 2 payload hello from node early=false")
+	require.Contains(t, out, "resp3 state done attempts 2")
 }
