@@ -500,7 +500,7 @@ func (q *Queue) unwait(w *pullWaiter) {
 		for i, r := range left {
 			ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
 		}
-		if _, err := q.releaseOps(context.Background(), ops); err != nil {
+		if _, err := q.resolveNow(context.Background(), "release", ops); err != nil {
 			q.log.Warn("wheelq: releasing reservations; they lapse instead", "err", err, "jobs", len(ops))
 		}
 		q.announced(w.topics...)
@@ -775,7 +775,7 @@ func (q *Queue) Release(ctx context.Context, rs ...*Reservation) error {
 	if q.closing() {
 		return ErrClosed
 	}
-	res, err := q.releaseOps(ctx, ops)
+	res, err := q.resolveNow(ctx, "release", ops)
 	if err != nil {
 		return err
 	}
@@ -795,19 +795,20 @@ func (q *Queue) Release(ctx context.Context, rs ...*Reservation) error {
 	return nil
 }
 
-// releaseOps runs release ops (resolve.lua's "u") in one round trip.
-func (q *Queue) releaseOps(ctx context.Context, ops []persist.ResolveOp) ([]byte, error) {
+// resolveNow runs ops (resolve.lua's) in one round trip, not through the
+// batcher; what names them in errors.
+func (q *Queue) resolveNow(ctx context.Context, what string, ops []persist.ResolveOp) ([]byte, error) {
 	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: release: %w", err)
+		return nil, errs.Errorf("wheelq: %s: %w", what, err)
 	}
 	_, wall := wheel.Readings(q.clock)
 	res, err := q.store.Resolve(cctx, wall.UnixMicro(), ops)
 	q.reach.note(err, probe, q.clock)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: release: %w", uncertain(err))
+		return nil, errs.Errorf("wheelq: %s: %w", what, uncertain(err))
 	}
 	return res, nil
 }
@@ -869,14 +870,8 @@ func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) er
 	if err := checkCtx(ctx, opName(op.Op)); err != nil {
 		return err
 	}
-	if err := validTopic(r.Topic); err != nil {
+	if err := checkReceipt(r); err != nil {
 		return err
-	}
-	if err := validID(r.ID); err != nil {
-		return err
-	}
-	if len(r.Token) < 9 || len(r.Token) > 128 {
-		return fmt.Errorf("%w: token %q is not one Reserve gave", ErrReservationLost, r.Token)
 	}
 	if q.closing() {
 		return ErrClosed
@@ -895,6 +890,26 @@ func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) er
 	if err != nil {
 		return errs.Errorf("wheelq: %s %s: %w", opName(op.Op), op.Key, uncertain(err))
 	}
+	return q.resolved(r, op, res)
+}
+
+// checkReceipt refuses a receipt Reserve cannot have given.
+func checkReceipt(r Receipt) error {
+	if err := validTopic(r.Topic); err != nil {
+		return err
+	}
+	if err := validID(r.ID); err != nil {
+		return err
+	}
+	if len(r.Token) < 9 || len(r.Token) > 128 {
+		return fmt.Errorf("%w: token %q is not one Reserve gave", ErrReservationLost, r.Token)
+	}
+	return nil
+}
+
+// resolved is the outcome of op on r, given resolve.lua's answer, and
+// counts an ack.
+func (q *Queue) resolved(r Receipt, op persist.ResolveOp, res byte) error {
 	switch res {
 	case persist.Resolved:
 		if op.Op == 'a' {
@@ -910,4 +925,46 @@ func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) er
 	default:
 		return fmt.Errorf("%w: job %s/%s: the reservation lapsed, or the job was handed out again or is gone", ErrReservationLost, r.Topic, r.ID)
 	}
+}
+
+// AckAll acks many reservations at once, as Ack would each, in one round
+// trip (on a Redis Cluster, one per partition, pipelined): for a consumer
+// that finished a batch of jobs. errs[i] is rs[i]'s outcome, nil when
+// acked; when the round trip fails, every ack not refused before it gets
+// that error (an ack sent again after it applied is nil).
+func (q *Queue) AckAll(ctx context.Context, rs ...Receipt) []error {
+	out := make([]error, len(rs))
+	fail := func(err error) []error {
+		for i := range out {
+			if out[i] == nil {
+				out[i] = err
+			}
+		}
+		return out
+	}
+	if err := checkCtx(ctx, "ack"); err != nil {
+		return fail(err)
+	}
+	ops := make([]persist.ResolveOp, 0, len(rs))
+	idx := make([]int, 0, len(rs))
+	for i, r := range rs {
+		if out[i] = checkReceipt(r); out[i] == nil {
+			ops = append(ops, persist.ResolveOp{Op: 'a', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token})
+			idx = append(idx, i)
+		}
+	}
+	if len(ops) == 0 {
+		return out
+	}
+	if q.closing() {
+		return fail(ErrClosed)
+	}
+	res, err := q.resolveNow(ctx, "ack", ops)
+	if err != nil {
+		return fail(err)
+	}
+	for k, i := range idx {
+		out[i] = q.resolved(rs[i], ops[k], res[k])
+	}
+	return out
 }

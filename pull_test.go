@@ -691,3 +691,39 @@ func TestPullNoWait(t *testing.T) {
 	require.Equal(t, "j", got[0].ID)
 	require.NoError(t, b.q.Ack(b.ctx, got[0].Receipt))
 }
+
+// TestPullAckAll: many acks in one call, each with its own outcome: the
+// current ones acked (done, counted), a spent or made-up token and a bad
+// id refused, an ack sent again after it applied nil.
+func TestPullAckAll(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	for _, id := range []string{"a", "b", "c"} {
+		_, err := b.q.Schedule(b.ctx, "p", []byte(id), ID(id))
+		require.NoError(t, err)
+	}
+	var got []*Reservation
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 3 && time.Now().Before(deadline) {
+		got = append(got, reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 3})...)
+	}
+	require.Len(t, got, 3)
+	require.NoError(t, b.q.Ack(b.ctx, got[2].Receipt))
+	errs := b.q.AckAll(b.ctx, got[0].Receipt, Receipt{Topic: "p", ID: "b", Token: "0123456789abc"}, got[1].Receipt,
+		Receipt{Topic: "p", ID: "", Token: got[1].Token})
+	require.Len(t, errs, 4)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrReservationLost, "a made-up token")
+	require.NoError(t, errs[2])
+	require.ErrorIs(t, errs[3], ErrInvalidID)
+	for _, id := range []string{"a", "b", "c"} {
+		info, err := b.q.Lookup(b.ctx, "p", id)
+		require.NoError(t, err)
+		require.Equal(t, StateDone, info.State, id)
+	}
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Succeeded)
+	require.Equal(t, []error{nil}, b.q.AckAll(b.ctx, got[2].Receipt), "acked already: sent again")
+	require.Empty(t, b.q.AckAll(b.ctx))
+}

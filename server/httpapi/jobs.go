@@ -210,21 +210,31 @@ func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal
 	ctx, cancel := a.ctx(r)
 	defer cancel()
 	out := AckBatchResponse{Results: make([]AckResult, len(req.Receipts))}
-	a.each(len(req.Receipts), func(i int) {
-		rc := req.Receipts[i]
-		err := p.Allow(auth.Consume, rc.Topic)
-		if err == nil && rc.Token == "" {
-			err = apierr.New(apierr.Invalid, "no token: give the token reserve returned")
+	errs := make([]error, len(req.Receipts))
+	var ok []wheelq.Receipt
+	var at []int
+	for i, rc := range req.Receipts {
+		errs[i] = p.Allow(auth.Consume, rc.Topic)
+		if errs[i] == nil && rc.Token == "" {
+			errs[i] = apierr.New(apierr.Invalid, "no token: give the token reserve returned")
 		}
-		if err == nil {
-			err = a.q.Ack(ctx, wheelq.Receipt{Topic: rc.Topic, ID: rc.ID, Token: rc.Token})
+		if errs[i] == nil {
+			ok = append(ok, wheelq.Receipt{Topic: rc.Topic, ID: rc.ID, Token: rc.Token})
+			at = append(at, i)
 		}
+	}
+	if len(ok) > 0 {
+		for k, err := range a.q.AckAll(ctx, ok...) { // one round trip
+			errs[at[k]] = err
+		}
+	}
+	for i, err := range errs {
 		out.Results[i] = AckResult{Status: http.StatusNoContent}
 		if err != nil {
 			e := a.public(err)
 			out.Results[i] = AckResult{Status: e.Code.Status(), Error: e}
 		}
-	})
+	}
 	for _, res := range out.Results {
 		if res.Error != nil {
 			out.Failed++

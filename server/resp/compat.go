@@ -109,13 +109,17 @@ func cmdSPop(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	return nil
 }
 
-// ackAll acks got and returns those acked; those it could not ack are
-// released (back at once) so that none is both replied and kept.
+// ackAll acks got (one round trip) and returns those acked; those it
+// could not ack are released (back at once) so that none is both replied
+// and kept.
 func (s *Server) ackAll(got []*wheelq.Reservation) []*wheelq.Reservation {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	errs := make([]error, len(got))
-	fanout.Each(len(got), compatWorkers, func(i int) { errs[i] = s.q.Ack(ctx, got[i].Receipt) })
+	rs := make([]wheelq.Receipt, len(got))
+	for i, r := range got {
+		rs[i] = r.Receipt
+	}
+	errs := s.q.AckAll(ctx, rs...)
 	acked, left := got[:0:0], []*wheelq.Reservation(nil)
 	for i, r := range got {
 		if errs[i] == nil {
