@@ -398,7 +398,9 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 			// The periodic look, unless a take read the topic since.
 			may = may || recheckDue && q.clock.Now().Sub(ps.looked[t]) >= pullRecheck
 		}
-		taker := got == 0 && want > 0 && may && !ps.taking
+		// A NoWait Reserve holding spare jobs takes more too, if it may:
+		// it will not wait for them.
+		taker := (got == 0 || opts.NoWait) && want > 0 && may && !ps.taking
 		if taker {
 			ps.taking = true
 		} else if got == 0 && want > 0 && may && !slices.Contains(ps.blocked, w) {
@@ -406,7 +408,7 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 		}
 		ps.mu.Unlock()
 		force, recheckDue = false, false
-		if got > 0 {
+		if got > 0 && !taker {
 			return q.takeGot(w), nil
 		}
 		if taker {

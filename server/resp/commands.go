@@ -499,13 +499,15 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
 	defer cancel()
+	stop := func() bool { return false }
 	if a.Block > 0 {
-		// Answer what was pipelined before, then block.
+		// Answer what was pipelined before, then block, watching for the
+		// client's leaving.
 		if err := redcon.BaseWriter(c).Flush(); err != nil {
 			return c.Close()
 		}
+		stop = watchPeer(c.NetConn(), cancel)
 	}
-	stop := watchPeer(c.NetConn(), cancel)
 	got, err := s.q.Reserve(ctx, a.Opts)
 	if stop() {
 		// The client went away while blocked: what came for it goes back
