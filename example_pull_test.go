@@ -61,3 +61,53 @@ func ExampleQueue_Reserve() {
 	// attempt 2 of otp-1: sent "your code is 4242" (last error: gateway down)
 	// done
 }
+
+// A consumer that works in batches polls without waiting (NoWait), acks
+// what it finished in one round trip (AckAll) and hands back at once,
+// without counting an attempt, what it will not do (Release).
+func ExampleQueue_AckAll() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := wheelq.New(rdb, wheelq.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Pull("thumbs"); err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := q.Schedule(ctx, "thumbs", []byte(id), wheelq.ID(id)); err != nil {
+			panic(err)
+		}
+	}
+	var rs []*wheelq.Reservation
+	for len(rs) < 3 {
+		got, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"thumbs"}, Max: 3, NoWait: true})
+		if err != nil {
+			panic(err)
+		}
+		rs = append(rs, got...)
+		if len(got) == 0 {
+			time.Sleep(time.Millisecond) // nothing ready: poll again (a real consumer does other work)
+		}
+	}
+	errs := q.AckAll(ctx, rs[0].Receipt, rs[1].Receipt)
+	fmt.Println("acked:", errs[0] == nil, errs[1] == nil)
+	if err := q.Release(ctx, rs[2]); err != nil {
+		panic(err)
+	}
+	again, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"thumbs"}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s again, attempt %d\n", again[0].ID, again[0].Job.Attempt)
+	// Output:
+	// acked: true true
+	// c again, attempt 1
+}

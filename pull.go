@@ -321,8 +321,9 @@ func (q *Queue) announced(topics ...string) {
 // Reserve returns up to opts.Max due jobs of opts.Topics, each reserved
 // for this caller until its deadline (opts.TTR from now), oldest first,
 // blocking until at least one is due or ctx ends (then ctx.Err(), with
-// nothing reserved), or, with opts.NoWait, returning at once. A job whose time comes while Reserve is blocked is
-// handed over at its due time, never before. Each reservation must be
+// nothing reserved), or, with opts.NoWait, returning at once. A job
+// whose time comes while Reserve is blocked is handed over at its due
+// time, never before. Each reservation must be
 // acked (Ack) or nacked (Nack) before its deadline, or touched (Touch) to
 // extend it: one that lapses counts a failed attempt, and the job is
 // handed out again after the topic's backoff (or dead-lettered after its
@@ -931,9 +932,9 @@ func (q *Queue) resolved(r Receipt, op persist.ResolveOp, res byte) error {
 
 // AckAll acks many reservations at once, as Ack would each, in one round
 // trip (on a Redis Cluster, one per partition, pipelined): for a consumer
-// that finished a batch of jobs. errs[i] is rs[i]'s outcome, nil when
-// acked; when the round trip fails, every ack not refused before it gets
-// that error (an ack sent again after it applied is nil).
+// that finished a batch of jobs. The i-th error is rs[i]'s outcome, nil
+// when acked (or acked already: an ack sent again after it applied); when
+// the round trip fails, every ack not refused before it gets that error.
 func (q *Queue) AckAll(ctx context.Context, rs ...Receipt) []error {
 	out := make([]error, len(rs))
 	fail := func(err error) []error {
