@@ -3,9 +3,6 @@ package resp_test
 import (
 	"context"
 	"math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,20 +30,8 @@ func startCompat(t *testing.T, pull ...string) string {
 // payload once, in due order; KEYS, SCARD and DEL, which it lacked, too.
 func TestDelayedQueueREADME(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		if os.Getenv("WHEELQ_REQUIRE_CLIENTS") != "" {
-			t.Fatal("redis-cli not installed (WHEELQ_REQUIRE_CLIENTS is set)")
-		}
-		t.Skip("redis-cli not installed")
-	}
-	addr := startCompat(t, "my_queue", "other")
-	host, port, _ := net.SplitHostPort(addr)
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		return strings.TrimSpace(string(out))
-	}
+	needRedisCLI(t)
+	cli := redisCLI(t, startCompat(t, "my_queue", "other"))
 	start := time.Now()
 	require.Equal(t, "1", cli("sadd", "my_queue", "data_delays_10_seconds", "1000"))
 	require.Equal(t, "1", cli("sadd", "my_queue", "data_delays_1_seconds", "100"))

@@ -205,20 +205,8 @@ func TestPipelineAndRaw(t *testing.T) {
 // TestRedisCLI: redis-cli, scripted, schedules, reserves and acks.
 func TestRedisCLI(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		if os.Getenv("WHEELQ_REQUIRE_CLIENTS") != "" {
-			t.Fatal("redis-cli not installed (WHEELQ_REQUIRE_CLIENTS is set)")
-		}
-		t.Skip("redis-cli not installed")
-	}
-	addr := start(t, nil, "cli")
-	host, port, _ := net.SplitHostPort(addr)
-	cli := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		return strings.TrimSpace(string(out))
-	}
+	needRedisCLI(t)
+	cli := redisCLI(t, start(t, nil, "cli"))
 	require.Equal(t, "PONG", cli("PING"))
 	require.Equal(t, "o-1", cli("WQ.SCHEDULE", "cli", "hello", "ID", "o-1", "DELAY", "50"))
 	out := cli("WQ.RESERVE", "BLOCK", "5000", "TOPICS", "cli")
@@ -230,4 +218,28 @@ func TestRedisCLI(t *testing.T) {
 	require.Equal(t, "OK", cli("WQ.ACK", "cli", "o-1", lines[2]))
 	require.Contains(t, cli("WQ.GET", "cli", "o-1"), "done")
 	require.Contains(t, cli("WQ.CANCEL", "cli", "nope"), "NOTFOUND")
+}
+
+// needRedisCLI skips t without redis-cli (fails it when
+// WHEELQ_REQUIRE_CLIENTS is set).
+func needRedisCLI(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		if os.Getenv("WHEELQ_REQUIRE_CLIENTS") != "" {
+			t.Fatal("redis-cli not installed (WHEELQ_REQUIRE_CLIENTS is set)")
+		}
+		t.Skip("redis-cli not installed")
+	}
+}
+
+// redisCLI runs redis-cli against addr with args, and returns its output
+// trimmed.
+func redisCLI(t *testing.T, addr string) func(args ...string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	return func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
 }
