@@ -231,7 +231,7 @@ func (q *Queue) releaseSpare(all bool, slot *runSlot) time.Duration {
 			keep = append(keep, sj)
 			continue
 		}
-		release = append(release, persist.ResolveOp{Op: 'u', Key: persist.JobKey(sj.r.Topic, sj.r.ID), Token: sj.r.Token, Score: sj.r.Job.Due.UnixMicro()})
+		release = append(release, releaseOp(sj.r))
 		if !slices.Contains(topics, sj.r.Topic) {
 			topics = append(topics, sj.r.Topic)
 		}

@@ -501,7 +501,7 @@ func (q *Queue) unwait(w *pullWaiter) {
 		// At Shutdown: back to the ready sets.
 		ops := make([]persist.ResolveOp, len(left))
 		for i, r := range left {
-			ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
+			ops[i] = releaseOp(r)
 		}
 		if _, err := q.resolveNow(context.Background(), "release", ops); err != nil {
 			q.log.Warn("wheelq: releasing reservations; they lapse instead", "err", err, "jobs", len(ops))
@@ -773,7 +773,7 @@ func (q *Queue) Release(ctx context.Context, rs ...*Reservation) error {
 		if err := validID(r.ID); err != nil {
 			return err
 		}
-		ops[i] = persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
+		ops[i] = releaseOp(r)
 	}
 	if q.closing() {
 		return ErrClosed
@@ -796,6 +796,12 @@ func (q *Queue) Release(ctx context.Context, rs ...*Reservation) error {
 		return fmt.Errorf("%w: not released, the reservation was not current: %s", ErrReservationLost, strings.Join(lost, ", "))
 	}
 	return nil
+}
+
+// releaseOp is resolve.lua's release of r: back to its ready set at its
+// due time.
+func releaseOp(r *Reservation) persist.ResolveOp {
+	return persist.ResolveOp{Op: 'u', Key: persist.JobKey(r.Topic, r.ID), Token: r.Token, Score: r.Job.Due.UnixMicro()}
 }
 
 // resolveNow runs ops (resolve.lua's) in one round trip, not through the

@@ -453,7 +453,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 			if t.res != nil {
 				// Reserved ahead for a consumer here: back to the ready
 				// set for the consumers of other processes.
-				release = append(release, persist.ResolveOp{Op: 'u', Key: t.key, Token: t.res.Token, Score: t.res.Job.Due.UnixMicro()})
+				release = append(release, releaseOp(t.res))
 				continue
 			}
 			q.unclaim(t)

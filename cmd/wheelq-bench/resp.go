@@ -66,11 +66,8 @@ func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error 
 			})
 		}
 		wg.Wait()
-		jobs := float64(batches * depth)
-		rate := jobs / time.Since(t0).Seconds()
-		emit(result{"workload": "resp-schedule", "system": "wheelq-server RESP", "n": batches * depth, "connections": conns, "pipeline": depth,
-			"jobs_per_s": round(rate), "ratio_to_library": round(rate/lib*100) / 100, "server_cpu_us_per_job": round((s.cpu() - cpu0) * 1e6 / jobs),
-			"errors": failed.Load()})
+		emit(rateResult(result{"workload": "resp-schedule", "system": "wheelq-server RESP", "connections": conns, "pipeline": depth},
+			batches*depth, time.Since(t0), lib, s.cpu()-cpu0, failed.Load()))
 	}
 	return nil
 }

@@ -256,12 +256,8 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 			})
 		}
 		wg.Wait()
-		took := time.Since(t0).Seconds()
-		jobs := float64(reqs * batch)
-		rate := jobs / took
-		emit(result{"workload": "server-schedule", "system": "wheelq-server HTTP", "n": reqs * batch, "connections": conns, "batch": batch,
-			"jobs_per_s": round(rate), "ratio_to_library": round(rate/lib*100) / 100, "server_cpu_us_per_job": round((s.cpu() - cpu0) * 1e6 / jobs),
-			"errors": failed.Load()})
+		emit(rateResult(result{"workload": "server-schedule", "system": "wheelq-server HTTP", "connections": conns, "batch": batch},
+			reqs*batch, time.Since(t0), lib, s.cpu()-cpu0, failed.Load()))
 	}
 	return nil
 }
@@ -503,6 +499,16 @@ func runServerPush(ctx context.Context, cfg *config, emit func(result)) error {
 	r["server_cpu_us_per_job"] = round((s.cpu() - cpu0) * 1e6 / float64(n))
 	emit(r)
 	return runPrecision64(ctx, cfg, emit)
+}
+
+// rateResult adds a scheduling pass's figures to r: n jobs in took, their
+// rate and its ratio to the library's (lib jobs/s), the server's CPU
+// seconds per job (cpu in all), the failures.
+func rateResult(r result, n int, took time.Duration, lib, cpu float64, failed int64) result {
+	rate := float64(n) / took.Seconds()
+	r["n"], r["jobs_per_s"], r["ratio_to_library"] = n, round(rate), round(rate/lib*100)/100
+	r["server_cpu_us_per_job"], r["errors"] = round(cpu*1e6/float64(n)), failed
+	return r
 }
 
 // scheduleDue schedules a job of topic per due time in ds (64-byte

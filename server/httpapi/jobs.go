@@ -148,22 +148,19 @@ func (a *API) due(w http.ResponseWriter, r *http.Request) (time.Time, error) {
 }
 
 func (a *API) reschedule(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
-	topic, id := r.PathValue("topic"), r.PathValue("id")
-	if err := p.Allow(auth.Produce, topic); err != nil {
-		return 0, nil, err
-	}
-	at, err := a.due(w, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	ctx, cancel := a.ctx(r)
-	defer cancel()
-	return http.StatusNoContent, nil, a.q.Reschedule(ctx, topic, id, at)
+	return a.move(w, r, p, auth.Produce, a.q.Reschedule)
 }
 
 func (a *API) requeue(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	return a.move(w, r, p, auth.Admin, a.q.Requeue)
+}
+
+// move gives the path's job a new due time with to (Reschedule or
+// Requeue), which needs the permission perm on its topic.
+func (a *API) move(w http.ResponseWriter, r *http.Request, p *auth.Principal, perm auth.Perm,
+	to func(ctx context.Context, topic, id string, at time.Time) error) (int, any, error) {
 	topic, id := r.PathValue("topic"), r.PathValue("id")
-	if err := p.Allow(auth.Admin, topic); err != nil {
+	if err := p.Allow(perm, topic); err != nil {
 		return 0, nil, err
 	}
 	at, err := a.due(w, r)
@@ -172,7 +169,7 @@ func (a *API) requeue(w http.ResponseWriter, r *http.Request, p *auth.Principal)
 	}
 	ctx, cancel := a.ctx(r)
 	defer cancel()
-	return http.StatusNoContent, nil, a.q.Requeue(ctx, topic, id, at)
+	return http.StatusNoContent, nil, to(ctx, topic, id, at)
 }
 
 func receipt(r *http.Request, token string) (wheelq.Receipt, error) {
