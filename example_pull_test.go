@@ -3,6 +3,7 @@ package wheelq_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/wheelq/wheelq"
@@ -97,6 +98,8 @@ func ExampleQueue_AckAll() {
 			time.Sleep(time.Millisecond) // nothing ready: poll again (a real consumer does other work)
 		}
 	}
+	// Jobs due at the same time may come in any order.
+	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	errs := q.AckAll(ctx, rs[0].Receipt, rs[1].Receipt)
 	fmt.Println("acked:", errs[0] == nil, errs[1] == nil)
 	if err := q.Release(ctx, rs[2]); err != nil {
