@@ -138,3 +138,37 @@ func ExampleQueue_Reschedule() {
 	// <nil>
 	// pending 22h0m0s
 }
+
+// A campaign's reminders go in one call: one round trip per thousand jobs,
+// a result per job. A job that fails (here a duplicate id) leaves the
+// others stored.
+func ExampleQueue_ScheduleBatch() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	q, _ := wheelq.New(rdb, wheelq.Config{})
+	defer q.Shutdown(ctx)
+	var jobs []wheelq.BatchJob
+	for _, patient := range []string{"41", "42", "42"} {
+		jobs = append(jobs, wheelq.BatchJob{
+			Topic:   "remind",
+			Payload: []byte("patient " + patient),
+			Options: []wheelq.Option{wheelq.ID("flu-shot-" + patient), wheelq.After(24 * time.Hour)},
+		})
+	}
+	res, err := q.ScheduleBatch(ctx, jobs)
+	if err != nil {
+		panic(err) // the list as a whole was refused: empty, too long, or Redis out of reach
+	}
+	for _, r := range res {
+		fmt.Println(r.ID, errors.Is(r.Err, wheelq.ErrInvalidOption))
+	}
+	errs, _ := q.CancelBatch(ctx, []wheelq.JobRef{{Topic: "remind", ID: "flu-shot-41"}, {Topic: "remind", ID: "flu-shot-40"}})
+	fmt.Println(errs[0], errors.Is(errs[1], wheelq.ErrNotFound))
+	// Output:
+	// flu-shot-41 false
+	// flu-shot-42 false
+	//  true
+	// <nil> true
+}

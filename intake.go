@@ -37,34 +37,74 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 	if err := checkCtx(ctx, "Schedule"); err != nil {
 		return "", err
 	}
-	if err := validTopic(topic); err != nil {
+	_, now := wheel.Readings(q.clock) // due times are wall-clock readings
+	j, err := q.prepare(topic, payload, opts, now)
+	if err != nil {
 		return "", err
+	}
+	if q.closing() {
+		return "", ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return "", errs.Errorf("wheelq: schedule: %w", err)
+	}
+	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
+	// the wait. A random id is new (66 random bits): it takes the plain write.
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return "", errs.Errorf("wheelq: schedule %s: %w", j.w.Key, err)
+	}
+	res, err := q.writes.Do(ctx, j.write())
+	q.reach.note(err, probe, q.clock)
+	if errors.Is(err, batch.ErrClosed) {
+		return "", ErrClosed
+	}
+	return q.stored(j, res, err)
+}
+
+// prepared is a job checked and encoded by prepare, ready to be written.
+type prepared struct {
+	id  string
+	rec persist.Record // Payload is the caller's: the cache copies it when armed
+	w   persist.Write  // without Record, which write encodes
+}
+
+// write returns the job's write, its record encoded.
+func (j *prepared) write() persist.Write {
+	w := j.w
+	w.Record = j.rec.Encode()
+	return w
+}
+
+// prepare checks one job of Schedule or ScheduleBatch and makes its write.
+func (q *Queue) prepare(topic string, payload []byte, opts []Option, now time.Time) (prepared, error) {
+	if err := validTopic(topic); err != nil {
+		return prepared{}, err
 	}
 	var o scheduleOpts
 	for _, opt := range opts {
 		if opt == nil {
-			return "", fmt.Errorf("%w: nil Option", ErrInvalidOption)
+			return prepared{}, fmt.Errorf("%w: nil Option", ErrInvalidOption)
 		}
 		opt.apply(&o)
 	}
 	switch {
 	case o.hasAt && o.hasAfter:
-		return "", fmt.Errorf("%w: At and After together", ErrInvalidOption)
+		return prepared{}, fmt.Errorf("%w: At and After together", ErrInvalidOption)
 	case o.hasAt && o.at.IsZero():
-		return "", fmt.Errorf("%w: %v", ErrInvalidOption, errZeroTime)
+		return prepared{}, fmt.Errorf("%w: %v", ErrInvalidOption, errZeroTime)
 	case o.dup != Reject && o.dup != Replace:
-		return "", fmt.Errorf("%w: OnDuplicate(%d)", ErrInvalidOption, int(o.dup))
+		return prepared{}, fmt.Errorf("%w: OnDuplicate(%d)", ErrInvalidOption, int(o.dup))
 	}
-	_, now := wheel.Readings(q.clock) // due times are wall-clock readings
 	due := now.Add(o.after)
 	if o.hasAt {
 		due = o.at
 	}
 	if d := due.Sub(now); d > q.cfg.MaxDelay {
-		return "", fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
+		return prepared{}, fmt.Errorf("%w: %v ahead, at most %v", ErrTooFar, d.Round(time.Second), q.cfg.MaxDelay)
 	}
 	if len(payload) > q.cfg.MaxPayload {
-		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrPayloadTooLarge, len(payload), q.cfg.MaxPayload)
+		return prepared{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPayloadTooLarge, len(payload), q.cfg.MaxPayload)
 	}
 	id, key := o.id, ""
 	if !o.hasID {
@@ -75,53 +115,45 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		key = persist.RandomKey(topic, part, q.cfg.Partitions, rand.Uint64) // the id is its tail: one allocation for both
 		id = key[len(topic)+len(persist.KeySep):]
 	} else if err := validID(id); err != nil {
-		return "", err
+		return prepared{}, err
 	}
 	maxAttempts := q.cfg.MaxAttempts
 	if o.hasMax {
 		if o.maxAttempts < 1 || o.maxAttempts > maxAttemptsLimit {
-			return "", fmt.Errorf("%w: MaxAttempts(%d), want 1 to 2^31-1", ErrInvalidOption, o.maxAttempts)
+			return prepared{}, fmt.Errorf("%w: MaxAttempts(%d), want 1 to 2^31-1", ErrInvalidOption, o.maxAttempts)
 		}
 		maxAttempts = o.maxAttempts
 	}
 	var headers map[string]string
 	if len(o.headers) > 0 {
 		if err := checkHeaders(o.headers); err != nil {
-			return "", err
+			return prepared{}, err
 		}
 		headers = maps.Clone(o.headers) // the record (and the cache) keeps its own
-	}
-	if q.closing() {
-		return "", ErrClosed
-	}
-	if err := q.checkLayout(ctx); err != nil {
-		return "", errs.Errorf("wheelq: schedule: %w", err)
-	}
-	// The record keeps the caller's payload only until it is encoded; the
-	// cache gets a copy, and only when the job is armed.
-	rec := persist.Record{
-		Topic: topic, ID: id, Rev: rand.Uint32(), MaxAttempts: maxAttempts,
-		Created: now, Payload: payload, Headers: headers,
 	}
 	if key == "" {
 		key = persist.JobKey(topic, id)
 	}
-	dueUs := ceilMicro(due)
-	// The round trip is bounded by WriteTimeout in the batcher; ctx bounds
-	// the wait. A random id is new (66 random bits): it takes the plain write.
-	probe, err := q.reach.admit(q.clock)
-	if err != nil {
-		return "", errs.Errorf("wheelq: schedule %s: %w", key, err)
-	}
-	res, err := q.writes.Do(ctx, persist.Write{Key: key, Due: dueUs, Record: rec.Encode(), Replace: o.dup == Replace || !o.hasID, Fresh: !o.hasID})
-	q.reach.note(err, probe, q.clock)
-	if errors.Is(err, batch.ErrClosed) {
-		return "", ErrClosed
-	}
+	return prepared{
+		id: id,
+		// The record keeps the caller's payload only until it is
+		// encoded; the cache gets a copy, and only when the job is armed.
+		rec: persist.Record{
+			Topic: topic, ID: id, Rev: rand.Uint32(), MaxAttempts: maxAttempts,
+			Created: now, Payload: payload, Headers: headers,
+		},
+		w: persist.Write{Key: key, Due: ceilMicro(due), Replace: o.dup == Replace || !o.hasID, Fresh: !o.hasID},
+	}, nil
+}
+
+// stored finishes a job's write, given its result or error: it arms the
+// job and counts it, and returns its id or the error Schedule gives.
+func (q *Queue) stored(j prepared, res persist.WriteResult, err error) (string, error) {
+	key := j.w.Key
 	if err != nil {
 		// The write may have reached Redis with its reply lost. Arm it
 		// anyway, uncached: the claim runs it only if Redis has it.
-		q.arm(key, dueUs, nil)
+		q.arm(key, j.w.Due, nil)
 		return "", errs.Errorf("wheelq: schedule %s: %w", key, uncertain(err))
 	}
 	if res == persist.Duplicate {
@@ -131,10 +163,10 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", errs.Errorf("wheelq: schedule %s: %w", key, crashpoint.ErrCrashed)
 	}
 	q.stats.scheduled.Add(1)
-	q.observeScheduled(topic)
+	q.observeScheduled(j.rec.Topic)
 	// Announce, then scan: read LoadedUntil only now, after the write.
-	q.arm(key, dueUs, &rec)
-	return id, nil
+	q.arm(key, j.w.Due, &j.rec)
+	return j.id, nil
 }
 
 // Cancel deletes a job, pending or dead-lettered. After Cancel returns nil
@@ -175,6 +207,13 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 	if err != nil {
 		return errs.Errorf("wheelq: cancel %s: %w", key, uncertain(err))
 	}
+	return q.cancelled(topic, key, ch)
+}
+
+// cancelled finishes a cancel that Redis carried out with the result ch:
+// the job leaves the wheel, the cache and the start gate here, and the
+// error Cancel gives is returned.
+func (q *Queue) cancelled(topic, key string, ch persist.Change) error {
 	q.sched.Cancel(key)
 	q.cache.Remove(key)
 	if t, ok := q.unhold(key); ok {
