@@ -89,6 +89,12 @@ type Queue struct {
 		stop chan struct{}
 		done chan struct{}
 	}
+	// recurLoop stores the coming slots of recurring schedules
+	// (recurring.go): started by Start, stopped by Shutdown.
+	recurLoop struct {
+		stop chan struct{}
+		done chan struct{}
+	}
 	stats counters
 	late  latency
 
@@ -326,6 +332,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	go q.starter()
 	go q.pullLoop(&q.calls.slots[claimers+2])
 	q.startStuckWatch()
+	q.startRecurring()
 	q.recov.Start(ctx)
 	q.state = stateStarted
 	return nil
@@ -425,6 +432,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	var errs []error
 	// 1. Intake: calls fail with ErrClosed; the batchers flush what they
 	//    have and stop.
+	q.stopRecurring()
 	q.writes.Stop()
 	q.cancels.Stop()
 	q.moves.Stop()

@@ -36,6 +36,13 @@ type engineStore interface {
 	Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (persist.TakeResult, error)
 	Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error)
 
+	// Recurring schedules (recurring.go).
+	Recurs(ctx context.Context) ([]persist.RecurState, error)
+	RecurOf(ctx context.Context, p int, name string) (persist.RecurState, error)
+	DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (bool, error)
+	RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (bool, error)
+	FillRecur(ctx context.Context, p int, tok, name, spec string, floor int64, slots []persist.Slot) ([]string, error)
+
 	Get(ctx context.Context, key string) (persist.Record, persist.State, error)
 	History(ctx context.Context, key string) (persist.Record, persist.State, bool, error)
 	Requeue(ctx context.Context, tok, key string, rev uint32, due int64, rec []byte) (bool, error)

@@ -582,3 +582,71 @@ func truncate(b []byte, n int) string {
 	}
 	return string(b[:n]) + "…"
 }
+
+func recurringCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	return jsonOnlyCmd("print JSON, one object per schedule", (*cli).recurring)(fs)
+}
+
+func (c *cli) recurring(ctx context.Context, asJSON bool) int {
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	rs, err := c.q.Recurrings(cctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if asJSON {
+		for _, r := range rs {
+			v := map[string]any{"name": r.Name, "topic": r.Topic, "cron": r.Cron, "every_ms": r.Every.Milliseconds(),
+				"time_zone": r.TimeZone, "missed": r.Missed.String(), "next": r.Next}
+			if !r.Stored.IsZero() {
+				v["stored"] = r.Stored
+			}
+			if r.Last != nil {
+				v["last"] = r.Last
+			}
+			if code := c.json(v); code != 0 {
+				return code
+			}
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTOPIC\tWHEN\tNEXT\tLAST RUN")
+	for _, r := range rs {
+		when := r.Cron
+		if r.Every > 0 {
+			when = "every " + r.Every.String()
+		}
+		if r.TimeZone != "" {
+			when += " (" + r.TimeZone + ")"
+		}
+		next := "-"
+		if len(r.Next) > 0 {
+			next = r.Next[0].UTC().Format(time.RFC3339)
+		}
+		last := "-"
+		if r.Last != nil {
+			last = r.Last.Due.UTC().Format(time.RFC3339) + " " + r.Last.State.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(r.Name), printable(r.Topic), printable(when), next, last)
+	}
+	_ = tw.Flush()
+	return 0
+}
+
+func unrecurCmd(fs *flag.FlagSet) func([]string) (action, error) {
+	return func(args []string) (action, error) {
+		if err := nArgs(args, 1, "NAME"); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, c *cli) int {
+			cctx, cancel := context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+			if err := c.q.RemoveRecurring(cctx, args[0]); err != nil {
+				return c.fail(err)
+			}
+			fmt.Fprintf(c.out, "unrecur %s: done\n", printable(args[0]))
+			return 0
+		}, nil
+	}
+}

@@ -293,3 +293,33 @@ func TestConnectSentinelAndCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestRecurringCommands: recurring lists a declared schedule with its
+// next slot; unrecur removes it, and a second unrecur says it is gone.
+func TestRecurringCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(ctx) })
+	require.NoError(t, q.DeclareRecurring(ctx, wheelq.Recurring{Name: "nightly", Topic: "reports", Cron: "0 3 * * *", TimeZone: "Europe/Paris"}))
+
+	code, out, errs := wq(t, srv, "recurring")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "NAME")
+	require.Regexp(t, `nightly\s+reports\s+0 3 \* \* \* \(Europe/Paris\)\s+\d{4}-\d\d-\d\dT0[12]:00:00Z\s+-`, out)
+	code, out, errs = wq(t, srv, "recurring", "-json")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, `"name":"nightly"`)
+	require.Contains(t, out, `"missed":"latest"`)
+
+	code, out, errs = wq(t, srv, "unrecur", "nightly")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "unrecur nightly: done")
+	code, _, errs = wq(t, srv, "unrecur", "nightly")
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "not found")
+	code, _, errs = wq(t, srv, "unrecur")
+	require.Equal(t, 2, code, errs)
+}

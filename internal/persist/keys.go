@@ -74,6 +74,10 @@ type Keys struct {
 	// topic (Ready + topic): due jobs queued for any consumer, job key ->
 	// due (unix µs). Their jobs stay in Pending at their due times.
 	Ready string
+	// Recur is a HASH of the recurring schedules whose slot jobs fall in
+	// this partition, name -> spec; RecurState a HASH of their
+	// watermarks and latest slots (see recur.lua).
+	Recur, RecurState string
 }
 
 func partitionKeys(ns string, p int) Keys {
@@ -81,7 +85,8 @@ func partitionKeys(ns string, p int) Keys {
 	return Keys{Pending: tag + "pending", Jobs: tag + "jobs", Dead: tag + "dead", Lease: tag + "lease",
 		Loaded: tag + "loaded", Inbox: tag + "inbox", Running: tag + "running", Paused: tag + "paused",
 		Cancelled: [2]string{tag + "cancelled0", tag + "cancelled1"},
-		History:   tag + "history", HistoryIdx: tag + "history-idx", Ready: tag + "ready:"}
+		History:   tag + "history", HistoryIdx: tag + "history-idx", Ready: tag + "ready:",
+		Recur: tag + "recur", RecurState: tag + "recur-state"}
 }
 
 func metaKey(ns string) string { return "wq:{" + ns + "}:meta" }
@@ -151,4 +156,31 @@ func RandomKey(topic string, p, n int, random func() uint64) string {
 	b.WriteString(KeySep)
 	b.Write(id[:])
 	return b.String()
+}
+
+// SteerKey returns prefix + "." + two characters of the URL-safe
+// alphabet, chosen so that the key falls in partition p of n: the same
+// prefix, p and n give the same key in every process. (A third character
+// is added in the rare case that two do not reach p.)
+func SteerKey(prefix string, p, n int) string {
+	const offset32, prime32 = 2166136261, 16777619
+	h0 := uint32(offset32)
+	for i := 0; i < len(prefix); i++ {
+		h0 = (h0 ^ uint32(prefix[i])) * prime32
+	}
+	h0 = (h0 ^ '.') * prime32
+	for _, a := range []byte(idAlphabet) {
+		ha := (h0 ^ uint32(a)) * prime32
+		for _, b := range []byte(idAlphabet) {
+			if int(((ha^uint32(b))*prime32)%uint32(n)) == p {
+				return prefix + "." + string([]byte{a, b})
+			}
+		}
+	}
+	for _, a := range []byte(idAlphabet) {
+		if k := SteerKey(prefix+"."+string(a), p, n); k != "" {
+			return k
+		}
+	}
+	return ""
 }

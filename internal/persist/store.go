@@ -92,13 +92,14 @@ type Store struct {
 
 	deadCorrupt *redis.Script // run alone (Script.Run loads it on NOSCRIPT)
 	repair      *redis.Script // run alone
+	recur       *redis.Script // recurring schedules (recur.go)
 
 	// pollHead is, per partition, its keys in a call of poll.lua, boxed
 	// once (see PollMany).
 	pollHead [][]any
 
 	// Per partition, the fixed start of an EVALSHA of the batched scripts.
-	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead [][]any
+	scheduleHead, settleHead, claimHead, cancelHead, rescheduleHead, leaseHead, recurHead [][]any
 
 	// argBufs holds the argument slices of the batched script calls
 	// (claim, settle, cancel, reschedule) for reuse (*[]any): a fired job's
@@ -178,6 +179,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s.resolve = redis.NewScript(libLua + resolveLua)
 	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	s.repair = redis.NewScript(repairLua)
+	s.recur = redis.NewScript(recurLua)
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
 	}
@@ -188,6 +190,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s.rescheduleHead = callHeads(s.reschedule, s.parts, keysReschedule)
 	s.leaseHead = callHeads(s.lease, s.parts, func(k Keys) []string { return []string{k.Lease} })
 	s.pollHead = pollHeads(s.parts)
+	s.recurHead = callHeads(s.recur, s.parts, keysRecur)
 	return s, nil
 }
 
@@ -265,7 +268,7 @@ func (s *Store) loadScripts(ctx context.Context) error { return s.loadScriptsOn(
 // loadScriptsOn loads the batched scripts on c (the store's client, or
 // one primary of a cluster).
 func (s *Store) loadScriptsOn(ctx context.Context, c redis.Scripter) error {
-	for _, sc := range append([]*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc}, s.pullScripts()...) {
+	for _, sc := range append([]*redis.Script{s.schedule, s.settle, s.claim, s.cancel, s.reschedule, s.requeue, s.lease, s.poll, s.rangeSc, s.recur}, s.pullScripts()...) {
 		if err := sc.Load(ctx, c).Err(); err != nil {
 			return errs.Errorf("wheelq: load scripts: %w", err)
 		}

@@ -1191,3 +1191,15 @@ func TestDeadLetterCorrupt(t *testing.T) {
 		require.NoError(t, b.rdb.Del(b.ctx, k.Lease).Err())
 	}
 }
+
+// TestSteerKey: a steered key falls in the partition asked for, for any
+// partition count the store takes, and is the same every time.
+func TestSteerKey(t *testing.T) {
+	for _, n := range []int{1, 2, 16, 64, 1000, 4096} {
+		for _, p := range []int{0, n / 2, n - 1} {
+			k := SteerKey("remind/nightly@1767225600000", p, n)
+			require.Equal(t, p, partitionOf(k, n), "n=%d p=%d key %q", n, p, k)
+			require.Equal(t, k, SteerKey("remind/nightly@1767225600000", p, n))
+		}
+	}
+}

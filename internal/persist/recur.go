@@ -1,0 +1,198 @@
+package persist
+
+// Recurring schedules: their specs and watermarks, kept in the partition
+// of each schedule's slot jobs (see recur.lua), so that storing a slot's
+// job and moving the watermark past it is one script call on one slot.
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/recur.lua
+var recurLua string
+
+// ErrSpecChanged is returned by DeclareRecur, RemoveRecur and FillRecur
+// when the stored spec of the schedule is not the one the caller read: it
+// was changed (or removed) meanwhile; read it again.
+var ErrSpecChanged = errors.New("wheelq: recurring schedule changed meanwhile")
+
+func keysRecur(k Keys) []string {
+	return []string{k.Pending, k.Jobs, k.Lease, k.Loaded, k.Inbox, k.Running, k.Recur, k.RecurState}
+}
+
+// RecurState is a schedule as stored: its spec, the latest slot whose job
+// was stored (the watermark, unix µs; 0 for none) and the latest slots
+// stored, oldest first (up to 8).
+type RecurState struct {
+	Partition int
+	Name      string
+	Spec      string
+	Watermark int64
+	Recent    []int64
+}
+
+// Recurs returns the stored schedules of every partition, in one round
+// trip.
+func (s *Store) Recurs(ctx context.Context) ([]RecurState, error) {
+	pipe := s.rdb.Pipeline()
+	specs := make([]*redis.MapStringStringCmd, len(s.parts))
+	states := make([]*redis.MapStringStringCmd, len(s.parts))
+	for p, k := range s.parts {
+		specs[p] = pipe.HGetAll(ctx, k.Recur)
+		states[p] = pipe.HGetAll(ctx, k.RecurState)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap(err)
+	}
+	var out []RecurState
+	for p := range s.parts {
+		st := states[p].Val()
+		for name, spec := range specs[p].Val() {
+			r := RecurState{Partition: p, Name: name, Spec: spec}
+			if v, ok := st[name]; ok {
+				wm, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("%w: watermark of %q: %q", ErrCorrupt, name, v)
+				}
+				r.Watermark = wm
+			}
+			for f := range strings.SplitSeq(st[name+"\x00r"], ",") {
+				if f == "" {
+					continue
+				}
+				v, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("%w: recent slots of %q: %q", ErrCorrupt, name, f)
+				}
+				r.Recent = append(r.Recent, v)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// RecurOf returns schedule name of partition p as stored (Spec "" if
+// there is none), in one round trip.
+func (s *Store) RecurOf(ctx context.Context, p int, name string) (RecurState, error) {
+	k := s.parts[p]
+	pipe := s.rdb.Pipeline()
+	spec := pipe.HGet(ctx, k.Recur, name)
+	wm := pipe.HGet(ctx, k.RecurState, name)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return RecurState{}, wrap(err)
+	}
+	st := RecurState{Partition: p, Name: name, Spec: spec.Val()}
+	if v := wm.Val(); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return RecurState{}, fmt.Errorf("%w: watermark of %q: %q", ErrCorrupt, name, v)
+		}
+		st.Watermark = n
+	}
+	return st, nil
+}
+
+// DeclareRecur stores spec as schedule name of partition p, if the stored
+// one is still old ("" for none): changed reports whether it differed. A
+// changed spec's watermark becomes watermark (its slots after it are the
+// new spec's), and the pending jobs of drop (the old spec's slots still to
+// come) are deleted, unless a run of one is claimed.
+func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (changed bool, err error) {
+	args := []any{"declare", name, spec, old, watermark}
+	for _, k := range drop {
+		args = append(args, k)
+	}
+	n, err := s.runRecur(ctx, p, args)
+	if err != nil {
+		return false, err
+	}
+	switch n.(int64) {
+	case 0:
+		return false, nil
+	case -1:
+		return false, ErrSpecChanged
+	}
+	return true, nil
+}
+
+// RemoveRecur removes schedule name of partition p, if its stored spec is
+// still spec, and deletes the pending jobs of drop (as DeclareRecur). ok
+// is false if there was no such schedule.
+func (s *Store) RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (ok bool, err error) {
+	args := []any{"remove", name, spec}
+	for _, k := range drop {
+		args = append(args, k)
+	}
+	n, err := s.runRecur(ctx, p, args)
+	if err != nil {
+		return false, err
+	}
+	switch n.(int64) {
+	case 0:
+		return false, nil
+	case -1:
+		return false, ErrSpecChanged
+	}
+	return true, nil
+}
+
+// Slot is one slot's job for FillRecur.
+type Slot struct {
+	Due    int64 // unix µs
+	Key    string
+	Record []byte
+}
+
+// FillRecur stores the jobs of slots (ascending, all of partition p) of
+// schedule name, whose stored spec must still be spec, each unless it is
+// at or before the schedule's watermark; floor first raises the watermark.
+// It returns the keys of the jobs it stored. A job due within the owner's
+// loaded window goes to its inbox, unless tok is the owner's token.
+func (s *Store) FillRecur(ctx context.Context, p int, tok, name, spec string, floor int64, slots []Slot) ([]string, error) {
+	args := []any{"fill", tok, name, spec, floor}
+	for _, sl := range slots {
+		args = append(args, sl.Due, sl.Key, sl.Record)
+	}
+	v, err := s.runRecur(ctx, p, args)
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return nil, fmt.Errorf("%w: recur.lua fill replied %T", ErrCorrupt, v)
+	}
+	if n, _ := arr[0].(int64); n < 0 {
+		return nil, ErrSpecChanged
+	}
+	keys := make([]string, 0, len(arr)-1)
+	for _, k := range arr[1:] {
+		ks, ok := k.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: recur.lua fill replied a %T key", ErrCorrupt, k)
+		}
+		keys = append(keys, ks)
+	}
+	return keys, nil
+}
+
+// runRecur runs one call of recur.lua on partition p, as a write (with
+// Options.ReplicaAcks, acknowledged by the replicas).
+func (s *Store) runRecur(ctx context.Context, p int, args []any) (any, error) {
+	call := startCall(s.recurHead, p, len(args))
+	call = append(call, args...)
+	calls := make([][]any, len(s.parts))
+	calls[p] = call
+	replies, err := s.runWrites(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	return replies[p], nil
+}

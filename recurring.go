@@ -1,0 +1,778 @@
+package wheelq
+
+// Recurring schedules: a named cron expression or interval that makes a
+// job at each of its slots. The schedule is stored in Redis, in the
+// partition its slot jobs are steered to; a slot's job is stored ahead of
+// its time by recur.lua, which moves the schedule's watermark past it in
+// the same call, so that each slot's job is stored once, whichever
+// processes fill it, however often they restart. The job then fires from
+// the wheel like any other.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/wheelq/wheelq/internal/errs"
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// MissedPolicy says what a recurring schedule does with the slots that
+// came while no process stored their jobs (every process was down longer
+// than the lookahead, RecurringLookahead).
+type MissedPolicy int
+
+// Missed-slot policies.
+const (
+	// MissedLatest runs the latest missed slot once, at once. The default.
+	MissedLatest MissedPolicy = iota
+	// MissedSkip runs none of them.
+	MissedSkip
+	// MissedEach runs each of them, at once, oldest first: the latest
+	// MaxMissed of them.
+	MissedEach
+)
+
+// String returns "latest", "skip" or "each".
+func (m MissedPolicy) String() string {
+	switch m {
+	case MissedLatest:
+		return "latest"
+	case MissedSkip:
+		return "skip"
+	case MissedEach:
+		return "each"
+	}
+	return "MissedPolicy(" + strconv.Itoa(int(m)) + ")"
+}
+
+// RecurringLookahead is how far ahead of its time a recurring schedule's
+// slot job is stored (and at least the next slot's is, within MaxDelay).
+// Slot jobs already stored when every process went down run late when one
+// comes back, as any job does; the MissedPolicy applies to the slots after
+// them.
+const RecurringLookahead = 10 * time.Second
+
+// recurFillEvery is how often a started queue stores the coming slots of
+// the schedules of its partitions.
+const recurFillEvery = time.Second
+
+// maxRecurFill bounds the slot jobs stored in one call for one schedule.
+const maxRecurFill = 100
+
+// Recurring is a schedule that makes a job at each of its slots, the
+// times given by Cron or Every.
+//
+// Cron fields are local wall-clock times in TimeZone: each local time
+// the expression names runs once. A local time that a daylight-saving
+// jump forward skips runs at the first instant after the gap (02:30 on a
+// night the clocks go from 02:00 to 03:00 runs at 03:00); a local time
+// that a jump back repeats runs at its first occurrence only. Every is an
+// absolute interval, whatever the time zone: its slots are Start + k ×
+// Every (the Unix epoch + k × Every without a Start).
+type Recurring struct {
+	// Name names the schedule in its namespace: 1 to 200 bytes of UTF-8
+	// without control characters. Declaring a name again with the same
+	// fields does nothing; with other fields, it replaces the schedule.
+	Name string
+	// Cron is a cron expression: five fields (minute, hour, day of month,
+	// month, day of week), or six with seconds first; or a descriptor:
+	// @yearly, @monthly, @weekly, @daily, @hourly, or @every with a Go
+	// duration ("@every 90s", which sets Every). Set Cron or Every.
+	Cron string
+	// Every is a fixed interval: a whole number of milliseconds, at
+	// least one.
+	Every time.Duration
+	// TimeZone is the IANA name of Cron's time zone ("Europe/Paris");
+	// default UTC. It needs the system's time zone database (or a
+	// program that imports time/tzdata).
+	TimeZone string
+	// Topic, Payload, Headers and MaxAttempts are those of each slot's
+	// job, as Schedule takes them (MaxAttempts 0: Config.MaxAttempts).
+	Topic       string
+	Payload     []byte
+	Headers     map[string]string
+	MaxAttempts int
+	// Start and End bound the slots (both optional; End inclusive).
+	Start, End time.Time
+	// Missed is what to do with missed slots. MaxMissed bounds MissedEach
+	// (default 100, at most 1,000).
+	Missed    MissedPolicy
+	MaxMissed int
+}
+
+// RecurringInfo is a stored schedule, as Recurrings lists it.
+type RecurringInfo struct {
+	Recurring
+	// Next holds the schedule's next slots after now (up to 3; none once
+	// End has passed).
+	Next []time.Time
+	// Stored is the latest slot whose job was stored (zero: none yet).
+	Stored time.Time
+	// Last is the job of the latest slot whose time has come, as Lookup
+	// gives it (its state and run history), or nil if there was none or
+	// it is no longer known (finished longer ago than the run history
+	// keeps).
+	Last *JobInfo
+}
+
+// recurSpec is a Recurring as stored: canonical JSON, so that declaring
+// the same schedule again gives the same bytes.
+type recurSpec struct {
+	Name        string            `json:"name"`
+	Cron        string            `json:"cron,omitempty"`
+	EveryMs     int64             `json:"every_ms,omitempty"`
+	TimeZone    string            `json:"tz,omitempty"`
+	Topic       string            `json:"topic"`
+	Payload     []byte            `json:"payload,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	MaxAttempts int               `json:"max_attempts,omitempty"`
+	StartUs     int64             `json:"start_us,omitempty"`
+	EndUs       int64             `json:"end_us,omitempty"`
+	Missed      MissedPolicy      `json:"missed,omitempty"`
+	MaxMissed   int               `json:"max_missed,omitempty"`
+}
+
+// plan is a checked schedule: it computes slots.
+type plan struct {
+	r        Recurring
+	loc      *time.Location
+	cron     *cron.SpecSchedule // in naive local time (fields read in UTC)
+	every    time.Duration
+	start    time.Time // zero: none
+	end      time.Time // zero: none
+	spec     string    // the recurSpec's JSON
+	part     int       // the partition of its slot jobs and of its state
+	maxMiss  int
+	maxAttem int
+}
+
+// cronParser takes five fields, or six with seconds, and descriptors.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// compile checks r and returns its plan. Its errors wrap ErrInvalidOption
+// (or ErrInvalidTopic, ErrPayloadTooLarge, ErrTooFar) and name the field.
+func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: Recurring.%s: %s", ErrInvalidOption, field, fmt.Sprintf(format, a...))
+	}
+	if r.Name == "" || len(r.Name) > 200 || !printable(r.Name) {
+		return nil, bad("Name", "%q: want 1 to 200 bytes of UTF-8 without control characters", r.Name)
+	}
+	if err := validTopic(r.Topic); err != nil {
+		return nil, fmt.Errorf("Recurring.Topic: %w", err)
+	}
+	if len(r.Payload) > q.cfg.MaxPayload {
+		return nil, fmt.Errorf("%w: Recurring.Payload: %d bytes, at most %d", ErrPayloadTooLarge, len(r.Payload), q.cfg.MaxPayload)
+	}
+	if len(r.Headers) > 0 {
+		if err := checkHeaders(r.Headers); err != nil {
+			return nil, fmt.Errorf("Recurring.Headers: %w", err)
+		}
+		r.Headers = maps.Clone(r.Headers)
+	}
+	p := &plan{r: r, maxAttem: q.cfg.MaxAttempts}
+	if r.MaxAttempts != 0 {
+		if r.MaxAttempts < 1 || r.MaxAttempts > maxAttemptsLimit {
+			return nil, bad("MaxAttempts", "%d: want 1 to 2^31-1 (0: the default)", r.MaxAttempts)
+		}
+		p.maxAttem = r.MaxAttempts
+	}
+	expr := strings.TrimSpace(r.Cron)
+	if d, ok := strings.CutPrefix(expr, "@every "); ok {
+		if r.Every != 0 {
+			return nil, bad("Cron", "%q and Every %v: set one", r.Cron, r.Every)
+		}
+		every, err := time.ParseDuration(strings.TrimSpace(d))
+		if err != nil {
+			return nil, bad("Cron", "%q: %v", r.Cron, err)
+		}
+		r.Every, expr, r.Cron = every, "", ""
+		p.r = r
+	}
+	switch {
+	case expr == "" && r.Every == 0:
+		return nil, bad("Cron", "set Cron or Every")
+	case expr != "" && r.Every != 0:
+		return nil, bad("Cron", "%q and Every %v: set one", r.Cron, r.Every)
+	case r.Every != 0:
+		if r.Every < time.Millisecond || r.Every%time.Millisecond != 0 {
+			return nil, bad("Every", "%v: want a whole number of milliseconds, at least 1ms", r.Every)
+		}
+		p.every = r.Every
+	default:
+		if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
+			return nil, bad("Cron", "%q: set the time zone in TimeZone", r.Cron)
+		}
+		s, err := cronParser.Parse(expr)
+		if err != nil {
+			return nil, bad("Cron", "%q: %v", r.Cron, err)
+		}
+		spec, ok := s.(*cron.SpecSchedule)
+		if !ok {
+			return nil, bad("Cron", "%q: not a calendar expression", r.Cron)
+		}
+		c := *spec
+		c.Location = time.UTC
+		p.cron = &c
+	}
+	p.loc = time.UTC
+	if r.TimeZone != "" {
+		loc, err := time.LoadLocation(r.TimeZone)
+		if err != nil || r.TimeZone == "Local" {
+			return nil, bad("TimeZone", "%q: not an IANA time zone name (%v)", r.TimeZone, err)
+		}
+		p.loc = loc
+	}
+	switch {
+	case r.Missed < MissedLatest || r.Missed > MissedEach:
+		return nil, bad("Missed", "%v", r.Missed)
+	case r.MaxMissed < 0 || r.MaxMissed > 1000:
+		return nil, bad("MaxMissed", "%d: want 0 to 1000 (0: 100)", r.MaxMissed)
+	case !r.Start.IsZero() && !r.End.IsZero() && r.End.Before(r.Start):
+		return nil, bad("End", "%v is before Start %v", r.End, r.Start)
+	}
+	p.maxMiss = r.MaxMissed
+	if p.maxMiss == 0 {
+		p.maxMiss = 100
+	}
+	p.start, p.end = r.Start, r.End
+	first := p.next(maxTime(now, p.start.Add(-time.Nanosecond)))
+	switch {
+	case first.IsZero() && !p.end.IsZero() && !p.end.After(now):
+		return nil, bad("End", "%v has passed: every slot lies in the past", r.End)
+	case first.IsZero():
+		return nil, bad("Cron", "%q: no slot to come", r.Cron)
+	case first.Sub(now) > q.cfg.MaxDelay:
+		return nil, fmt.Errorf("%w: Recurring: its first slot (%v) is %v ahead, at most %v (MaxDelay)", ErrTooFar, first, first.Sub(now).Round(time.Second), q.cfg.MaxDelay)
+	}
+	rs := recurSpec{Name: r.Name, Cron: expr, EveryMs: r.Every.Milliseconds(), TimeZone: r.TimeZone, Topic: r.Topic,
+		Payload: r.Payload, Headers: r.Headers, MaxAttempts: r.MaxAttempts, Missed: r.Missed, MaxMissed: r.MaxMissed}
+	if !r.Start.IsZero() {
+		rs.StartUs = r.Start.UnixMicro()
+	}
+	if !r.End.IsZero() {
+		rs.EndUs = r.End.UnixMicro()
+	}
+	b, err := json.Marshal(rs)
+	if err != nil {
+		return nil, bad("Headers", "%v", err)
+	}
+	p.spec = string(b)
+	p.part = q.store.PartitionOf(r.Name)
+	return p, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// decodePlan compiles a stored spec again (for the fill, the listing and
+// a replaced schedule's old slots). A stored spec that no longer compiles
+// (a time zone this host does not know) is an error.
+func (q *Queue) decodePlan(spec string) (*plan, error) {
+	var rs recurSpec
+	if err := json.Unmarshal([]byte(spec), &rs); err != nil {
+		return nil, fmt.Errorf("%w: recurring spec: %v", persist.ErrCorrupt, err)
+	}
+	r := Recurring{Name: rs.Name, Cron: rs.Cron, Every: time.Duration(rs.EveryMs) * time.Millisecond, TimeZone: rs.TimeZone,
+		Topic: rs.Topic, Payload: rs.Payload, Headers: rs.Headers, MaxAttempts: rs.MaxAttempts, Missed: rs.Missed, MaxMissed: rs.MaxMissed}
+	if rs.StartUs != 0 {
+		r.Start = time.UnixMicro(rs.StartUs).UTC()
+	}
+	if rs.EndUs != 0 {
+		r.End = time.UnixMicro(rs.EndUs).UTC()
+	}
+	p := &plan{r: r, loc: time.UTC, every: r.Every, start: r.Start, end: r.End, spec: spec, maxMiss: cmpOr(r.MaxMissed, 100), maxAttem: cmpOr(r.MaxAttempts, q.cfg.MaxAttempts)}
+	if r.TimeZone != "" {
+		loc, err := time.LoadLocation(r.TimeZone)
+		if err != nil {
+			return nil, fmt.Errorf("wheelq: recurring %q: time zone: %w", r.Name, err)
+		}
+		p.loc = loc
+	}
+	if rs.Cron != "" {
+		s, err := cronParser.Parse(rs.Cron)
+		if err != nil {
+			return nil, fmt.Errorf("%w: recurring %q: %v", persist.ErrCorrupt, r.Name, err)
+		}
+		spec, ok := s.(*cron.SpecSchedule)
+		if !ok {
+			return nil, fmt.Errorf("%w: recurring %q: %q", persist.ErrCorrupt, r.Name, rs.Cron)
+		}
+		c := *spec
+		c.Location = time.UTC
+		p.cron = &c
+	} else if p.every <= 0 {
+		return nil, fmt.Errorf("%w: recurring %q: no cron and no interval", persist.ErrCorrupt, r.Name)
+	}
+	p.part = q.store.PartitionOf(r.Name)
+	return p, nil
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// next returns the schedule's first slot after t, or the zero time if
+// there is none (past End; a cron expression that matches nothing within
+// five years).
+func (p *plan) next(t time.Time) time.Time {
+	var s time.Time
+	if p.every > 0 {
+		anchor := time.Unix(0, 0)
+		if !p.start.IsZero() {
+			anchor = p.start
+		}
+		if t.Before(anchor) {
+			s = anchor
+		} else {
+			k := t.Sub(anchor) / p.every // t - anchor < 292 years
+			s = anchor.Add((k + 1) * p.every)
+		}
+	} else {
+		s = p.nextCron(t)
+	}
+	if s.IsZero() || (!p.end.IsZero() && s.After(p.end)) {
+		return time.Time{}
+	}
+	if !p.start.IsZero() && s.Before(p.start) {
+		return p.next(p.start.Add(-time.Nanosecond))
+	}
+	return s
+}
+
+// nextCron is next for a cron expression: the expression runs on the
+// naive local time (the local fields read as if in UTC), and each naive
+// slot is mapped to an instant by local (see Recurring).
+func (p *plan) nextCron(t time.Time) time.Time {
+	n := naive(t.In(p.loc))
+	for range 1000 {
+		n = p.cron.Next(n)
+		if n.IsZero() {
+			return time.Time{}
+		}
+		if s := local(n, p.loc); s.After(t) {
+			return s
+		}
+		// A slot of a repeated hour's second pass maps to its first
+		// occurrence, before t: take the next.
+	}
+	return time.Time{}
+}
+
+// naive returns t's local fields as a time in UTC.
+func naive(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// local returns the instant of the naive local time n in loc: in a gap
+// (a jump forward), the instant the gap ends; in a repeated hour (a jump
+// back), the first occurrence.
+func local(n time.Time, loc *time.Location) time.Time {
+	t := time.Date(n.Year(), n.Month(), n.Day(), n.Hour(), n.Minute(), n.Second(), n.Nanosecond(), loc)
+	switch got := naive(t); {
+	case got.Before(n): // before the gap: it ends where t's zone does
+		_, end := t.ZoneBounds()
+		return end
+	case got.After(n): // after the gap: it ended where t's zone began
+		start, _ := t.ZoneBounds()
+		return start
+	}
+	start, _ := t.ZoneBounds()
+	if start.IsZero() {
+		return t
+	}
+	_, off := t.Zone()
+	_, prevOff := start.Add(-time.Nanosecond).Zone()
+	if prevOff > off {
+		if u := t.Add(-time.Duration(prevOff-off) * time.Second); u.Before(start) && naive(u.In(loc)).Equal(n) {
+			return u // the first pass of a repeated time
+		}
+	}
+	return t
+}
+
+// slotKey returns the job key of the slot at s: the schedule's name and
+// the slot's time in unix milliseconds, steered to the schedule's
+// partition.
+func (p *plan) slotKey(s time.Time, partitions int) string {
+	return persist.SteerKey(persist.JobKey(p.r.Topic, p.r.Name+"@"+strconv.FormatInt(s.UnixMilli(), 10)), p.part, partitions)
+}
+
+// slots returns the slots a fill stores, given the watermark wm (unix µs,
+// 0 for none) and now: the missed ones in (wm, now] that the policy keeps
+// (latest last, at most maxMiss), then the ones to come within the
+// lookahead (and at least the next), at most maxRecurFill in all and none
+// past maxDelay; and the floor to raise the watermark to first.
+func (p *plan) slots(wm int64, now time.Time, maxDelay time.Duration) (out []time.Time, floor int64) {
+	from := now
+	if wm > 0 {
+		from = time.UnixMicro(wm)
+	}
+	if from.Before(now) {
+		keep := 0
+		switch p.r.Missed {
+		case MissedLatest:
+			keep = 1
+		case MissedEach:
+			keep = p.maxMiss
+		}
+		missed := p.lastSlots(from, now, keep)
+		floor = now.UnixMicro()
+		if len(missed) > 0 {
+			floor = missed[0].UnixMicro() - 1
+		}
+		out = append(out, missed...)
+		from = now
+	}
+	horizon := now.Add(RecurringLookahead)
+	stored := wm > now.UnixMicro() // the next slot's job is stored
+	for t := from; len(out) < maxRecurFill; {
+		s := p.next(t)
+		if s.IsZero() || s.Sub(now) > maxDelay || (s.After(horizon) && stored) {
+			break
+		}
+		out = append(out, s)
+		stored = stored || s.After(now)
+		t = s
+	}
+	return out, floor
+}
+
+// lastSlots returns the last (up to) keep slots in (from, to], oldest
+// first. It looks back from to over growing windows, so that a long gap
+// of frequent slots is not walked from its start.
+func (p *plan) lastSlots(from, to time.Time, keep int) []time.Time {
+	if keep == 0 {
+		return nil
+	}
+	window := time.Minute
+	for {
+		lo := to.Add(-window)
+		if !lo.After(from) {
+			lo = from
+		}
+		var got []time.Time
+		for t, n := lo, 0; n < 1_000_000; n++ {
+			s := p.next(t)
+			if s.IsZero() || s.After(to) {
+				break
+			}
+			got = append(got, s)
+			if len(got) > keep {
+				got = got[1:]
+			}
+			t = s
+		}
+		if len(got) >= keep || lo.Equal(from) {
+			return got
+		}
+		window *= 16
+	}
+}
+
+// DeclareRecurring stores a recurring schedule, or replaces the one of
+// the same name, and stores its coming slots' jobs: when it returns nil,
+// the next slot's job is in Redis (within MaxDelay). Declaring the same
+// schedule again changes nothing, so every process may declare its
+// schedules at start. A replaced schedule's stored slots still to come
+// are deleted (unless a run of one has started); the new one's first slot
+// is its first after now. A started queue stores the coming slots of the
+// schedules of its partitions every second (RecurringLookahead ahead);
+// a slot's job runs like any job of its topic (a paused topic holds it).
+//
+// Bad fields give an error naming the field (ErrInvalidOption,
+// ErrInvalidTopic, ErrPayloadTooLarge, or ErrTooFar when the first slot
+// lies past MaxDelay).
+func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
+	if err := checkCtx(ctx, "DeclareRecurring"); err != nil {
+		return err
+	}
+	_, now := wheel.Readings(q.clock)
+	p, err := q.compile(r, now)
+	if err != nil {
+		return err
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return errs.Errorf("wheelq: declare recurring: %w", err)
+	}
+	for range 5 {
+		old, err := q.store.RecurOf(ctx, p.part, r.Name)
+		if err != nil {
+			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
+		}
+		if old.Spec == p.spec {
+			return q.fillRecur(ctx, p, old.Watermark)
+		}
+		drop, err := q.comingSlots(old, now)
+		if err != nil {
+			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
+		}
+		changed, err := q.store.DeclareRecur(ctx, p.part, r.Name, p.spec, old.Spec, now.UnixMicro(), drop)
+		if errors.Is(err, persist.ErrSpecChanged) {
+			continue // declared meanwhile by another process: read again
+		}
+		if err != nil {
+			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, uncertain(err))
+		}
+		for _, k := range drop {
+			q.sched.Cancel(k)
+			q.cache.Remove(k)
+		}
+		wm := old.Watermark
+		if changed && old.Spec != "" {
+			wm = now.UnixMicro()
+		}
+		return q.fillRecur(ctx, p, wm)
+	}
+	return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, persist.ErrSpecChanged)
+}
+
+// comingSlots returns the keys of the stored slot jobs of st still to
+// come after now (those up to its watermark), to be dropped when st is
+// replaced or removed.
+func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]string, error) {
+	if st.Spec == "" || st.Watermark <= now.UnixMicro() {
+		return nil, nil
+	}
+	old, err := q.decodePlan(st.Spec)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for t := now; len(keys) < 10*maxRecurFill; {
+		s := old.next(t)
+		if s.IsZero() || s.UnixMicro() > st.Watermark {
+			break
+		}
+		keys = append(keys, old.slotKey(s, q.cfg.Partitions))
+		t = s
+	}
+	return keys, nil
+}
+
+// fillRecur stores the slot jobs of p due now (missed) or soon, given its
+// watermark as read, and arms those this process owns.
+func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64) error {
+	_, now := wheel.Readings(q.clock)
+	slots, floor := p.slots(wm, now, q.cfg.MaxDelay)
+	if len(slots) == 0 || slots[len(slots)-1].UnixMicro() <= max(wm, floor) {
+		return nil
+	}
+	type slotJob struct {
+		rec *persist.Record
+		due int64
+	}
+	jobs := make(map[string]slotJob, len(slots))
+	sl := make([]persist.Slot, 0, len(slots))
+	for _, s := range slots {
+		key := p.slotKey(s, q.cfg.Partitions)
+		if key == "" {
+			return fmt.Errorf("wheelq: recurring %q: no key reaches partition %d", p.r.Name, p.part)
+		}
+		_, id, _ := persist.SplitJobKey(key)
+		rec := &persist.Record{Topic: p.r.Topic, ID: id, Rev: rand.Uint32(), MaxAttempts: p.maxAttem,
+			Created: now, Payload: p.r.Payload, Headers: p.r.Headers}
+		jobs[key] = slotJob{rec, ceilMicro(s)}
+		sl = append(sl, persist.Slot{Due: ceilMicro(s), Key: key, Record: rec.Encode()})
+	}
+	tok := ""
+	if ts := q.recov.Tokens(); ts != nil {
+		tok = ts[p.part]
+	}
+	wctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	defer cancel()
+	stored, err := q.store.FillRecur(wctx, p.part, tok, p.r.Name, p.spec, floor, sl)
+	if errors.Is(err, persist.ErrSpecChanged) {
+		return nil // changed or removed meanwhile: the next fill reads it again
+	}
+	if err != nil {
+		return errs.Errorf("wheelq: recurring %q: store its slots: %w", p.r.Name, uncertain(err))
+	}
+	for _, k := range stored {
+		q.stats.scheduled.Add(1)
+		q.observeScheduled(p.r.Topic)
+		q.arm(k, jobs[k].due, jobs[k].rec)
+	}
+	return nil
+}
+
+// RemoveRecurring removes a recurring schedule, and its stored slot jobs
+// still to come (unless a run of one has started). ErrNotFound if there
+// is no schedule of that name.
+func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
+	if err := checkCtx(ctx, "RemoveRecurring"); err != nil {
+		return err
+	}
+	if name == "" || len(name) > 200 || !printable(name) {
+		return fmt.Errorf("%w: Recurring.Name: %q: want 1 to 200 bytes of UTF-8 without control characters", ErrInvalidOption, name)
+	}
+	if q.closing() {
+		return ErrClosed
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return errs.Errorf("wheelq: remove recurring: %w", err)
+	}
+	part := q.store.PartitionOf(name)
+	_, now := wheel.Readings(q.clock)
+	for range 5 {
+		st, err := q.store.RecurOf(ctx, part, name)
+		if err != nil {
+			return errs.Errorf("wheelq: remove recurring %q: %w", name, err)
+		}
+		if st.Spec == "" {
+			return fmt.Errorf("%w: recurring schedule %q", ErrNotFound, name)
+		}
+		drop, err := q.comingSlots(st, now)
+		if err != nil {
+			return errs.Errorf("wheelq: remove recurring %q: %w", name, err)
+		}
+		ok, err := q.store.RemoveRecur(ctx, part, name, st.Spec, drop)
+		if errors.Is(err, persist.ErrSpecChanged) {
+			continue
+		}
+		if err != nil {
+			return errs.Errorf("wheelq: remove recurring %q: %w", name, uncertain(err))
+		}
+		if !ok {
+			return fmt.Errorf("%w: recurring schedule %q", ErrNotFound, name)
+		}
+		for _, k := range drop {
+			q.sched.Cancel(k)
+			q.cache.Remove(k)
+		}
+		return nil
+	}
+	return errs.Errorf("wheelq: remove recurring %q: %w", name, persist.ErrSpecChanged)
+}
+
+// Recurrings lists the namespace's recurring schedules, by name, each
+// with its next slots and the job of its latest slot whose time has come.
+func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
+	if err := checkCtx(ctx, "Recurrings"); err != nil {
+		return nil, err
+	}
+	if err := q.checkLayout(ctx); err != nil {
+		return nil, errs.Errorf("wheelq: recurrings: %w", err)
+	}
+	sts, err := q.store.Recurs(ctx)
+	if err != nil {
+		return nil, errs.Errorf("wheelq: recurrings: %w", err)
+	}
+	_, now := wheel.Readings(q.clock)
+	out := make([]RecurringInfo, 0, len(sts))
+	for _, st := range sts {
+		p, err := q.decodePlan(st.Spec)
+		if err != nil {
+			return nil, err
+		}
+		info := RecurringInfo{Recurring: p.r}
+		for t := now; len(info.Next) < 3; {
+			s := p.next(t)
+			if s.IsZero() {
+				break
+			}
+			info.Next = append(info.Next, s)
+			t = s
+		}
+		if st.Watermark > 0 {
+			info.Stored = time.UnixMicro(st.Watermark)
+		}
+		for i := len(st.Recent) - 1; i >= 0; i-- {
+			if s := time.UnixMicro(st.Recent[i]); !s.After(now) {
+				key := p.slotKey(s, q.cfg.Partitions)
+				_, id, _ := persist.SplitJobKey(key)
+				if ji, err := q.Lookup(ctx, p.r.Topic, id); err == nil {
+					info.Last = &ji
+				} else if !errors.Is(err, ErrNotFound) {
+					return nil, err
+				}
+				break
+			}
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b RecurringInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// fillOwned stores the coming slots of the schedules of the partitions
+// this process owns; the recurring loop calls it every recurFillEvery.
+func (q *Queue) fillOwned(ctx context.Context) error {
+	owned := q.Owned()
+	if len(owned) == 0 {
+		return nil
+	}
+	sts, err := q.store.Recurs(ctx)
+	if err != nil {
+		return err
+	}
+	var errsOut []error
+	for _, st := range sts {
+		if !slices.Contains(owned, st.Partition) {
+			continue
+		}
+		p, err := q.decodePlan(st.Spec)
+		if err == nil {
+			err = q.fillRecur(ctx, p, st.Watermark)
+		}
+		if err != nil {
+			errsOut = append(errsOut, err)
+		}
+	}
+	return errors.Join(errsOut...)
+}
+
+// startRecurring starts the loop that stores the coming slots of the
+// schedules of this process's partitions; Shutdown stops it.
+func (q *Queue) startRecurring() {
+	w := &q.recurLoop
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(recurFillEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+				ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
+				if err := q.fillOwned(ctx); err != nil {
+					q.log.Warn("wheelq: recurring schedules: storing their coming slots; the next second tries again", "err", err)
+				}
+				cancel()
+			}
+		}
+	}()
+}
+
+// stopRecurring stops the loop of startRecurring, if it was started.
+func (q *Queue) stopRecurring() {
+	w := &q.recurLoop
+	if w.stop == nil {
+		return
+	}
+	close(w.stop)
+	<-w.done
+}

@@ -1,0 +1,359 @@
+package wheelq
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// newYork is the time zone of the daylight-saving tests: in 2026 its
+// clocks go from 02:00 EST to 03:00 EDT on March 8 and from 02:00 EDT
+// back to 01:00 EST on November 1.
+func newYork(t *testing.T) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skipf("no time zone database: %v", err)
+	}
+	return loc
+}
+
+// planOf compiles r on a queue that is never started.
+func planOf(t *testing.T, q *Queue, r Recurring, now time.Time) *plan {
+	t.Helper()
+	p, err := q.compile(r, now)
+	require.NoError(t, err)
+	return p
+}
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// slotsAfter returns the first n slots of p after t, in UTC.
+func slotsAfter(p *plan, t time.Time, n int) []string {
+	var out []string
+	for len(out) < n {
+		s := p.next(t)
+		if s.IsZero() {
+			break
+		}
+		out = append(out, s.UTC().Format(time.RFC3339))
+		t = s
+	}
+	return out
+}
+
+// TestRecurringSlots: the slots of intervals and cron expressions, in UTC
+// and across both daylight-saving transitions (the documented rule: a
+// skipped local time runs at the first instant after the gap, once; a
+// repeated one at its first occurrence only).
+func TestRecurringSlots(t *testing.T) {
+	t.Parallel()
+	q, err := New(redistest.Start(t, redistest.Options{}).Client(t), Config{})
+	require.NoError(t, err)
+	newYork(t)
+	base := utc("2026-03-01T00:00:00Z")
+	for _, tc := range []struct {
+		name string
+		r    Recurring
+		from string
+		want []string
+	}{
+		{"every 1s from the epoch", Recurring{Every: time.Second}, "2026-03-07T10:00:00.5Z",
+			[]string{"2026-03-07T10:00:01Z", "2026-03-07T10:00:02Z"}},
+		{"every 90m from Start", Recurring{Every: 90 * time.Minute, Start: utc("2026-03-07T10:10:00Z")}, "2026-03-07T00:00:00Z",
+			[]string{"2026-03-07T10:10:00Z", "2026-03-07T11:40:00Z"}},
+		{"every with End", Recurring{Every: time.Hour, End: utc("2026-03-07T12:00:00Z")}, "2026-03-07T10:30:00Z",
+			[]string{"2026-03-07T11:00:00Z", "2026-03-07T12:00:00Z"}},
+		{"cron, five fields", Recurring{Cron: "*/15 * * * *"}, "2026-03-07T10:07:00Z",
+			[]string{"2026-03-07T10:15:00Z", "2026-03-07T10:30:00Z"}},
+		{"cron, six fields", Recurring{Cron: "30 * * * * *"}, "2026-03-07T10:07:00Z",
+			[]string{"2026-03-07T10:07:30Z", "2026-03-07T10:08:30Z"}},
+		{"@daily in New York", Recurring{Cron: "@daily", TimeZone: "America/New_York"}, "2026-03-07T10:00:00Z",
+			[]string{"2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z"}},
+		// Spring forward: 02:30 does not exist on March 8; it runs at 03:00 EDT.
+		{"a skipped time runs after the gap", Recurring{Cron: "30 2 * * *", TimeZone: "America/New_York"}, "2026-03-07T00:00:00Z",
+			[]string{"2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
+		// Every half hour through the gap: 02:00 and 02:30 both map to 03:00 EDT, which runs once.
+		{"half hours through the gap", Recurring{Cron: "0,30 * * * *", TimeZone: "America/New_York"}, "2026-03-08T06:15:00Z",
+			[]string{"2026-03-08T06:30:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:30:00Z"}},
+		// Fall back: 01:30 happens twice on November 1; it runs at the first (EDT) only.
+		{"a repeated time runs once", Recurring{Cron: "30 1 * * *", TimeZone: "America/New_York"}, "2026-10-31T12:00:00Z",
+			[]string{"2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"}},
+		{"half hours through the repeated hour", Recurring{Cron: "0,30 * * * *", TimeZone: "America/New_York"}, "2026-11-01T04:45:00Z",
+			[]string{"2026-11-01T05:00:00Z", "2026-11-01T05:30:00Z", "2026-11-01T07:00:00Z"}},
+		// From within the repeated hour's second pass, the next slot is after it.
+		{"from the second pass", Recurring{Cron: "0,30 * * * *", TimeZone: "America/New_York"}, "2026-11-01T06:10:00Z",
+			[]string{"2026-11-01T07:00:00Z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.Name, tc.r.Topic = "s", "t"
+			from := utc(tc.from)
+			p := planOf(t, q, tc.r, base)
+			require.Equal(t, tc.want, slotsAfter(p, from, len(tc.want)))
+		})
+	}
+}
+
+// TestRecurringMissed: the slots a fill stores after a gap in which no
+// process stored any, by policy; and the lookahead after it.
+func TestRecurringMissed(t *testing.T) {
+	t.Parallel()
+	q, err := New(redistest.Start(t, redistest.Options{}).Client(t), Config{})
+	require.NoError(t, err)
+	now := utc("2026-03-07T10:00:00.5Z")
+	wm := utc("2026-03-07T09:00:00Z").UnixMicro() // an hour of missed slots
+	for _, tc := range []struct {
+		missed MissedPolicy
+		max    int
+		want   int // missed slots stored
+	}{{MissedLatest, 0, 1}, {MissedSkip, 0, 0}, {MissedEach, 5, 5}, {MissedEach, 0, 100}} {
+		t.Run(fmt.Sprint(tc.missed, tc.max), func(t *testing.T) {
+			p := planOf(t, q, Recurring{Name: "m", Topic: "t", Every: time.Second, Missed: tc.missed, MaxMissed: tc.max}, now)
+			slots, floor := p.slots(wm, now, time.Hour)
+			var missed, coming []time.Time
+			for _, s := range slots {
+				if s.After(now) {
+					coming = append(coming, s)
+				} else {
+					missed = append(missed, s)
+				}
+			}
+			require.Len(t, missed, min(tc.want, maxRecurFill))
+			if len(missed) > 0 {
+				require.Equal(t, utc("2026-03-07T10:00:00Z"), missed[len(missed)-1].UTC(), "the latest missed slot")
+				require.Equal(t, missed[0].UnixMicro()-1, floor)
+			} else {
+				require.Equal(t, now.UnixMicro(), floor)
+			}
+			if len(slots) < maxRecurFill {
+				require.NotEmpty(t, coming)
+				require.Equal(t, utc("2026-03-07T10:00:01Z"), coming[0].UTC())
+				require.False(t, coming[len(coming)-1].After(now.Add(RecurringLookahead)))
+			}
+		})
+	}
+	// A daily schedule whose next slot is stored stores nothing more; one
+	// whose next slot is not stores it, however far (within MaxDelay).
+	p := planOf(t, q, Recurring{Name: "d", Topic: "t", Cron: "@daily"}, now)
+	slots, _ := p.slots(utc("2026-03-08T00:00:00Z").UnixMicro(), now, 30*24*time.Hour)
+	require.Empty(t, slots)
+	slots, _ = p.slots(utc("2026-03-07T00:00:00Z").UnixMicro(), now, 30*24*time.Hour)
+	require.Equal(t, []time.Time{utc("2026-03-08T00:00:00Z")}, utcAll(slots))
+}
+
+// TestRecurringBadInput: each bad field is a clear error naming it.
+func TestRecurringBadInput(t *testing.T) {
+	t.Parallel()
+	q, err := New(redistest.Start(t, redistest.Options{}).Client(t), Config{MaxDelay: 24 * time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	ok := Recurring{Name: "n", Topic: "t", Every: time.Second}
+	for _, tc := range []struct {
+		name  string
+		edit  func(r *Recurring)
+		is    error
+		field string
+	}{
+		{"invalid cron", func(r *Recurring) { r.Every, r.Cron = 0, "61 * * * *" }, ErrInvalidOption, "Recurring.Cron"},
+		{"cron with TZ", func(r *Recurring) { r.Every, r.Cron = 0, "TZ=UTC 0 * * * *" }, ErrInvalidOption, "TimeZone"},
+		{"cron and every", func(r *Recurring) { r.Cron = "@hourly" }, ErrInvalidOption, "Recurring.Cron"},
+		{"neither", func(r *Recurring) { r.Every = 0 }, ErrInvalidOption, "set Cron or Every"},
+		{"bad @every", func(r *Recurring) { r.Every, r.Cron = 0, "@every soon" }, ErrInvalidOption, "Recurring.Cron"},
+		{"negative interval", func(r *Recurring) { r.Every = -time.Second }, ErrInvalidOption, "Recurring.Every"},
+		{"sub-millisecond interval", func(r *Recurring) { r.Every = 1500 * time.Microsecond }, ErrInvalidOption, "Recurring.Every"},
+		{"unknown time zone", func(r *Recurring) { r.TimeZone = "Mars/Olympus_Mons" }, ErrInvalidOption, "Recurring.TimeZone"},
+		{"Local", func(r *Recurring) { r.TimeZone = "Local" }, ErrInvalidOption, "Recurring.TimeZone"},
+		{"no name", func(r *Recurring) { r.Name = "" }, ErrInvalidOption, "Recurring.Name"},
+		{"bad topic", func(r *Recurring) { r.Topic = "a/b" }, ErrInvalidTopic, "Recurring.Topic"},
+		{"bad max attempts", func(r *Recurring) { r.MaxAttempts = -1 }, ErrInvalidOption, "Recurring.MaxAttempts"},
+		{"bad policy", func(r *Recurring) { r.Missed = 7 }, ErrInvalidOption, "Recurring.Missed"},
+		{"bad max missed", func(r *Recurring) { r.MaxMissed = -1 }, ErrInvalidOption, "Recurring.MaxMissed"},
+		{"end before start", func(r *Recurring) { r.Start, r.End = time.Now().Add(time.Hour), time.Now() }, ErrInvalidOption, "Recurring.End"},
+		{"every slot past", func(r *Recurring) { r.End = time.Now().Add(-time.Hour) }, ErrInvalidOption, "in the past"},
+		{"never matches", func(r *Recurring) { r.Every, r.Cron = 0, "0 0 30 2 *" }, ErrInvalidOption, "no slot to come"},
+		{"past MaxDelay", func(r *Recurring) { r.Start = time.Now().Add(48 * time.Hour) }, ErrTooFar, "MaxDelay"},
+		{"payload too large", func(r *Recurring) { r.Payload = make([]byte, q.cfg.MaxPayload+1) }, ErrPayloadTooLarge, "Recurring.Payload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ok
+			tc.edit(&r)
+			err := q.DeclareRecurring(ctx, r)
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.field)
+		})
+	}
+	require.ErrorIs(t, q.RemoveRecurring(ctx, ""), ErrInvalidOption)
+	require.ErrorIs(t, q.RemoveRecurring(ctx, "none"), ErrNotFound)
+}
+
+// TestRecurringDeclare: declaring again is a no-op; a changed spec drops
+// the old spec's stored slots to come and stores the new one's; Remove
+// drops them all; and the listing shows the next slots and the last run.
+func TestRecurringDeclare(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	clk := wheel.NewFakeClock(utc("2026-03-08T06:00:00Z"))
+	q := b.newQueue(t, Config{Clock: clk})
+	ctx := b.ctx
+	r := Recurring{Name: "tick", Topic: "t", Cron: "*/30 * * * *", TimeZone: "America/New_York", Payload: []byte("p")}
+	newYork(t)
+	require.NoError(t, q.DeclareRecurring(ctx, r))
+	list, err := q.Recurrings(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	got := list[0]
+	require.Equal(t, "tick", got.Name)
+	// 01:30 EST, then 02:00 and 02:30 (skipped on this night) both at 03:00 EDT, once.
+	require.Equal(t, []time.Time{utc("2026-03-08T06:30:00Z"), utc("2026-03-08T07:00:00Z"), utc("2026-03-08T07:30:00Z")}, utcAll(got.Next))
+	require.Equal(t, utc("2026-03-08T06:30:00Z"), got.Stored.UTC(), "the next slot is stored, though past the lookahead")
+	require.Nil(t, got.Last)
+	pending := func() []string {
+		jobs, _, err := q.List(ctx, JobFilter{Topic: "t"}, "", 100)
+		require.NoError(t, err)
+		var ids []string
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
+		return ids
+	}
+	ids := pending()
+	require.Len(t, ids, 1)
+	require.True(t, strings.HasPrefix(ids[0], "tick@"+fmt.Sprint(utc("2026-03-08T06:30:00Z").UnixMilli())+"."), ids[0])
+
+	// The same again: nothing changes.
+	require.NoError(t, q.DeclareRecurring(ctx, r))
+	require.Equal(t, ids, pending())
+
+	// A changed spec replaces the stored slot with the new spec's.
+	r.Cron = "*/20 * * * *"
+	require.NoError(t, q.DeclareRecurring(ctx, r))
+	again := pending()
+	require.Len(t, again, 1)
+	require.True(t, strings.HasPrefix(again[0], "tick@"+fmt.Sprint(utc("2026-03-08T06:20:00Z").UnixMilli())+"."), again[0])
+	_, err = q.Lookup(ctx, "t", ids[0])
+	require.ErrorIs(t, err, ErrNotFound, "the old spec's slot was dropped")
+
+	// Time passes: the last slot came; the listing shows its job.
+	clk.Advance(25 * time.Minute)
+	require.NoError(t, q.DeclareRecurring(ctx, r)) // fills, as the loop of a started queue does
+	list, err = q.Recurrings(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, list[0].Last)
+	require.Equal(t, again[0], list[0].Last.ID)
+	require.Equal(t, utc("2026-03-08T06:40:00Z"), list[0].Next[0].UTC())
+
+	require.NoError(t, q.RemoveRecurring(ctx, "tick"))
+	require.ErrorIs(t, q.RemoveRecurring(ctx, "tick"), ErrNotFound)
+	left := pending()
+	require.Equal(t, []string{again[0]}, left, "the slot whose time came stays (it runs); the one to come is dropped")
+	list, err = q.Recurrings(ctx)
+	require.NoError(t, err)
+	require.Empty(t, list)
+}
+
+func utcAll(ts []time.Time) []time.Time {
+	out := make([]time.Time, len(ts))
+	for i, t := range ts {
+		out[i] = t.UTC()
+	}
+	return out
+}
+
+const envRecurChild = "WHEELQ_RECUR_CHILD_REDIS"
+
+// recurConfig is the configuration of TestRecurringOncePerSlot's
+// processes.
+func recurConfig() Config {
+	c := crashConfig()
+	c.Namespace = "recur"
+	return c
+}
+
+// beat is TestRecurringOncePerSlot's schedule.
+var beat = Recurring{Name: "beat", Topic: "beat", Every: 100 * time.Millisecond}
+
+// TestRecurringChild is the child process of TestRecurringOncePerSlot; it
+// does nothing unless the parent set its environment. It declares the
+// schedule, runs its jobs and logs each start as TestCrashChild does.
+func TestRecurringChild(t *testing.T) {
+	addr := os.Getenv(envRecurChild)
+	if addr == "" {
+		t.Skip("child process of TestRecurringOncePerSlot")
+	}
+	f, err := os.OpenFile(os.Getenv(envChildLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), recurConfig())
+	require.NoError(t, err)
+	require.NoError(t, q.Handle("beat", fireLogger(f)))
+	require.NoError(t, q.Start(context.Background()))
+	require.NoError(t, q.DeclareRecurring(context.Background(), beat))
+	select {} // until killed
+}
+
+// TestRecurringOncePerSlot: a schedule every 100 ms declared by three
+// worker processes on one namespace, one of them killed with SIGKILL and
+// another started in its place: each slot runs once (twice only if it was
+// in flight in the killed process), none early, and no slot between the
+// first and the removal of the schedule is missing.
+func TestRecurringOncePerSlot(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	logPath := filepath.Join(t.TempDir(), "fires")
+	start := func() *child {
+		c := startTestChild(t, "TestRecurringChild", envRecurChild+"="+srv.Addr, envChildLog+"="+logPath)
+		t.Cleanup(c.kill)
+		return c
+	}
+	cs := []*child{start(), start(), start()}
+	time.Sleep(1500 * time.Millisecond)
+	cs[0].kill()
+	killedPid := cs[0].cmd.Process.Pid
+	cs[0] = start()
+	time.Sleep(2500 * time.Millisecond)
+	q, err := New(srv.Client(t), recurConfig())
+	require.NoError(t, err)
+	removed := time.Now()
+	require.NoError(t, q.RemoveRecurring(context.Background(), "beat"))
+	time.Sleep(time.Second)
+	for _, c := range cs {
+		c.kill()
+	}
+	fires := readFires(t, logPath)
+	var dues []int64
+	for id, fs := range fires {
+		if len(fs) > 1 {
+			require.Equal(t, killedPid, fs[0].proc, "slot %s ran twice, the first time not in the killed process", id)
+		}
+		for _, f := range fs {
+			require.GreaterOrEqual(t, f.startUs, f.dueUs, "slot %s ran early", id)
+		}
+		dues = append(dues, fs[0].dueUs)
+	}
+	slices.Sort(dues)
+	require.GreaterOrEqual(t, len(dues), 30, "slots run")
+	for i := 1; i < len(dues); i++ {
+		require.Equal(t, int64(100_000), dues[i]-dues[i-1], "a slot is missing before %v", time.UnixMicro(dues[i]))
+	}
+	require.Less(t, time.UnixMicro(dues[len(dues)-1]).Sub(removed), time.Second, "the last slot came after the removal")
+	t.Logf("%d slots ran once each over %v, through a kill -9", len(dues), time.Duration(dues[len(dues)-1]-dues[0])*time.Microsecond)
+}
