@@ -64,6 +64,10 @@ func main() {
 		teamChild(spec) // a worker process of the team workload
 		return
 	}
+	if spec := os.Getenv(envRecurChild); spec != "" {
+		recurChild(spec) // a worker process of the recurring workload
+		return
+	}
 	var cfg config
 	var names string
 	flag.StringVar(&names, "workload", "precision,memory,addcancel", "comma-separated workloads, or \"all\"")

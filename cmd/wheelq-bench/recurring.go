@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wheelq/wheelq"
+)
+
+func init() {
+	workloads = append(workloads,
+		workload{"recurring", "a schedule @every 1s declared by 5 worker processes for 60 s (-n seconds), one killed with -9 and restarted at 1/3 and another at 2/3: runs per slot, early runs, slot lateness; beside one-off jobs due at each slot + 500 ms run by the same processes", runRecurring},
+	)
+}
+
+// envRecurChild makes wheelq-bench a worker process of the recurring
+// workload: "addr|namespace|log path". It declares the schedule, runs
+// its jobs and the one-off jobs with the default Config until killed,
+// and appends "topic id due_us start_us pid" to the log per run, one
+// write each (a SIGKILL loses none).
+const envRecurChild = "WHEELQ_BENCH_RECUR_CHILD"
+
+var benchBeat = wheelq.Recurring{Name: "beat", Topic: "beat", Cron: "@every 1s"}
+
+func recurChild(spec string) {
+	parts := strings.SplitN(spec, "|", 3)
+	if len(parts) != 3 {
+		fmt.Fprintf(os.Stderr, "wheelq-bench: bad %s %q\n", envRecurChild, spec)
+		os.Exit(2)
+	}
+	f, err := os.OpenFile(parts[2], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		var q *wheelq.Queue
+		q, err = wheelq.New(redis.NewClient(&redis.Options{Addr: parts[0]}), wheelq.Config{Namespace: parts[1]})
+		if err == nil {
+			h := wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+				_, err := fmt.Fprintf(f, "%s %s %d %d %d\n", j.Topic, j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), os.Getpid())
+				return err
+			})
+			_ = q.Handle("beat", h)
+			_ = q.Handle("plain", h)
+			ctx := context.Background()
+			if err = q.Start(ctx); err == nil {
+				err = q.DeclareRecurring(ctx, benchBeat)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
+		os.Exit(1)
+	}
+	select {} // until killed
+}
+
+func startRecurProc(addr, ns, logPath string) (*teamProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), envRecurChild+"="+addr+"|"+ns+"|"+logPath)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &teamProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
+	secs := cfg.size(60, 12)
+	br, err := freshRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer br.close()
+	addr := br.rdb.Options().Addr
+	ns := namespace("recur")
+	dir, err := os.MkdirTemp("", "wheelq-bench-recur")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logPath := filepath.Join(dir, "runs")
+	procs := make([]*teamProc, 5)
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
+				p.stop(syscall.SIGKILL)
+			}
+		}
+	}()
+	for i := range procs {
+		if procs[i], err = startRecurProc(addr, ns, logPath); err != nil {
+			return err
+		}
+	}
+	producer, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	defer producer.Shutdown(ctx)
+	// The baseline: one-off jobs due at each slot + 500 ms, through the
+	// same processes.
+	t0 := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	for i := range secs + 2 {
+		due := t0.Add(time.Duration(i)*time.Second + 500*time.Millisecond)
+		if _, err := producer.Schedule(ctx, "plain", nil, wheelq.ID(strconv.Itoa(i)), wheelq.At(due)); err != nil {
+			return err
+		}
+	}
+	killed := map[int]bool{}
+	for i, at := range []time.Duration{time.Duration(secs) * time.Second / 3, 2 * time.Duration(secs) * time.Second / 3} {
+		time.Sleep(time.Until(t0.Add(at).Add(-250 * time.Millisecond))) // between slots
+		killed[procs[i].cmd.Process.Pid] = true
+		procs[i].stop(syscall.SIGKILL)
+		if procs[i], err = startRecurProc(addr, ns, logPath); err != nil {
+			return err
+		}
+	}
+	time.Sleep(time.Until(t0.Add(time.Duration(secs)*time.Second - 250*time.Millisecond)))
+	if err := producer.RemoveRecurring(ctx, "beat"); err != nil {
+		return err
+	}
+	time.Sleep(1500 * time.Millisecond)
+	for i, p := range procs {
+		p.stop(syscall.SIGKILL)
+		procs[i] = nil
+	}
+
+	f, err := os.Open(logPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runs := map[string]int{}
+	firstPid := map[string]int{}
+	var beatLate, plainLate []time.Duration
+	var first, last int64
+	early, dupsOutside := 0, 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 5 {
+			continue
+		}
+		due, _ := strconv.ParseInt(fs[2], 10, 64)
+		start, _ := strconv.ParseInt(fs[3], 10, 64)
+		pid, _ := strconv.Atoi(fs[4])
+		if start < due {
+			early++
+		}
+		if fs[0] != "beat" {
+			plainLate = append(plainLate, time.Duration(start-due)*time.Microsecond)
+			continue
+		}
+		key := fs[1]
+		runs[key]++
+		if runs[key] > 1 {
+			if !killed[firstPid[key]] {
+				dupsOutside++
+			}
+			continue
+		}
+		firstPid[key] = pid
+		beatLate = append(beatLate, time.Duration(start-due)*time.Microsecond)
+		if first == 0 || due < first {
+			first = due
+		}
+		last = max(last, due)
+	}
+	slots := 0
+	if first > 0 {
+		slots = int((last-first)/1_000_000) + 1
+	}
+	dups := 0
+	for _, n := range runs {
+		dups += n - 1
+	}
+	r := result{"workload": "recurring", "system": "wheelq @every 1s, 5 processes, 2 kill -9 and restarts", "seconds": secs,
+		"slots_in_span": slots, "slots_run": len(runs), "duplicate_runs": dups, "duplicates_not_in_flight_at_a_kill": dupsOutside, "early": early}
+	emit(summarize(beatLate).into(r))
+	emit(summarize(plainLate).into(result{"workload": "recurring", "system": "one-off jobs at slot + 500 ms, same processes", "n": len(plainLate)}))
+	return nil
+}
