@@ -206,11 +206,14 @@ func TestRecurringBadInput(t *testing.T) {
 // TestRecurringDeclare: declaring again is a no-op; a changed spec drops
 // the old spec's stored slots to come and stores the new one's; Remove
 // drops them all; and the listing shows the next slots and the last run.
+// With -deploy.all on Sentinel and Cluster too (each recur.lua call
+// touches one slot).
 func TestRecurringDeclare(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	eachDeployment(t, func(t *testing.T, d deployment) { testRecurringDeclare(t, d.bundle(t)) })
+}
+
+func testRecurringDeclare(t *testing.T, b *bundle) {
 	clk := wheel.NewFakeClock(utc("2026-03-08T06:00:00Z"))
 	q := b.newQueue(t, Config{Clock: clk})
 	ctx := b.ctx
