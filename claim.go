@@ -315,6 +315,11 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		q.claims.turns.pass()
 		bufs.tasks = toHold
 	}()
+	if q.limits.on.Load() {
+		if batch = q.admit(batch, slot); len(batch) == 0 {
+			return nil
+		}
+	}
 	owned := bufs.owned[:0]
 	var busy []firedJob
 	var pulledNow, pulledWall time.Time

@@ -60,6 +60,7 @@ type Queue struct {
 	claims   claimStage  // claim.go: fired jobs waiting to be claimed
 	gate     startGate   // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
+	limits   limiter     // limits.go: per-topic limits
 	pauses   pauseStage  // pause.go: jobs of paused topics, parked
 	pull     pullStage   // pull.go: blocked Reserves, due jobs of pulled topics
 	// lock is this process's lock file (lockfile_unix.go): set by Start
@@ -155,6 +156,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		cache:        cache,
 		handlers:     map[string]Handler{},
 		inflight:     inflightSet{keys: map[string]struct{}{}},
+		limits:       newLimiter(),
 		closed:       make(chan struct{}),
 		work:         make(chan *task, cfg.Concurrency),
 		stopDispatch: make(chan struct{}),
@@ -255,6 +257,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.settles = batch.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
 	})
+	q.inflight.left = q.releasePermit
+	q.limits.releases = batch.NewRetrier(bc, q.execReleases, func(err error, pending int) {
+		q.log.Warn("wheelq: limits: permits not yet given back, retrying (they lapse a lease after the last renewal)", "err", err, "pending", pending)
+	})
 	cc := bc
 	cc.CallContext = q.calls.slots[claimers+1].call
 	q.corrupts = batch.NewRetrier(cc, q.execCorrupt, func(err error, pending int) {
@@ -333,6 +339,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	go q.pullLoop(&q.calls.slots[claimers+2])
 	q.startStuckWatch()
 	q.startRecurring()
+	q.startLimits()
 	q.recov.Start(ctx)
 	q.state = stateStarted
 	return nil
@@ -433,6 +440,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	// 1. Intake: calls fail with ErrClosed; the batchers flush what they
 	//    have and stop.
 	q.stopRecurring()
+	q.stopLimits()
 	q.writes.Stop()
 	q.cancels.Stop()
 	q.moves.Stop()
@@ -524,6 +532,9 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := q.settles.Stop(ctx); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
+	}
+	if err := q.limits.releases.Stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
 	// 6. Leases: released, and the roster left, so that another process

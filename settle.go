@@ -23,6 +23,9 @@ import (
 type inflightSet struct {
 	mu   sync.Mutex
 	keys map[string]struct{} // guarded by mu
+	// left is told of each key remove forgets (the limits' permits go
+	// with it: limits.go); set once by New.
+	left func(key string)
 }
 
 // remove forgets keys whose outcome is stored (or that will not run).
@@ -32,6 +35,9 @@ func (s *inflightSet) remove(keys ...string) {
 		delete(s.keys, k)
 	}
 	s.mu.Unlock()
+	for _, k := range keys {
+		s.left(k)
+	}
 }
 
 // any reports whether a key for which match is true is in the set.
@@ -145,6 +151,9 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 		delete(q.inflight.keys, o.Key)
 	}
 	q.inflight.mu.Unlock()
+	for _, o := range os {
+		q.releasePermit(o.Key)
+	}
 	for i, o := range kept {
 		if applied[i] && o.Op == persist.Retry {
 			q.arm(o.Key, o.Due, nil)

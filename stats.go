@@ -27,6 +27,13 @@ type Stats struct {
 	Skipped uint64
 	// RedisErrors counts failed round trips of the fire and ack paths.
 	RedisErrors uint64
+	// Throttled counts the times a job was held back by a topic's Limit
+	// (a job may be held back more than once).
+	Throttled uint64
+	// ThrottledNow is, per limited topic, the jobs held back by its Limit
+	// in this process now (waiting for a permit, or for the start the
+	// rate gave them); nil when none is.
+	ThrottledNow map[string]int
 	// Dropped counts claimed jobs that did not start here because the
 	// partition's lease was lost (or could not be confirmed) before their
 	// time: the partition's next owner runs them.
@@ -112,6 +119,8 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Swept:            q.recov.Swept(),
 		Repaired:         q.recov.Repaired(),
 		Lateness:         q.late.summary(),
+		Throttled:        q.limits.throttled.Load(),
+		ThrottledNow:     q.throttledNow(),
 	}
 	if q.closing() {
 		return s, ErrClosed

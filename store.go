@@ -36,6 +36,11 @@ type engineStore interface {
 	Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (persist.TakeResult, error)
 	Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error)
 
+	// Per-topic limits (limits.go).
+	Admit(ctx context.Context, now, lease int64, reqs []persist.LimitRequest) ([]int64, error)
+	RenewPermits(ctx context.Context, expiry int64, ps []persist.PermitRef) error
+	ReleasePermits(ctx context.Context, ps []persist.PermitRef) error
+
 	// Recurring schedules (recurring.go).
 	Recurs(ctx context.Context) ([]persist.RecurState, error)
 	RecurOf(ctx context.Context, p int, name string) (persist.RecurState, error)

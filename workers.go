@@ -78,6 +78,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		r.t, r.attempt = t, attempt
 		slot.current.Store(r)
 		err = call(ctx, h, job)
+		q.releasePermit(t.key) // the cap frees at the handler's return
 		slot.current.Store(nil)
 		slot.finish(r.ctx.gen)
 		if !r.state.CompareAndSwap(runRunning, runDone) {

@@ -93,6 +93,7 @@ type Store struct {
 	deadCorrupt *redis.Script // run alone (Script.Run loads it on NOSCRIPT)
 	repair      *redis.Script // run alone
 	recur       *redis.Script // recurring schedules (recur.go)
+	limit       *redis.Script // per-topic limits (limit.go), run alone
 
 	// pollHead is, per partition, its keys in a call of poll.lua, boxed
 	// once (see PollMany).
@@ -180,6 +181,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	s.repair = redis.NewScript(repairLua)
 	s.recur = redis.NewScript(recurLua)
+	s.limit = redis.NewScript(limitLua)
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
 	}

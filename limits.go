@@ -1,0 +1,417 @@
+package wheelq
+
+// Per-topic limits: a job of a limited topic is admitted before its claim
+// (so that one held back stays pending in Redis: not early, not lost, not
+// an attempt). The local cap is counted here; the global cap and rate are
+// decided by limit.lua: a permit per run, renewed while it is held and
+// lapsing a lease after its holder stopped, and a start time per job
+// spaced by the rate. A job refused by a cap waits here for a permit to
+// come free; one given a later start by the rate is armed again for it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wheelq/wheelq/internal/batch"
+	"github.com/wheelq/wheelq/internal/errs"
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/wheel"
+)
+
+// Limit caps how a topic's jobs start. Every field is optional (0: no
+// limit of that kind); give every process of the namespace the same
+// limits for a topic (each process enforces the caps it was given). The
+// global caps are enforced through Redis: they hold across processes,
+// and a permit held by a process that died is freed within LeaseTTL.
+//
+// A job held back by a limit stays pending in Redis (not claimed): it is
+// not early, not lost and not counted as an attempt; Stats.Throttled
+// counts the holds, and its extra lateness is in the lateness figures.
+type Limit struct {
+	// Concurrency is the most runs of the topic at once in this process.
+	Concurrency int
+	// GlobalConcurrency is the most runs of the topic at once across every
+	// process of the namespace.
+	GlobalConcurrency int
+	// Rate is the most starts of the topic per Per across every process:
+	// starts are spaced Per/Rate apart, so that any window of Per holds
+	// Rate of them, give or take one.
+	Rate int
+	// Per is Rate's interval; default one second.
+	Per time.Duration
+}
+
+// limiter holds the limits and what they hold back.
+type limiter struct {
+	on atomic.Bool // any limit: the claim's fast path checks only this
+
+	mu      sync.Mutex
+	topics  map[string]*topicLimit
+	held    map[string]heldPermit // job key -> the permits of its run
+	granted map[string]int64      // job key -> the start the rate gave it (unix µs)
+	// throttled counts the jobs held back (Stats.Throttled).
+	throttled atomic.Uint64
+
+	// releases sends the global permits given back (ZREM), in batches.
+	releases *batch.Retrier[persist.PermitRef]
+	loop     struct {
+		stop chan struct{}
+		done chan struct{}
+	}
+}
+
+type topicLimit struct {
+	Limit
+	interval int64      // µs between starts (0: no rate)
+	running  int        // local permits held
+	waiting  []firedJob // refused by a cap: refired as permits come free
+	globalW  bool       // some of waiting were refused by the global cap
+}
+
+type heldPermit struct {
+	topic string
+	id    string // the global permit ("": none)
+}
+
+// limitRetry is how often jobs refused by a global cap ask again (a
+// permit freed in another process is not announced).
+const limitRetry = 2 * time.Millisecond
+
+// Limit sets the limits of topic's jobs, replacing any earlier ones; a
+// zero Limit removes them. It may be called before or after Start. A
+// pulled topic cannot be limited (its consumers decide how many they
+// take): ErrTopicMode. A negative field, or Per without Rate, is an
+// ErrInvalidOption naming the field.
+func (q *Queue) Limit(topic string, l Limit) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	bad := func(field string, v any) error {
+		return fmt.Errorf("%w: Limit.%s: %v, want > 0 (0: no limit)", ErrInvalidOption, field, v)
+	}
+	switch {
+	case l.Concurrency < 0:
+		return bad("Concurrency", l.Concurrency)
+	case l.GlobalConcurrency < 0:
+		return bad("GlobalConcurrency", l.GlobalConcurrency)
+	case l.Rate < 0:
+		return bad("Rate", l.Rate)
+	case l.Per < 0:
+		return bad("Per", l.Per)
+	case l.Per > 0 && l.Rate == 0:
+		return fmt.Errorf("%w: Limit.Per %v without a Rate", ErrInvalidOption, l.Per)
+	}
+	if l.Rate > 0 && l.Per == 0 {
+		l.Per = time.Second
+	}
+	var interval int64
+	if l.Rate > 0 {
+		interval = l.Per.Microseconds() / int64(l.Rate)
+		if interval < 1 {
+			return fmt.Errorf("%w: Limit.Rate %d per %v: more than one start a microsecond", ErrInvalidOption, l.Rate, l.Per)
+		}
+	}
+	q.pull.mu.Lock()
+	pulled := q.pull.declared[topic]
+	q.pull.mu.Unlock()
+	if pulled {
+		return fmt.Errorf("%w: topic %q is pulled: its consumers decide how many jobs they take", ErrTopicMode, topic)
+	}
+	lm := &q.limits
+	lm.mu.Lock()
+	var refire []firedJob
+	if l == (Limit{}) {
+		if tl := lm.topics[topic]; tl != nil {
+			refire = tl.waiting
+			tl.waiting = nil
+			delete(lm.topics, topic)
+		}
+	} else if tl := lm.topics[topic]; tl != nil {
+		tl.Limit, tl.interval = l, interval
+		refire, tl.waiting, tl.globalW = tl.waiting, nil, false
+	} else {
+		lm.topics[topic] = &topicLimit{Limit: l, interval: interval}
+	}
+	lm.on.Store(len(lm.topics) > 0)
+	lm.mu.Unlock()
+	if len(refire) > 0 {
+		q.refire(refire)
+	}
+	return nil
+}
+
+func newLimiter() limiter {
+	return limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{}}
+}
+
+// topicOfKey returns the topic of a job key ("" if it is not one).
+func topicOfKey(key string) string {
+	t, _, err := persist.SplitJobKey(key)
+	if err != nil {
+		return ""
+	}
+	return t
+}
+
+// admit lets the jobs of limited topics through their limits before the
+// claim, and returns the batch with the ones held back taken out: those
+// refused by a cap wait in their topic's queue; those given a later start
+// by a rate are armed again for it.
+func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
+	lm := &q.limits
+	now, wall := wheel.Readings(q.clock)
+	wallUs := wall.UnixMicro()
+	type ask struct {
+		f  firedJob
+		tl *topicLimit
+	}
+	var asks []ask
+	var reqs []persist.LimitRequest
+	out := fs[:0]
+	lm.mu.Lock()
+	for _, f := range fs {
+		topic := topicOfKey(f.key)
+		tl := lm.topics[topic]
+		if tl == nil || q.pulledKey(f.key) {
+			out = append(out, f)
+			continue
+		}
+		if s, ok := lm.granted[f.key]; ok {
+			if wallUs+50 < s {
+				q.armForStart(f.key, s, now, wall) // fired early (a burst's lead): again at its start
+				continue
+			}
+			delete(lm.granted, f.key)
+			out = append(out, f)
+			continue
+		}
+		if _, ok := lm.held[f.key]; ok {
+			out = append(out, f) // holds its permits already (a claim tried again)
+			continue
+		}
+		if tl.Concurrency > 0 && tl.running >= tl.Concurrency {
+			tl.waiting = append(tl.waiting, f)
+			lm.throttled.Add(1)
+			continue
+		}
+		tl.running++
+		lm.held[f.key] = heldPermit{topic: topic}
+		if tl.GlobalConcurrency == 0 && tl.interval == 0 {
+			out = append(out, f)
+			continue
+		}
+		due := wall.Add(f.due.Sub(now)).UnixMicro() // f.due is on the wheel's timeline
+		id := ""
+		if tl.GlobalConcurrency > 0 {
+			id = q.member + ":" + strconv.FormatUint(rand.Uint64(), 36)
+		}
+		asks = append(asks, ask{f, tl})
+		reqs = append(reqs, persist.LimitRequest{Topic: topic, Cap: tl.GlobalConcurrency, Interval: tl.interval, ID: id, Due: max(due, 0)})
+	}
+	lm.mu.Unlock()
+	if len(reqs) == 0 {
+		return out
+	}
+	ctx, end := slot.call()
+	starts, err := q.store.Admit(ctx, wallUs, q.cfg.LeaseTTL.Microseconds(), reqs)
+	end()
+	if err != nil {
+		q.stats.redisErrors.Add(1)
+		q.log.Warn("wheelq: limits: asking Redis for starts; asking again", "err", err, "jobs", len(reqs))
+	}
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	for i, a := range asks {
+		topic := reqs[i].Topic
+		if err != nil || starts[i] == persist.Denied {
+			// No permit: wait for one, holding none.
+			a.tl.running--
+			delete(lm.held, a.f.key)
+			a.tl.waiting = append(a.tl.waiting, a.f)
+			a.tl.globalW = true
+			lm.throttled.Add(1)
+			continue
+		}
+		lm.held[a.f.key] = heldPermit{topic: topic, id: reqs[i].ID}
+		if s := starts[i]; s > wallUs+50 {
+			lm.granted[a.f.key] = s
+			lm.throttled.Add(1)
+			q.armForStart(a.f.key, s, now, wall)
+			continue
+		}
+		out = append(out, a.f)
+	}
+	return out
+}
+
+// armForStart arms key so that it fires (and is claimed) at the wall time
+// s (unix µs): the start a rate gave it.
+func (q *Queue) armForStart(key string, s int64, now, wall time.Time) {
+	at := wheel.AtWall(now, wall, time.UnixMicro(s))
+	if _, err := q.sched.Add(key, at); err != nil && !errors.Is(err, wheel.ErrStopped) {
+		q.log.Error("wheelq: arm", "key", key, "err", err)
+	}
+}
+
+// releasePermit gives back the permits of key's run, if it holds any, and
+// lets the next job waiting for its topic's cap try again. Every way a
+// job leaves this process's in-flight set comes here (and a run's end,
+// earlier); a second call does nothing.
+func (q *Queue) releasePermit(key string) {
+	lm := &q.limits
+	if !lm.on.Load() {
+		return
+	}
+	lm.mu.Lock()
+	hp, ok := lm.held[key]
+	if !ok {
+		lm.mu.Unlock()
+		return
+	}
+	delete(lm.held, key)
+	delete(lm.granted, key)
+	var next []firedJob
+	if tl := lm.topics[hp.topic]; tl != nil {
+		tl.running--
+		if len(tl.waiting) > 0 {
+			next = append(next, tl.waiting[0])
+			tl.waiting = tl.waiting[1:]
+		}
+	}
+	lm.mu.Unlock()
+	if hp.id != "" {
+		_ = lm.releases.Add(persist.PermitRef{Topic: hp.topic, ID: hp.id})
+	}
+	if len(next) > 0 {
+		q.refire(next)
+	}
+}
+
+// startLimits starts the limits' loop: it renews the global permits held
+// here (every LeaseTTL/3) and lets jobs refused by a global cap ask again
+// (every limitRetry). Shutdown stops it.
+func (q *Queue) startLimits() {
+	w := &q.limits.loop
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(limitRetry)
+		defer tick.Stop()
+		var renewed time.Time
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			if !q.limits.on.Load() {
+				continue
+			}
+			q.retryGlobal()
+			if time.Since(renewed) >= q.cfg.LeaseTTL/3 {
+				renewed = time.Now()
+				q.renewPermits()
+			}
+		}
+	}()
+}
+
+// stopLimits stops the loop of startLimits, if it was started.
+func (q *Queue) stopLimits() {
+	w := &q.limits.loop
+	if w.stop == nil {
+		return
+	}
+	close(w.stop)
+	<-w.done
+}
+
+// retryGlobal refires the jobs waiting for a global cap (as many as the
+// cap, at most).
+func (q *Queue) retryGlobal() {
+	lm := &q.limits
+	var fs []firedJob
+	lm.mu.Lock()
+	for _, tl := range lm.topics {
+		if !tl.globalW || len(tl.waiting) == 0 {
+			continue
+		}
+		n := len(tl.waiting)
+		if tl.GlobalConcurrency > 0 {
+			n = min(n, tl.GlobalConcurrency)
+		}
+		if tl.Concurrency > 0 {
+			n = min(n, max(tl.Concurrency-tl.running, 0))
+		}
+		fs = append(fs, tl.waiting[:n]...)
+		tl.waiting = tl.waiting[n:]
+		if len(tl.waiting) == 0 {
+			tl.globalW = false
+		}
+	}
+	lm.mu.Unlock()
+	if len(fs) > 0 {
+		q.refire(fs)
+	}
+}
+
+// renewPermits moves the expiry of the global permits held here a lease
+// ahead.
+func (q *Queue) renewPermits() {
+	lm := &q.limits
+	lm.mu.Lock()
+	var ps []persist.PermitRef
+	for _, hp := range lm.held {
+		if hp.id != "" {
+			ps = append(ps, persist.PermitRef{Topic: hp.topic, ID: hp.id})
+		}
+	}
+	lm.mu.Unlock()
+	if len(ps) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
+	defer cancel()
+	_, wall := wheel.Readings(q.clock)
+	if err := q.store.RenewPermits(ctx, wall.Add(q.cfg.LeaseTTL).UnixMicro(), ps); err != nil {
+		q.log.Warn("wheelq: limits: renewing permits; they lapse a lease after the last renewal", "err", err)
+	}
+}
+
+// throttledNow returns the jobs held back by limits here now, per topic.
+func (q *Queue) throttledNow() map[string]int {
+	lm := &q.limits
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	var out map[string]int
+	add := func(topic string, n int) {
+		if n == 0 {
+			return
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[topic] += n
+	}
+	for topic, tl := range lm.topics {
+		add(topic, len(tl.waiting))
+	}
+	for key := range lm.granted {
+		add(topicOfKey(key), 1)
+	}
+	return out
+}
+
+// execReleases gives back a batch of global permits.
+func (q *Queue) execReleases(ctx context.Context, ps []persist.PermitRef) error {
+	if err := q.store.ReleasePermits(ctx, ps); err != nil {
+		return errs.Errorf("wheelq: limits: releasing permits: %w", err)
+	}
+	return nil
+}

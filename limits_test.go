@@ -1,0 +1,233 @@
+package wheelq
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// concurrency records runs: how many at once at most, each run's start,
+// and each job's attempts.
+type concurrency struct {
+	mu       sync.Mutex
+	now, max int
+	starts   []time.Time
+	attempts map[string][]int
+	early    int
+}
+
+func (c *concurrency) handler(hold time.Duration) Handler {
+	return HandlerFunc(func(_ context.Context, j *Job) error {
+		c.mu.Lock()
+		c.now++
+		c.max = max(c.max, c.now)
+		start := time.Now()
+		c.starts = append(c.starts, start)
+		if c.attempts == nil {
+			c.attempts = map[string][]int{}
+		}
+		c.attempts[j.ID] = append(c.attempts[j.ID], j.Attempt)
+		if start.Before(j.Due) {
+			c.early++
+		}
+		c.mu.Unlock()
+		time.Sleep(hold)
+		c.mu.Lock()
+		c.now--
+		c.mu.Unlock()
+		return nil
+	})
+}
+
+func (c *concurrency) ran() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.attempts)
+}
+
+// check asserts that n jobs ran once each, first attempt, none early.
+func (c *concurrency) check(t *testing.T, n int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Len(t, c.attempts, n)
+	for id, as := range c.attempts {
+		require.Equal(t, []int{1}, as, "job %s: held back must not count as an attempt", id)
+	}
+	require.Zero(t, c.early, "runs started early")
+}
+
+func scheduleN(t *testing.T, q *Queue, topic string, n int, due time.Time) {
+	t.Helper()
+	jobs := make([]BatchJob, n)
+	for i := range jobs {
+		jobs[i] = BatchJob{Topic: topic, Options: []Option{At(due)}}
+	}
+	res, err := q.ScheduleBatch(context.Background(), jobs)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+	}
+}
+
+// TestLimitConcurrency: a topic capped at 2 runs at once in its process
+// never runs more, runs each job once on its first attempt, and counts
+// the jobs it held back; another topic is not held back by it.
+func TestLimitConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	var c, free concurrency
+	require.NoError(t, b.q.Limit("capped", Limit{Concurrency: 2}))
+	require.NoError(t, b.q.Handle("capped", c.handler(30*time.Millisecond)))
+	require.NoError(t, b.q.Handle("free", free.handler(30*time.Millisecond)))
+	due := time.Now().Add(100 * time.Millisecond)
+	scheduleN(t, b.q, "capped", 10, due)
+	scheduleN(t, b.q, "free", 10, due)
+	require.Eventually(t, func() bool { return c.ran() == 10 && free.ran() == 10 }, wait, 5*time.Millisecond)
+	c.check(t, 10)
+	free.check(t, 10)
+	require.Equal(t, 2, c.max, "runs of the capped topic at once")
+	require.Equal(t, 10, free.max, "the other topic was held back")
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.Throttled, uint64(8))
+	require.Eventually(t, func() bool { st, _ := b.q.Stats(b.ctx); return st.ThrottledNow == nil }, wait, 5*time.Millisecond)
+}
+
+// TestLimitGlobalConcurrency: three processes capped at 3 runs at once in
+// all: never more than 3 (measured from the handlers' own starts and
+// ends), and the cap is used (3 at once at some point).
+func TestLimitGlobalConcurrency(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	var c concurrency
+	var qs []*Queue
+	for range 3 {
+		q := b.newQueue(t, Config{LockDir: "-"})
+		require.NoError(t, q.Limit("sms", Limit{GlobalConcurrency: 3}))
+		require.NoError(t, q.Handle("sms", c.handler(50*time.Millisecond)))
+		require.NoError(t, q.Start(b.ctx))
+		qs = append(qs, q)
+	}
+	eventually(t, func() bool {
+		for _, q := range qs {
+			if len(q.Owned()) == 0 {
+				return false
+			}
+		}
+		return true
+	}, "each process owns partitions")
+	start := time.Now()
+	scheduleN(t, qs[0], "sms", 30, time.Now().Add(100*time.Millisecond))
+	require.Eventually(t, func() bool { return c.ran() == 30 }, wait, 5*time.Millisecond)
+	took := time.Since(start)
+	c.check(t, 30)
+	require.Equal(t, 3, c.max, "runs at once across the processes")
+	// 30 jobs of 50 ms, 3 at once: 0.5 s at best.
+	t.Logf("30 jobs of 50 ms, 3 at once over 3 processes: %v (0.5 s at best)", took.Round(time.Millisecond))
+	n, err := qs[0].store.(*persist.Store).Permits(b.ctx, "sms", time.Now().UnixMicro())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err = qs[0].store.(*persist.Store).Permits(b.ctx, "sms", time.Now().UnixMicro())
+		return err == nil && n == 0
+	}, wait, 5*time.Millisecond, "permits given back")
+}
+
+// TestLimitRate: a rate of 40 a second over two processes spaces the
+// starts: any one-second window holds at most 41 of them.
+func TestLimitRate(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	var c concurrency
+	var qs []*Queue
+	for range 2 {
+		q := b.newQueue(t, Config{LockDir: "-"})
+		require.NoError(t, q.Limit("api", Limit{Rate: 40}))
+		require.NoError(t, q.Handle("api", c.handler(0)))
+		require.NoError(t, q.Start(b.ctx))
+		qs = append(qs, q)
+	}
+	scheduleN(t, qs[0], "api", 60, time.Now().Add(100*time.Millisecond))
+	require.Eventually(t, func() bool { return c.ran() == 60 }, wait, 5*time.Millisecond)
+	c.check(t, 60)
+	c.mu.Lock()
+	starts := slices.Clone(c.starts)
+	c.mu.Unlock()
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range starts {
+		j := i
+		for j < len(starts) && starts[j].Sub(starts[i]) < time.Second {
+			j++
+		}
+		require.LessOrEqual(t, j-i, 41, "starts in the second from %v", starts[i])
+	}
+	spread := starts[len(starts)-1].Sub(starts[0])
+	require.Greater(t, spread, 1400*time.Millisecond, "59 gaps of 25 ms")
+	t.Logf("60 starts at 40/s over 2 processes spread over %v", spread.Round(time.Millisecond))
+}
+
+// TestLimitDeadHolder: a permit of a global cap held by a process that
+// died (it stopped renewing it) is freed within its lease: a job waiting
+// for it runs after the lease, not before.
+func TestLimitDeadHolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{LeaseTTL: time.Second})
+	b.srv.RequireReal(t)
+	st := b.q.store.(*persist.Store)
+	now := time.Now()
+	got, err := st.Admit(b.ctx, now.UnixMicro(), time.Second.Microseconds(),
+		[]persist.LimitRequest{{Topic: "one", Cap: 1, ID: "dead-process:1", Due: now.UnixMicro()}})
+	require.NoError(t, err)
+	require.NotEqual(t, int64(persist.Denied), got[0])
+	var c concurrency
+	require.NoError(t, b.q.Limit("one", Limit{GlobalConcurrency: 1}))
+	require.NoError(t, b.q.Handle("one", c.handler(0)))
+	scheduleN(t, b.q, "one", 1, now)
+	require.Eventually(t, func() bool { return c.ran() == 1 }, wait, 5*time.Millisecond)
+	c.check(t, 1)
+	c.mu.Lock()
+	started := c.starts[0]
+	c.mu.Unlock()
+	require.False(t, started.Before(now.Add(time.Second)), "ran while the dead holder's permit was live")
+	require.Less(t, started.Sub(now), 2*time.Second, "the permit was not freed within its lease")
+}
+
+// TestLimitBadInput: each bad field is an error naming it.
+func TestLimitBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for _, tc := range []struct {
+		l     Limit
+		field string
+	}{
+		{Limit{Concurrency: -1}, "Concurrency"},
+		{Limit{GlobalConcurrency: -1}, "GlobalConcurrency"},
+		{Limit{Rate: -1}, "Rate"},
+		{Limit{Rate: 1, Per: -time.Second}, "Per"},
+		{Limit{Per: time.Second}, "without a Rate"},
+		{Limit{Rate: 2_000_000}, "more than one start a microsecond"},
+	} {
+		err := b.q.Limit("t", tc.l)
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, tc.field)
+	}
+	require.ErrorIs(t, b.q.Limit("a/b", Limit{Concurrency: 1}), ErrInvalidTopic)
+	b2 := setupPull(t, Config{}, "pulled")
+	require.ErrorIs(t, b2.q.Limit("pulled", Limit{Concurrency: 1}), ErrTopicMode)
+	// A zero Limit removes the limits.
+	require.NoError(t, b.q.Limit("t", Limit{Concurrency: 1}))
+	require.NoError(t, b.q.Limit("t", Limit{}))
+	require.False(t, b.q.limits.on.Load())
+}
+
