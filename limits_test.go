@@ -230,4 +230,3 @@ func TestLimitBadInput(t *testing.T) {
 	require.NoError(t, b.q.Limit("t", Limit{}))
 	require.False(t, b.q.limits.on.Load())
 }
-
