@@ -64,6 +64,10 @@ func main() {
 		teamChild(spec) // a worker process of the team workload
 		return
 	}
+	if spec := os.Getenv(envLimitChild); spec != "" {
+		limitChild(spec) // a worker process of the limits workload
+		return
+	}
 	if spec := os.Getenv(envRecurChild); spec != "" {
 		recurChild(spec) // a worker process of the recurring workload
 		return
