@@ -42,6 +42,9 @@ type WorkerStats struct {
 	Fired, Succeeded, Retried, DeadLettered uint64
 	// Lateness summarizes the process's runs since it started.
 	Lateness Lateness
+	// Throttled is Stats.ThrottledNow: per limited topic, the jobs its
+	// Limit holds back in the process (nil: none).
+	Throttled map[string]int
 
 	buckets map[int]uint64 // the lateness histogram (latency's), for SumWorkers
 }
@@ -60,6 +63,7 @@ type figuresJSON struct {
 	LateCount uint64            `json:"late_count"`
 	LateMaxUs int64             `json:"late_max_us"`
 	Buckets   map[string]uint64 `json:"late_buckets"`
+	Throttled map[string]int    `json:"throttled,omitempty"`
 }
 
 // publishFigures stores this process's figures in Redis.
@@ -68,7 +72,7 @@ func (q *Queue) publishFigures(ctx context.Context) error {
 	f := figuresJSON{At: wall.UnixMilli(), Running: int(q.running.Load()), Stuck: int(q.stuck.Load()),
 		InMemory: q.sched.Len() + q.starts.Len(), Owned: q.recov.Owned(),
 		Fired: q.stats.fired.Load(), Succeeded: q.stats.succeeded.Load(), Retried: q.stats.retried.Load(),
-		Dead: q.stats.dead.Load(), Buckets: map[string]uint64{}}
+		Dead: q.stats.dead.Load(), Buckets: map[string]uint64{}, Throttled: q.throttledNow()}
 	q.late.mu.Lock()
 	f.LateCount, f.LateMaxUs = q.late.count, q.late.max.Microseconds()
 	for b, n := range q.late.buckets {
@@ -106,7 +110,7 @@ func (q *Queue) Workers(ctx context.Context) ([]WorkerStats, error) {
 		}
 		w := WorkerStats{Member: m, At: time.UnixMilli(f.At), Running: f.Running, Stuck: f.Stuck,
 			InMemory: f.InMemory, OwnedPartitions: f.Owned, Fired: f.Fired, Succeeded: f.Succeeded,
-			Retried: f.Retried, DeadLettered: f.Dead, buckets: map[int]uint64{}}
+			Retried: f.Retried, DeadLettered: f.Dead, Throttled: f.Throttled, buckets: map[int]uint64{}}
 		for k, n := range f.Buckets {
 			if b, err := strconv.Atoi(k); err == nil && b >= 0 && b < len(latency{}.buckets) {
 				w.buckets[b] = n
@@ -148,6 +152,12 @@ func SumWorkers(ws []WorkerStats) WorkerStats {
 		s.Retried += w.Retried
 		s.DeadLettered += w.DeadLettered
 		s.Lateness.Count += w.Lateness.Count
+		for t, n := range w.Throttled {
+			if s.Throttled == nil {
+				s.Throttled = map[string]int{}
+			}
+			s.Throttled[t] += n
+		}
 		most = max(most, w.Lateness.Max)
 		for b, n := range w.buckets {
 			s.buckets[b] += n

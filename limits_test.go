@@ -230,3 +230,34 @@ func TestLimitBadInput(t *testing.T) {
 	require.NoError(t, b.q.Limit("t", Limit{}))
 	require.False(t, b.q.limits.on.Load())
 }
+
+// TestLimitThrottledFigures: the jobs a Limit holds back now are in
+// Stats.ThrottledNow and in the figures the process publishes (which the
+// dashboard's topics table shows).
+func TestLimitThrottledFigures(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	release := make(chan struct{})
+	require.NoError(t, b.q.Limit("slow", Limit{Concurrency: 1}))
+	require.NoError(t, b.q.Handle("slow", HandlerFunc(func(ctx context.Context, _ *Job) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})))
+	scheduleN(t, b.q, "slow", 3, time.Now())
+	require.Eventually(t, func() bool {
+		st, err := b.q.Stats(b.ctx)
+		return err == nil && st.ThrottledNow["slow"] == 2 && st.Running == 1
+	}, wait, 5*time.Millisecond)
+	require.NoError(t, b.q.publishFigures(b.ctx))
+	ws, err := b.q.Workers(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"slow": 2}, SumWorkers(ws).Throttled)
+	close(release)
+	require.Eventually(t, func() bool {
+		st, err := b.q.Stats(b.ctx)
+		return err == nil && st.ThrottledNow == nil && st.Succeeded == 3
+	}, wait, 5*time.Millisecond)
+}

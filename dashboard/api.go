@@ -106,11 +106,6 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
-	topics := make([]map[string]any, len(counts))
-	for i, c := range counts {
-		topics[i] = map[string]any{"topic": c.Topic, "pending": c.Pending, "overdue": c.Overdue,
-			"running": c.Running, "dead": c.Dead, "paused": c.Paused}
-	}
 	can := map[Kind]bool{}
 	for _, k := range actionKinds() {
 		can[k] = h.allowed(r, k)
@@ -133,6 +128,12 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 			"deadLettered": x.DeadLettered, "lateness": late(x.Lateness)}
 	}
 	all := wheelq.SumWorkers(ws)
+	topics := make([]map[string]any, len(counts))
+	for i, c := range counts {
+		// throttled: the jobs its Limit holds back now, over the workers.
+		topics[i] = map[string]any{"topic": c.Topic, "pending": c.Pending, "overdue": c.Overdue,
+			"running": c.Running, "dead": c.Dead, "paused": c.Paused, "throttled": all.Throttled[c.Topic]}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"title":     h.opts.Title,
 		"now":       h.now().UTC().Format(time.RFC3339Nano),

@@ -190,10 +190,10 @@ func TestViews(t *testing.T) {
 	require.EqualValues(t, 1, stats["overdue"], "reports/r-1 is an hour late")
 	require.EqualValues(t, 2, stats["dead"])
 	require.Equal(t, []any{
-		map[string]any{"topic": "hooks", "pending": 0.0, "overdue": 0.0, "running": 0.0, "dead": 1.0, "paused": false},
-		map[string]any{"topic": "mail", "pending": 0.0, "overdue": 0.0, "running": 0.0, "dead": 1.0, "paused": false},
-		map[string]any{"topic": "orders", "pending": 1.0, "overdue": 0.0, "running": 0.0, "dead": 0.0, "paused": false},
-		map[string]any{"topic": "reports", "pending": 1.0, "overdue": 1.0, "running": 0.0, "dead": 0.0, "paused": false},
+		map[string]any{"topic": "hooks", "pending": 0.0, "overdue": 0.0, "running": 0.0, "dead": 1.0, "paused": false, "throttled": 0.0},
+		map[string]any{"topic": "mail", "pending": 0.0, "overdue": 0.0, "running": 0.0, "dead": 1.0, "paused": false, "throttled": 0.0},
+		map[string]any{"topic": "orders", "pending": 1.0, "overdue": 0.0, "running": 0.0, "dead": 0.0, "paused": false, "throttled": 0.0},
+		map[string]any{"topic": "reports", "pending": 1.0, "overdue": 1.0, "running": 0.0, "dead": 0.0, "paused": false, "throttled": 0.0},
 	}, r.body["topics"])
 	require.Equal(t, false, r.body["readOnly"])
 	require.Equal(t, map[string]any{"requeue": true, "cancel": true, "run": true, "pause": true, "resume": true}, r.body["can"])

@@ -208,7 +208,8 @@
             el("td", { class: "num" + (c.overdue > 0 ? " warn" : "") }, el("a", { href: topicHref(c.topic, "overdue") }, c.overdue)),
             el("td", { class: "num" }, el("a", { href: topicHref(c.topic, "running") }, c.running)),
             el("td", { class: "num" + (c.dead > 0 ? " bad" : "") }, el("a", { href: topicHref(c.topic, "dead") }, c.dead)),
-            el("td", {}, el("span", { class: "state " + (c.paused ? "state-paused" : "state-active") }, c.paused ? "paused" : "active")),
+            el("td", {}, el("span", { class: "state " + (c.paused ? "state-paused" : "state-active"), title: c.throttled > 0 ? "jobs its Limit holds back now" : "" },
+              c.paused ? "paused" : c.throttled > 0 ? "active, " + c.throttled + " throttled" : "active")),
             el("td", { class: "actions" }, pauseButton(c, () => route())))))));
   }
 
