@@ -327,6 +327,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	for _, f := range batch {
 		p := q.store.PartitionOf(f.key)
 		if q.recov.LoadedUntil(p) == recovery.NotOwned {
+			q.releasePermit(f.key) // admitted, but its partition is gone: its next owner runs it
 			continue
 		}
 		if q.pulledKey(f.key) {

@@ -55,6 +55,10 @@ type limiter struct {
 	topics  map[string]*topicLimit
 	held    map[string]heldPermit // job key -> the permits of its run
 	granted map[string]int64      // job key -> the start the rate gave it (unix µs)
+	// waits holds the keys in the topics' waiting queues: a job armed
+	// again while it waits (the poller's sweep re-arms overdue jobs) is
+	// not queued twice.
+	waits map[string]struct{}
 	// throttled counts the jobs held back (Stats.Throttled).
 	throttled atomic.Uint64
 
@@ -128,13 +132,12 @@ func (q *Queue) Limit(topic string, l Limit) error {
 	var refire []firedJob
 	if l == (Limit{}) {
 		if tl := lm.topics[topic]; tl != nil {
-			refire = tl.waiting
-			tl.waiting = nil
+			refire = lm.unwait(tl, len(tl.waiting))
 			delete(lm.topics, topic)
 		}
 	} else if tl := lm.topics[topic]; tl != nil {
 		tl.Limit, tl.interval = l, interval
-		refire, tl.waiting, tl.globalW = tl.waiting, nil, false
+		refire, tl.globalW = lm.unwait(tl, len(tl.waiting)), false
 	} else {
 		lm.topics[topic] = &topicLimit{Limit: l, interval: interval}
 	}
@@ -147,7 +150,32 @@ func (q *Queue) Limit(topic string, l Limit) error {
 }
 
 func newLimiter() limiter {
-	return limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{}}
+	return limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{}, waits: map[string]struct{}{}}
+}
+
+// wait queues f in tl's waiting queue, unless it waits already; lm.mu
+// is held.
+func (lm *limiter) wait(tl *topicLimit, f firedJob, global bool) {
+	if global {
+		tl.globalW = true
+	}
+	if _, ok := lm.waits[f.key]; ok {
+		return
+	}
+	lm.waits[f.key] = struct{}{}
+	tl.waiting = append(tl.waiting, f)
+	lm.throttled.Add(1)
+}
+
+// unwait takes the first n jobs of tl's waiting queue out, to be refired;
+// lm.mu is held.
+func (lm *limiter) unwait(tl *topicLimit, n int) []firedJob {
+	fs := tl.waiting[:n:n]
+	tl.waiting = tl.waiting[n:]
+	for _, f := range fs {
+		delete(lm.waits, f.key)
+	}
+	return fs
 }
 
 // topicOfKey returns the topic of a job key ("" if it is not one).
@@ -195,9 +223,11 @@ func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
 			out = append(out, f) // holds its permits already (a claim tried again)
 			continue
 		}
+		if _, ok := lm.waits[f.key]; ok {
+			continue // armed again while it waits: it is refired from its queue
+		}
 		if tl.Concurrency > 0 && tl.running >= tl.Concurrency {
-			tl.waiting = append(tl.waiting, f)
-			lm.throttled.Add(1)
+			lm.wait(tl, f, false)
 			continue
 		}
 		tl.running++
@@ -233,9 +263,7 @@ func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
 			// No permit: wait for one, holding none.
 			a.tl.running--
 			delete(lm.held, a.f.key)
-			a.tl.waiting = append(a.tl.waiting, a.f)
-			a.tl.globalW = true
-			lm.throttled.Add(1)
+			lm.wait(a.tl, a.f, true)
 			continue
 		}
 		lm.held[a.f.key] = heldPermit{topic: topic, id: reqs[i].ID}
@@ -280,8 +308,7 @@ func (q *Queue) releasePermit(key string) {
 	if tl := lm.topics[hp.topic]; tl != nil {
 		tl.running--
 		if len(tl.waiting) > 0 {
-			next = append(next, tl.waiting[0])
-			tl.waiting = tl.waiting[1:]
+			next = lm.unwait(tl, 1)
 		}
 	}
 	lm.mu.Unlock()
@@ -349,8 +376,7 @@ func (q *Queue) retryGlobal() {
 		if tl.Concurrency > 0 {
 			n = min(n, max(tl.Concurrency-tl.running, 0))
 		}
-		fs = append(fs, tl.waiting[:n]...)
-		tl.waiting = tl.waiting[n:]
+		fs = append(fs, lm.unwait(tl, n)...)
 		if len(tl.waiting) == 0 {
 			tl.globalW = false
 		}

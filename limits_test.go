@@ -261,3 +261,24 @@ func TestLimitThrottledFigures(t *testing.T) {
 		return err == nil && st.ThrottledNow == nil && st.Succeeded == 3
 	}, wait, 5*time.Millisecond)
 }
+
+// TestLimitWaitsOnce: a job armed again while it waits for a permit (the
+// poller's sweep re-arms overdue jobs) is queued once. Seen failing before
+// the fix: a gauge of 5 jobs held back for 3 jobs.
+func TestLimitWaitsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	require.NoError(t, b.q.Limit("x", Limit{Concurrency: 1}))
+	now := time.Now()
+	got := b.q.admit([]firedJob{{key: "x/a", due: now}, {key: "x/b", due: now}}, nil)
+	require.Equal(t, []firedJob{{key: "x/a", due: now}}, got)
+	for range 3 {
+		require.Empty(t, b.q.admit([]firedJob{{key: "x/b", due: now}}, nil))
+	}
+	require.Equal(t, map[string]int{"x": 1}, b.q.throttledNow())
+	b.q.releasePermit("x/a")
+	require.Nil(t, b.q.throttledNow(), "b was refired")
+	got = b.q.admit([]firedJob{{key: "x/b", due: now}}, nil)
+	require.Len(t, got, 1, "b takes the freed permit")
+	b.q.releasePermit("x/b")
+}

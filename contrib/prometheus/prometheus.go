@@ -108,6 +108,7 @@ type Collector struct {
 
 	statsErrors prometheus.Counter
 	gauges      []gauge
+	throttled   *prometheus.Desc // jobs_throttled{topic}: Stats.ThrottledNow
 
 	mu     sync.RWMutex
 	topics map[string]*topicSeries // guarded by mu
@@ -198,6 +199,8 @@ func New(opts Options) *Collector {
 		c.gauges = append(c.gauges, gauge{desc: prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, nil, cl),
 			local: local, value: value})
 	}
+	c.throttled = prometheus.NewDesc(prometheus.BuildFQName(ns, "", "jobs_throttled"),
+		"Jobs of a limited topic held back by its Limit in this process now (waiting for a permit or for their start in the rate).", []string{"topic"}, cl)
 	g("jobs_in_memory", "Jobs held in this process's memory (armed, or claimed and waiting for their time).", true,
 		func(s *wheelq.Stats) float64 { return float64(s.InMemory) })
 	g("jobs_running", "Handlers running in this process.", true, func(s *wheelq.Stats) float64 { return float64(s.Running) })
@@ -316,6 +319,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range c.gauges {
 		ch <- g.desc
 	}
+	ch <- c.throttled
 }
 
 // Collect sends the metrics: the counters and histograms, and the gauges
@@ -336,6 +340,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if err == nil || g.local {
 				ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(&s))
 			}
+		}
+		for topic, n := range s.ThrottledNow {
+			ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.GaugeValue, float64(n), topic)
 		}
 	}
 	for _, v := range c.vecs() {

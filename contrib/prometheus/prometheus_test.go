@@ -230,3 +230,44 @@ func TestObserverAllocatesNothing(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// TestThrottledGauge: jobs_throttled{topic} is, per limited topic, the
+// jobs its Limit holds back in the process now.
+func TestThrottledGauge(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	m := wheelqprom.New(wheelqprom.Options{})
+	q, err := wheelq.New(rdb, wheelq.Config{Observer: m, Partitions: 4})
+	require.NoError(t, err)
+	m.Watch(q)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	web := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer web.Close()
+	ctx := context.Background()
+	release := make(chan struct{})
+	require.NoError(t, q.Limit("slow", wheelq.Limit{Concurrency: 1}))
+	require.NoError(t, q.Handle("slow", wheelq.HandlerFunc(func(ctx context.Context, _ *wheelq.Job) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})))
+	require.NoError(t, q.Start(ctx))
+	defer q.Shutdown(ctx)
+	for range 3 {
+		_, err := q.Schedule(ctx, "slow", nil)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		mfs := scrape(t, web.URL+"/metrics")
+		_, ok := mfs["wheelq_jobs_throttled"]
+		return ok && value(t, mfs, "wheelq_jobs_throttled", map[string]string{"topic": "slow"}) == 2
+	}, 20*time.Second, 5*time.Millisecond)
+	close(release)
+	require.Eventually(t, func() bool {
+		_, ok := scrape(t, web.URL+"/metrics")["wheelq_jobs_throttled"]
+		return !ok
+	}, 20*time.Second, 5*time.Millisecond, "no series once nothing is held back")
+}
