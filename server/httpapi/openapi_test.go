@@ -128,6 +128,7 @@ func TestOpenAPISchemas(t *testing.T) {
 		"NackRequest":      httpapi.NackRequest{}, "TouchRequest": httpapi.TouchRequest{}, "TouchResponse": httpapi.TouchResponse{},
 		"ListResponse": httpapi.ListResponse{}, "TopicCounts": httpapi.TopicCounts{}, "CountsResponse": httpapi.CountsResponse{},
 		"Error": apierr.Error{}, "ErrorResponse": httpapi.ErrorResponse{}, "HealthResponse": httpapi.HealthResponse{},
+		"RecurringRequest": httpapi.RecurringRequest{}, "Recurring": httpapi.Recurring{}, "RecurringList": httpapi.RecurringList{},
 	}
 	var names []string
 	for name, v := range types {
