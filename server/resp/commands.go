@@ -46,6 +46,9 @@ func newTable() map[string]spec {
 		"wq.counts":     {1, false, cmdCounts, "WQ.COUNTS"},
 		"wq.pause":      {2, false, cmdPause, "WQ.PAUSE topic"},
 		"wq.resume":     {2, false, cmdResume, "WQ.RESUME topic"},
+		"wq.recur":      {-5, false, cmdRecur, "WQ.RECUR name topic EVERY ms | CRON expression [TZ zone] [PAYLOAD bytes] [MAXATTEMPTS n] [START unix-ms] [END unix-ms] [MISSED latest|skip|each] [MAXMISSED n] [HEADER name value]..."},
+		"wq.recurs":     {1, false, cmdRecurs, "WQ.RECURS"},
+		"wq.unrecur":    {2, false, cmdUnrecur, "WQ.UNRECUR name"},
 	}
 }
 

@@ -21,6 +21,7 @@ func FuzzParse(f *testing.F) {
 		"WQ.RESERVE COUNT 10 BLOCK 100 TTR 1000 TOPICS a b\r\n",
 		"WQ.RESERVE TOPICS\r\n", "*-1\r\n", "*1\r\n$-1\r\n", "*2\r\n$4\r\nPING\r\n$999999999999\r\n",
 		"*1\r\n*1\r\n$4\r\nPING\r\n", "WQ.SCHEDULE t p AT -5 MAXATTEMPTS 0 REPLACE\r\n",
+		"WQ.RECUR n t EVERY 1000 TZ UTC MISSED each MAXMISSED 5 HEADER k v\r\n", "WQ.RECUR n t CRON \"*/5 * * * *\" START 0 END -1\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -41,6 +42,8 @@ func FuzzParse(f *testing.F) {
 		_, err = resp.ParseSchedule(cmd.Args[1:])
 		check(err)
 		_, err = resp.ParseReserve(cmd.Args[1:], time.Minute)
+		check(err)
+		_, err = resp.ParseRecur(cmd.Args[1:])
 		check(err)
 	})
 }
