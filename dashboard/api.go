@@ -437,6 +437,8 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 		}
 		var err error
 		switch k {
+		case KindUnrecur:
+			err = h.unrecur(ctx, req.Topic, req.ID)
 		case KindRequeue:
 			err = h.q.Requeue(ctx, req.Topic, req.ID, at)
 		case KindCancel:
@@ -515,4 +517,64 @@ func intParam(s string, def, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("%d out of range %d to %d", n, lo, hi)
 	}
 	return n, nil
+}
+
+// recurring lists the recurring schedules (Queue.Recurrings) of the
+// topics the viewer may see: {"recurring": [{name, topic, when, next
+// (RFC 3339, up to 3), stored, last: {id, state, due}}]}.
+func (h *Handler) recurring(w http.ResponseWriter, r *http.Request) {
+	if !h.authorize(w, r, Action{Kind: KindView}) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	rs, err := h.q.Recurrings(ctx)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	out := []map[string]any{}
+	for _, ri := range rs {
+		if h.opts.Authorize != nil && h.opts.Authorize(r, Action{Kind: KindView, Topic: ri.Topic}) != nil {
+			continue
+		}
+		when := ri.Cron
+		if ri.Every > 0 {
+			when = "every " + ri.Every.String()
+		}
+		if ri.TimeZone != "" {
+			when += " (" + ri.TimeZone + ")"
+		}
+		next := []string{}
+		for _, n := range ri.Next {
+			next = append(next, n.UTC().Format(time.RFC3339Nano))
+		}
+		e := map[string]any{"name": ri.Name, "topic": ri.Topic, "when": when, "missed": ri.Missed.String(), "next": next}
+		if !ri.Stored.IsZero() {
+			e["stored"] = ri.Stored.UTC().Format(time.RFC3339Nano)
+		}
+		if ri.Last != nil {
+			e["last"] = map[string]any{"id": ri.Last.ID, "state": ri.Last.State.String(), "due": ri.Last.Due.UTC().Format(time.RFC3339Nano)}
+		}
+		out = append(out, e)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"recurring": out})
+}
+
+// unrecur removes the recurring schedule name, if its topic is topic
+// (the topic the action was authorized for).
+func (h *Handler) unrecur(ctx context.Context, topic, name string) error {
+	rs, err := h.q.Recurrings(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ri := range rs {
+		if ri.Name == name {
+			if ri.Topic != topic {
+				return fmt.Errorf("%w: recurring schedule %q is of topic %q, not %q", wheelq.ErrNotFound, name, ri.Topic, topic)
+			}
+			return h.q.RemoveRecurring(ctx, name)
+		}
+	}
+	return fmt.Errorf("%w: recurring schedule %q", wheelq.ErrNotFound, name)
 }

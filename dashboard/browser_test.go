@@ -195,6 +195,26 @@ func TestBrowser(t *testing.T) {
 		require.Empty(t, b.consoleErrors())
 	})
 
+	t.Run("Recurring", func(t *testing.T) {
+		b.t = t
+		f := setup(t, "browser-recur")
+		srv := f.serve(t, Options{})
+		ctx := context.Background()
+		require.NoError(t, f.q.DeclareRecurring(ctx, wheelq.Recurring{Name: "nightly-report", Topic: "reports",
+			Cron: "0 3 * * *", TimeZone: "Europe/Paris"}))
+		b.open(srv.URL + "/wheelq/")
+		b.waitContains("#recurring", "nightly-report")
+		b.waitContains("#recurring", "0 3 * * * (Europe/Paris)")
+		b.screenshot("8-recurring")
+		b.click(`#recurring button.act-unrecur`)
+		b.acceptAlert()
+		b.waitContains("#flash", "unrecur reports/nightly-report: done")
+		b.waitFor("the panel gone", func() bool { return len(b.elements("#recurring")) == 0 })
+		rs, err := f.q.Recurrings(ctx)
+		require.NoError(t, err)
+		require.Empty(t, rs, "removed, in Redis")
+	})
+
 	t.Run("ReadOnly", func(t *testing.T) {
 		b.t = t
 		b.fresh()

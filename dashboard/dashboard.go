@@ -66,10 +66,15 @@ const (
 	KindPause Kind = "pause"
 	// KindResume resumes a paused topic (Queue.Resume).
 	KindResume Kind = "resume"
+	// KindUnrecur removes a recurring schedule (Queue.RemoveRecurring):
+	// Topic is the schedule's topic, ID its name.
+	KindUnrecur Kind = "unrecur"
 )
 
 // actionKinds returns the kinds that change state.
-func actionKinds() []Kind { return []Kind{KindRequeue, KindCancel, KindRun, KindPause, KindResume} }
+func actionKinds() []Kind {
+	return []Kind{KindRequeue, KindCancel, KindRun, KindPause, KindResume, KindUnrecur}
+}
 
 // Action is what a request asks to do: its kind and its target. Topic and
 // ID are those of the job acted on or viewed; ID is empty for a view of a
@@ -171,6 +176,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /api/jobs", h.jobs)
 	h.mux.HandleFunc("GET /api/job", h.job)
 	h.mux.HandleFunc("GET /api/timeline", h.timeline)
+	h.mux.HandleFunc("GET /api/recurring", h.recurring)
 	for _, k := range actionKinds() {
 		h.mux.HandleFunc("POST /api/"+string(k), h.act(k))
 	}

@@ -196,7 +196,7 @@ func TestViews(t *testing.T) {
 		map[string]any{"topic": "reports", "pending": 1.0, "overdue": 1.0, "running": 0.0, "dead": 0.0, "paused": false, "throttled": 0.0},
 	}, r.body["topics"])
 	require.Equal(t, false, r.body["readOnly"])
-	require.Equal(t, map[string]any{"requeue": true, "cancel": true, "run": true, "pause": true, "resume": true}, r.body["can"])
+	require.Equal(t, map[string]any{"requeue": true, "cancel": true, "run": true, "pause": true, "resume": true, "unrecur": true}, r.body["can"])
 	require.Contains(t, r.body, "lateness")
 
 	r = do(t, http.MethodGet, base+"api/jobs?state=dead", "", nil)
@@ -450,7 +450,7 @@ func TestReadOnly(t *testing.T) {
 	r := do(t, http.MethodGet, srv.URL+"/wheelq/api/overview", "", nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, true, r.body["readOnly"])
-	require.Equal(t, map[string]any{"requeue": false, "cancel": false, "run": false, "pause": false, "resume": false}, r.body["can"])
+	require.Equal(t, map[string]any{"requeue": false, "cancel": false, "run": false, "pause": false, "resume": false, "unrecur": false}, r.body["can"])
 	for _, k := range []Kind{KindRequeue, KindCancel, KindRun, KindPause, KindResume} {
 		r := post(t, srv, k, jobBody(deadTopic, deadID))
 		require.Equal(t, http.StatusForbidden, r.status, k)
@@ -491,7 +491,7 @@ func TestAuthorize(t *testing.T) {
 
 	r = do(t, http.MethodGet, base+"api/overview", "", map[string]string{"X-User": "dev"})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	require.Equal(t, map[string]any{"requeue": true, "cancel": false, "run": true, "pause": true, "resume": true}, r.body["can"],
+	require.Equal(t, map[string]any{"requeue": true, "cancel": false, "run": true, "pause": true, "resume": true, "unrecur": true}, r.body["can"],
 		"buttons of kinds allowed on some target show")
 
 	hdr := func(user string) map[string]string {

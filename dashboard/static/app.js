@@ -192,6 +192,46 @@
     }, kind === "pause" ? "Pause" : "Resume");
   }
 
+  // recurringPanel lists the recurring schedules: when, next slot, the
+  // latest slot's job, and a button that removes one.
+  function recurringPanel(rs) {
+    if (rs.length === 0) return null;
+    return el("section", { class: "panel", id: "recurring" },
+      el("h2", {}, "Recurring schedules"),
+      el("table", { class: "jobs" },
+        el("thead", {}, el("tr", {}, ["Name", "Topic", "When", "Next slot", "Last slot", ""].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rs.map((r) => el("tr", { "data-recurring": r.name },
+          el("td", {}, r.name),
+          el("td", {}, el("a", { href: topicHref(r.topic), class: "topic-link" }, r.topic)),
+          el("td", {}, r.when),
+          el("td", { title: r.next.length ? fmtTime(r.next[0]) : "" }, r.next.length ? fmtRel(r.next[0]) : "none (ended)"),
+          el("td", {}, r.last ? el("a", { href: jobHref(r.topic, r.last.id), class: "job-link" }, r.last.state + ", " + fmtRel(r.last.due)) : "-"),
+          el("td", { class: "actions" }, unrecurButton(r)))))));
+  }
+
+  function unrecurButton(r) {
+    if (state.readOnly || !state.can.unrecur) return null;
+    return el("button", {
+      type: "button",
+      class: "act act-unrecur",
+      "data-action": "unrecur",
+      "data-name": r.name,
+      onclick: async (ev) => {
+        const b = ev.currentTarget;
+        if (!window.confirm("Remove the recurring schedule " + r.name + "? Its stored slots still to come are deleted.")) return;
+        b.disabled = true;
+        try {
+          const res = await post("unrecur", { topic: r.topic, id: r.name });
+          flash(res.message, false);
+        } catch (e) {
+          flash("unrecur " + r.name + ": " + e.message, true);
+        }
+        b.disabled = false;
+        route();
+      },
+    }, "Remove");
+  }
+
   function topicHref(topic, tab) {
     return "#/topic/" + encodeURIComponent(topic) + (tab ? "/" + tab : "");
   }
@@ -286,7 +326,7 @@
   }
 
   async function renderOverview(seq) {
-    const [o, timeline] = await Promise.all([api("overview"), timelinePanel("")]);
+    const [o, timeline, recurring] = await Promise.all([api("overview"), timelinePanel(""), api("recurring")]);
     if (seq !== state.seq) return;
     const s = o.stats;
     const lookup = el("form", {
@@ -306,6 +346,7 @@
         el("a", { href: "#/dead", class: "cardlink", id: "card-dead" }, card("Dead", s.dead, "dead-lettered", s.dead > 0 ? "bad" : "")),
         card("Running", o.all.running, o.all.stuck > 0 ? o.all.stuck + " stuck (ignoring their context; see the workers' logs)" : (o.workers || []).length + " worker process(es)", o.all.stuck > 0 ? "bad" : "")),
       topicsPanel(o.topics || []),
+      recurringPanel(recurring.recurring || []),
       timeline,
       latenessPanel(o.all.lateness),
       workersPanel(o.workers || []),
