@@ -64,6 +64,7 @@ type limiter struct {
 
 	// releases sends the global permits given back (ZREM), in batches.
 	releases *batch.Retrier[persist.PermitRef]
+	warned   time.Time // the last warning of a failed Admit (dispatchers' only)
 	loop     struct {
 		stop chan struct{}
 		done chan struct{}
@@ -253,7 +254,10 @@ func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
 	end()
 	if err != nil {
 		q.stats.redisErrors.Add(1)
-		q.log.Warn("wheelq: limits: asking Redis for starts; asking again", "err", err, "jobs", len(reqs))
+		if t := time.Now(); t.Sub(lm.warned) >= time.Second { // refused jobs ask again every 2 ms
+			lm.warned = t
+			q.log.Warn("wheelq: limits: asking Redis for starts; asking again", "err", err, "jobs", len(reqs))
+		}
 	}
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
@@ -440,4 +444,24 @@ func (q *Queue) execReleases(ctx context.Context, ps []persist.PermitRef) error 
 		return errs.Errorf("wheelq: limits: releasing permits: %w", err)
 	}
 	return nil
+}
+
+// dropPermits gives back the global permits still held (of jobs admitted
+// that will not run here now: Shutdown, once the workers are done), so
+// that other processes need not wait for them to lapse.
+func (q *Queue) dropPermits() {
+	lm := &q.limits
+	lm.mu.Lock()
+	var ps []persist.PermitRef
+	for key, hp := range lm.held {
+		if hp.id != "" {
+			ps = append(ps, persist.PermitRef{Topic: hp.topic, ID: hp.id})
+		}
+		delete(lm.held, key)
+	}
+	clear(lm.granted)
+	lm.mu.Unlock()
+	if len(ps) > 0 {
+		_ = lm.releases.Add(ps...)
+	}
 }

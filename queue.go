@@ -534,6 +534,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := q.settles.Stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
+	q.dropPermits()
 	if err := q.limits.releases.Stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}

@@ -67,8 +67,12 @@ const RecurringLookahead = 10 * time.Second
 // the schedules of its partitions.
 const recurFillEvery = time.Second
 
-// maxRecurFill bounds the slot jobs stored in one call for one schedule.
-const maxRecurFill = 100
+// maxRecurFill bounds the slot jobs stored in one call for one schedule:
+// RecurringLookahead's worth of the shortest interval (minEvery).
+const maxRecurFill = int(RecurringLookahead / minEvery)
+
+// minEvery is the shortest interval a schedule may have.
+const minEvery = 10 * time.Millisecond
 
 // Recurring is a schedule that makes a job at each of its slots, the
 // times given by Cron or Every.
@@ -91,7 +95,7 @@ type Recurring struct {
 	// duration ("@every 90s", which sets Every). Set Cron or Every.
 	Cron string
 	// Every is a fixed interval: a whole number of milliseconds, at
-	// least one.
+	// least 10.
 	Every time.Duration
 	// TimeZone is the IANA name of Cron's time zone ("Europe/Paris");
 	// default UTC. It needs the system's time zone database (or a
@@ -206,8 +210,8 @@ func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
 	case expr != "" && r.Every != 0:
 		return nil, bad("Cron", "%q and Every %v: set one", r.Cron, r.Every)
 	case r.Every != 0:
-		if r.Every < time.Millisecond || r.Every%time.Millisecond != 0 {
-			return nil, bad("Every", "%v: want a whole number of milliseconds, at least 1ms", r.Every)
+		if r.Every < minEvery || r.Every%time.Millisecond != 0 {
+			return nil, bad("Every", "%v: want a whole number of milliseconds, at least %v", r.Every, minEvery)
 		}
 		p.every = r.Every
 	default:

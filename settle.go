@@ -35,8 +35,10 @@ func (s *inflightSet) remove(keys ...string) {
 		delete(s.keys, k)
 	}
 	s.mu.Unlock()
-	for _, k := range keys {
-		s.left(k)
+	if s.left != nil {
+		for _, k := range keys {
+			s.left(k)
+		}
 	}
 }
 

@@ -432,6 +432,59 @@ timeout = "5s"
 	}
 }
 
+// TestServerPushLimit: a pushed topic's concurrency = 1 and rate = 20
+// (per second) hold: the receiver never sees two POSTs at once, and the
+// i-th comes no sooner than 50 ms × i after the due time.
+func TestServerPushLimit(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	var now, most atomic.Int32
+	starts := make(chan time.Time, 10)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := now.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		starts <- time.Now()
+		time.Sleep(20 * time.Millisecond)
+		now.Add(-1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+	host := strings.TrimPrefix(recv.URL, "http://")
+	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+[push]
+allow_hosts = [%q]
+[[push.topic]]
+topic = "sms"
+url = "%s/in"
+secret = "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="
+concurrency = 1
+rate = 20
+`, host, recv.URL)), 0o600))
+	p := startServer(t, nil, "-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs))
+	due := time.Now().Add(300 * time.Millisecond)
+	var jobs []map[string]any
+	for i := range 6 {
+		jobs = append(jobs, map[string]any{"topic": "sms", "id": fmt.Sprint(i), "at": due})
+	}
+	require.Equal(t, 200, call(t, "POST", p.URL+"/v1/batch", "", map[string]any{"jobs": jobs}, nil))
+	var at []time.Time
+	for range 6 {
+		select {
+		case s := <-starts:
+			at = append(at, s)
+		case <-time.After(wait):
+			t.Fatalf("%d of 6 pushed", len(at))
+		}
+	}
+	require.EqualValues(t, 1, most.Load(), "POSTs at once")
+	// The rate gives the i-th start due + i × 50 ms; a start is never
+	// before the one it was given (on a busy machine, later).
+	for i, s := range at {
+		require.False(t, s.Before(due.Add(time.Duration(i)*50*time.Millisecond-time.Millisecond)), "start %d at %v, due %v", i, s.Sub(due), time.Duration(i)*50*time.Millisecond)
+	}
+}
+
 // TestServerNeedsARedis: without a Redis named (and without -dev) the
 // server refuses to start, saying how to name one.
 func TestServerNeedsARedis(t *testing.T) {

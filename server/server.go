@@ -129,6 +129,9 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		if err == nil {
 			err = q.Handle(pt.Topic, d)
 		}
+		if l := (wheelq.Limit{Concurrency: pt.Concurrency, GlobalConcurrency: pt.GlobalConcurrency, Rate: pt.Rate, Per: pt.Per.D()}); err == nil && l != (wheelq.Limit{}) {
+			err = q.Limit(pt.Topic, l)
+		}
 		if err != nil {
 			s.closeRedis()
 			return nil, fmt.Errorf("%w: push.topic[%d]: %w", ErrConfig, i, err)

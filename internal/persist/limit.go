@@ -77,12 +77,14 @@ func (s *Store) Admit(ctx context.Context, now, lease int64, reqs []LimitRequest
 }
 
 // RenewPermits moves the expiry of the permits ps (those still held) to
-// expiry (unix µs), in one round trip.
+// expiry (unix µs), unless it is later already, in one round trip.
 func (s *Store) RenewPermits(ctx context.Context, expiry int64, ps []PermitRef) error {
 	pipe := s.rdb.Pipeline()
 	for _, p := range ps {
 		held, _ := s.limitKeys(p.Topic)
-		pipe.ZAddXX(ctx, held, redis.Z{Score: float64(expiry), Member: p.ID})
+		// GT: a permit given for a start later than now (a rate's) keeps
+		// its expiry past that start.
+		pipe.ZAddArgs(ctx, held, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: float64(expiry), Member: p.ID}}})
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return wrap(err)

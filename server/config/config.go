@@ -138,6 +138,14 @@ type PushTopic struct {
 	// base64 of at least 16 random bytes.
 	Secret  Secret   `toml:"secret"`
 	Timeout Duration `toml:"timeout"`
+	// Concurrency, GlobalConcurrency, Rate and Per are the topic's
+	// wheelq.Limit (0: none): a partner API's caps on how many calls at
+	// once, in this process and across every server, and how many per Per
+	// (default one second).
+	Concurrency       int      `toml:"concurrency"`
+	GlobalConcurrency int      `toml:"global_concurrency"`
+	Rate              int      `toml:"rate"`
+	Per               Duration `toml:"per"`
 }
 
 // Token is one API token: its id (the non-secret part of the token

@@ -101,6 +101,7 @@ func Routes() []Route {
 		{Pattern: "GET /v1/counts", Operation: "counts", h: (*API).counts},
 		{Pattern: "POST /v1/topics/{topic}/pause", Operation: "pauseTopic", h: (*API).pause},
 		{Pattern: "POST /v1/topics/{topic}/resume", Operation: "resumeTopic", h: (*API).resume},
+		{Pattern: "POST /v1/cancel", Operation: "cancelBatch", h: (*API).cancelBatch},
 		{Pattern: "GET /v1/recurring", Operation: "listRecurring", h: (*API).listRecurring},
 		{Pattern: "PUT /v1/recurring/{name}", Operation: "declareRecurring", h: (*API).putRecurring},
 		{Pattern: "DELETE /v1/recurring/{name}", Operation: "removeRecurring", h: (*API).deleteRecurring},

@@ -129,6 +129,7 @@ func TestOpenAPISchemas(t *testing.T) {
 		"ListResponse": httpapi.ListResponse{}, "TopicCounts": httpapi.TopicCounts{}, "CountsResponse": httpapi.CountsResponse{},
 		"Error": apierr.Error{}, "ErrorResponse": httpapi.ErrorResponse{}, "HealthResponse": httpapi.HealthResponse{},
 		"RecurringRequest": httpapi.RecurringRequest{}, "Recurring": httpapi.Recurring{}, "RecurringList": httpapi.RecurringList{},
+		"CancelBatchRequest": httpapi.CancelBatchRequest{}, "JobRef": httpapi.JobRef{},
 	}
 	var names []string
 	for name, v := range types {

@@ -60,3 +60,34 @@ func TestRecurring(t *testing.T) {
 	e.ok(200, "GET", "/v1/recurring", nil, &list)
 	require.Empty(t, list.Recurring)
 }
+
+// TestCancelBatch: POST /v1/cancel gives each job the status its DELETE
+// would have had: 204, 404 for an unknown one, 403 for a topic the token
+// may not produce to, 400 for a bad id; the cancelled jobs are gone.
+func TestCancelBatch(t *testing.T) {
+	t.Parallel()
+	tok, sum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	az, err := auth.New([]auth.Entry{{ID: "shop", SHA256: sum, Perms: [3][]string{{"orders"}}}}, true)
+	require.NoError(t, err)
+	e := setup(t, az, defaultOpts())
+	e.tok = tok
+	for _, id := range []string{"a", "b"} {
+		e.ok(201, "POST", "/v1/jobs/orders", map[string]any{"id": id, "delay_ms": 3600000}, nil)
+	}
+	var out httpapi.BatchResponse
+	e.ok(200, "POST", "/v1/cancel", httpapi.CancelBatchRequest{Jobs: []httpapi.JobRef{
+		{Topic: "orders", ID: "a"}, {Topic: "orders", ID: "b"}, {Topic: "orders", ID: "nope"}, {Topic: "mail", ID: "x"}, {Topic: "orders", ID: ""},
+	}}, &out)
+	var statuses []int
+	for _, r := range out.Results {
+		statuses = append(statuses, r.Status)
+	}
+	require.Equal(t, []int{204, 204, 404, 403, 400}, statuses)
+	require.Equal(t, 3, out.Failed)
+	require.Equal(t, apierr.NotFound, out.Results[2].Error.Code)
+	var info map[string]any
+	e.ok(200, "GET", "/v1/jobs/orders/a", nil, &info)
+	require.Equal(t, "cancelled", info["state"], "in the run history")
+	e.fails(400, apierr.Invalid, "POST", "/v1/cancel", httpapi.CancelBatchRequest{})
+}
