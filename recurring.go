@@ -520,6 +520,9 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 	if err := q.checkLayout(ctx); err != nil {
 		return errs.Errorf("wheelq: declare recurring: %w", err)
 	}
+	if now, err = q.recurNow(ctx); err != nil {
+		return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
+	}
 	for range 5 {
 		old, err := q.store.RecurOf(ctx, p.part, r.Name)
 		if err != nil {
@@ -578,7 +581,10 @@ func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]string, err
 // fillRecur stores the slot jobs of p due now (missed) or soon, given its
 // watermark as read, and arms those this process owns.
 func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64) error {
-	_, now := wheel.Readings(q.clock)
+	now, err := q.recurNow(ctx)
+	if err != nil {
+		return errs.Errorf("wheelq: recurring %q: %w", p.r.Name, err)
+	}
 	slots, floor := p.slots(wm, now, q.cfg.MaxDelay)
 	if len(slots) == 0 || slots[len(slots)-1].UnixMicro() <= max(wm, floor) {
 		return nil
@@ -638,7 +644,10 @@ func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 		return errs.Errorf("wheelq: remove recurring: %w", err)
 	}
 	part := q.store.PartitionOf(name)
-	_, now := wheel.Readings(q.clock)
+	now, err := q.recurNow(ctx)
+	if err != nil {
+		return errs.Errorf("wheelq: remove recurring %q: %w", name, err)
+	}
 	for range 5 {
 		st, err := q.store.RecurOf(ctx, part, name)
 		if err != nil {
@@ -683,7 +692,10 @@ func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
 	if err != nil {
 		return nil, errs.Errorf("wheelq: recurrings: %w", err)
 	}
-	_, now := wheel.Readings(q.clock)
+	now, err := q.recurNow(ctx)
+	if err != nil {
+		return nil, errs.Errorf("wheelq: recurrings: %w", err)
+	}
 	out := make([]RecurringInfo, 0, len(sts))
 	for _, st := range sts {
 		p, err := q.decodePlan(st.Spec)
@@ -779,4 +791,22 @@ func (q *Queue) stopRecurring() {
 	}
 	close(w.stop)
 	<-w.done
+}
+
+// recurNow is the time of recurring schedules: Redis's clock (TIME), the
+// one every process of the namespace reads alike, so that a process whose
+// own clock is off or was stepped neither takes slots to come for missed
+// ones (and skips them for every process) nor stores them ahead of the
+// lookahead. Each slot's job then fires by the process's clock, as any
+// job does.
+func (q *Queue) recurNow(ctx context.Context) (time.Time, error) {
+	if q.cfg.test.recurClock {
+		_, now := wheel.Readings(q.clock)
+		return now, nil
+	}
+	t, err := q.store.Time(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t, nil
 }

@@ -216,7 +216,7 @@ func TestRecurringDeclare(t *testing.T) {
 
 func testRecurringDeclare(t *testing.T, b *bundle) {
 	clk := wheel.NewFakeClock(utc("2026-03-08T06:00:00Z"))
-	q := b.newQueue(t, Config{Clock: clk})
+	q := b.newQueue(t, Config{Clock: clk, test: testHooks{recurClock: true}})
 	ctx := b.ctx
 	r := Recurring{Name: "tick", Topic: "t", Cron: "*/30 * * * *", TimeZone: "America/New_York", Payload: []byte("p")}
 	newYork(t)
@@ -360,4 +360,33 @@ func TestRecurringOncePerSlot(t *testing.T) {
 	}
 	require.Less(t, time.UnixMicro(dues[len(dues)-1]).Sub(removed), time.Second, "the last slot came after the removal")
 	t.Logf("%d slots ran once each over %v, through a kill -9", len(dues), time.Duration(dues[len(dues)-1]-dues[0])*time.Microsecond)
+}
+
+// TestRecurringClockAhead: a process whose clock is an hour ahead (a
+// wrong or stepped clock) declares a schedule another process stores:
+// the slots' times come from Redis's clock, so it neither takes the
+// hour's slots for missed ones (skipping them for every process) nor
+// stores slots an hour early. Seen failing before recurNow: the
+// watermark jumped an hour ahead.
+func TestRecurringClockAhead(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	right := b.newQueue(t, Config{})
+	ahead := b.newQueue(t, Config{Clock: wheel.NewFakeClock(time.Now().Add(time.Hour))})
+	r := Recurring{Name: "beat", Topic: "t", Every: time.Second}
+	require.NoError(t, right.DeclareRecurring(b.ctx, r))
+	require.NoError(t, ahead.DeclareRecurring(b.ctx, r))
+	list, err := right.Recurrings(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.WithinDuration(t, time.Now().Add(RecurringLookahead), list[0].Stored, 2*time.Second,
+		"the latest slot stored is the lookahead's, by Redis's clock")
+	jobs, _, err := right.List(b.ctx, JobFilter{Topic: "t"}, "", 100)
+	require.NoError(t, err)
+	require.NotEmpty(t, jobs)
+	for _, j := range jobs {
+		require.Less(t, time.Until(j.Due), RecurringLookahead+2*time.Second, "a slot stored an hour early: %s", j.ID)
+	}
 }

@@ -47,6 +47,7 @@ type engineStore interface {
 	DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (bool, error)
 	RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (bool, error)
 	FillRecur(ctx context.Context, p int, tok, name, spec string, floor int64, slots []persist.Slot) ([]string, error)
+	Time(ctx context.Context) (time.Time, error)
 
 	Get(ctx context.Context, key string) (persist.Record, persist.State, error)
 	History(ctx context.Context, key string) (persist.Record, persist.State, bool, error)
@@ -68,4 +69,7 @@ type testHooks struct {
 	// of a path that arms jobs sets it long, so that the sweep (the
 	// safety net for lost armings) cannot hide a job that path lost.
 	sweepInterval time.Duration
+	// recurClock, if set, is the clock of recurring schedules' slots
+	// instead of Redis's TIME (recurNow): a test on a fake clock.
+	recurClock bool
 }

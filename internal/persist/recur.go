@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -195,4 +196,16 @@ func (s *Store) runRecur(ctx context.Context, p int, args []any) (any, error) {
 		return nil, err
 	}
 	return replies[p], nil
+}
+
+// Time returns Redis's clock: the one clock every process of a namespace
+// reads alike, so that a process whose own clock is off (or was stepped)
+// neither skips a recurring schedule's slots as missed nor stores them
+// early. (In a cluster, one node's, as go-redis picks it.)
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	return t, nil
 }
