@@ -529,7 +529,7 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
 		}
 		if old.Spec == p.spec {
-			return q.fillRecur(ctx, p, old.Watermark)
+			return q.fillRecur(ctx, p, old.Watermark, now)
 		}
 		drop, err := q.comingSlots(old, now)
 		if err != nil {
@@ -550,7 +550,7 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 		if changed && old.Spec != "" {
 			wm = now.UnixMicro()
 		}
-		return q.fillRecur(ctx, p, wm)
+		return q.fillRecur(ctx, p, wm, now)
 	}
 	return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, persist.ErrSpecChanged)
 }
@@ -580,11 +580,7 @@ func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]string, err
 
 // fillRecur stores the slot jobs of p due now (missed) or soon, given its
 // watermark as read, and arms those this process owns.
-func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64) error {
-	now, err := q.recurNow(ctx)
-	if err != nil {
-		return errs.Errorf("wheelq: recurring %q: %w", p.r.Name, err)
-	}
+func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64, now time.Time) error {
 	slots, floor := p.slots(wm, now, q.cfg.MaxDelay)
 	if len(slots) == 0 || slots[len(slots)-1].UnixMicro() <= max(wm, floor) {
 		return nil
@@ -740,6 +736,10 @@ func (q *Queue) fillOwned(ctx context.Context) error {
 		return nil
 	}
 	sts, err := q.store.Recurs(ctx)
+	if err != nil || len(sts) == 0 {
+		return err
+	}
+	now, err := q.recurNow(ctx)
 	if err != nil {
 		return err
 	}
@@ -750,7 +750,7 @@ func (q *Queue) fillOwned(ctx context.Context) error {
 		}
 		p, err := q.decodePlan(st.Spec)
 		if err == nil {
-			err = q.fillRecur(ctx, p, st.Watermark)
+			err = q.fillRecur(ctx, p, st.Watermark, now)
 		}
 		if err != nil {
 			errsOut = append(errsOut, err)
