@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -64,22 +63,6 @@ func limitChild(spec string) {
 	select {} // until killed
 }
 
-func startLimitProc(addr, ns, logPath string) (*teamProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envLimitChild+"="+addr+"|"+ns+"|"+logPath)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &teamProc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	return p, nil
-}
 
 type span struct{ start, end int64 }
 
@@ -107,7 +90,7 @@ func runLimits(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 	}()
 	for i := range procs {
-		if procs[i], err = startLimitProc(addr, ns, logPath); err != nil {
+		if procs[i], err = startChildProc(envLimitChild, addr, ns, logPath); err != nil {
 			return err
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -62,22 +61,6 @@ func recurChild(spec string) {
 	select {} // until killed
 }
 
-func startRecurProc(addr, ns, logPath string) (*teamProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envRecurChild+"="+addr+"|"+ns+"|"+logPath)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &teamProc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	return p, nil
-}
 
 func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
 	secs := cfg.size(60, 12)
@@ -103,7 +86,7 @@ func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
 		}
 	}()
 	for i := range procs {
-		if procs[i], err = startRecurProc(addr, ns, logPath); err != nil {
+		if procs[i], err = startChildProc(envRecurChild, addr, ns, logPath); err != nil {
 			return err
 		}
 	}
@@ -126,7 +109,7 @@ func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
 		time.Sleep(time.Until(t0.Add(at).Add(-250 * time.Millisecond))) // between slots
 		killed[procs[i].cmd.Process.Pid] = true
 		procs[i].stop(syscall.SIGKILL)
-		if procs[i], err = startRecurProc(addr, ns, logPath); err != nil {
+		if procs[i], err = startChildProc(envRecurChild, addr, ns, logPath); err != nil {
 			return err
 		}
 	}

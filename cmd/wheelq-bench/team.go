@@ -120,12 +120,19 @@ type teamProc struct {
 }
 
 func startTeamProc(addr, ns, logPath string) (*teamProc, error) {
+	return startChildProc(envTeamChild, addr, ns, logPath)
+}
+
+// startChildProc starts wheelq-bench again as a worker process of a
+// workload: env (envTeamChild, envRecurChild, envLimitChild) set to
+// "addr|namespace|log path". It is killed if this process dies.
+func startChildProc(env, addr, ns, logPath string) (*teamProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envTeamChild+"="+addr+"|"+ns+"|"+logPath)
+	cmd.Env = append(os.Environ(), env+"="+addr+"|"+ns+"|"+logPath)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

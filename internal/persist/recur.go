@@ -111,17 +111,7 @@ func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string,
 	for _, k := range drop {
 		args = append(args, k)
 	}
-	n, err := s.runRecur(ctx, p, args)
-	if err != nil {
-		return false, err
-	}
-	switch n.(int64) {
-	case 0:
-		return false, nil
-	case -1:
-		return false, ErrSpecChanged
-	}
-	return true, nil
+	return recurDone(s.runRecur(ctx, p, args))
 }
 
 // RemoveRecur removes schedule name of partition p, if its stored spec is
@@ -132,17 +122,24 @@ func (s *Store) RemoveRecur(ctx context.Context, p int, name, spec string, drop 
 	for _, k := range drop {
 		args = append(args, k)
 	}
-	n, err := s.runRecur(ctx, p, args)
+	return recurDone(s.runRecur(ctx, p, args))
+}
+
+// recurDone reads recur.lua's reply to a declare or a remove: 1 done, 0
+// nothing to do, -1 the spec changed meanwhile.
+func recurDone(v any, err error) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	switch n.(int64) {
+	switch n, _ := v.(int64); n {
 	case 0:
 		return false, nil
 	case -1:
 		return false, ErrSpecChanged
+	case 1:
+		return true, nil
 	}
-	return true, nil
+	return false, fmt.Errorf("%w: recur.lua replied %v", ErrCorrupt, v)
 }
 
 // Slot is one slot's job for FillRecur.
