@@ -33,6 +33,14 @@ import (
 // A job held back by a limit stays pending in Redis (not claimed): it is
 // not early, not lost and not counted as an attempt; Stats.Throttled
 // counts the holds, and its extra lateness is in the lateness figures.
+//
+// A global permit is a lease: a process paused (SIGSTOP) or cut off from
+// Redis for longer than LeaseTTL loses its permits as a dead one does,
+// and a run it had started goes on when it comes back, beside the runs
+// that took the permits meanwhile.
+//
+// The zero value of a field means no limit of that kind (Limit{} removes
+// a topic's limits); a negative one is an error.
 type Limit struct {
 	// Concurrency is the most runs of the topic at once in this process.
 	Concurrency int
