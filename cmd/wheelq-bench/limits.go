@@ -63,7 +63,6 @@ func limitChild(spec string) {
 	select {} // until killed
 }
 
-
 type span struct{ start, end int64 }
 
 func runLimits(ctx context.Context, cfg *config, emit func(result)) error {

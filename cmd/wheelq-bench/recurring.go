@@ -61,7 +61,6 @@ func recurChild(spec string) {
 	select {} // until killed
 }
 
-
 func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
 	secs := cfg.size(60, 12)
 	br, err := freshRedis(ctx, cfg)
