@@ -50,9 +50,9 @@
 // Config.ClaimLead (default 5ms; up to a fifth more, 1 ms at most, so
 // that jobs due close together share a wake) before its due time and
 // started at that time exactly, so the claim's round trip costs no
-// precision; measured lateness of a run through Redis is p50 ≈ 50 µs,
-// p99 ≈ 0.43 ms on a 2-core machine shared with Redis, the tail set by
-// how soon the process is scheduled at the due time (docs/benchmarks.md).
+// precision: a run's lateness is set by how soon the process is
+// scheduled at the due time (the figures, with their commands, are in
+// docs/benchmarks.md).
 // Jobs due later wait in Redis and are brought in by a poller every
 // Config.PollInterval (default 100ms) as they enter the horizon. A job
 // scheduled by a process that does not own its partition is armed by the

@@ -4,7 +4,7 @@ package wheelq
 // (running, stuck, outcomes, its lateness histogram) to Redis every
 // figuresEvery, beside its place in the roster, so that a process that
 // runs no job (the dashboard under `wheelq-server -set queue.start=false`, `wheelq stats`) shows
-// the namespace's running jobs and lateness (issue 25, item 15).
+// the namespace's running jobs and lateness.
 
 import (
 	"context"

@@ -21,7 +21,7 @@ import (
 // try to lock the other files of the directory, at Start and then every
 // PollInterval: each one they can lock is a process that is gone, whose
 // leases and roster place they take over at once instead of waiting up to
-// LeaseTTL (issue 25, item 8).
+// LeaseTTL.
 
 // lockFile is a held lock file.
 type lockFile struct {

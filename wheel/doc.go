@@ -16,8 +16,8 @@
 //     with itself and never under its lock; Stop waits for it.
 //   - Lateness: on Linux the scheduler's goroutine waits for a timerfd(2)
 //     (which the kernel fires without timer slack) through Go's network
-//     poller, parked and holding no P; measured here p50 ≈ 37 µs, p99 ≈ 100 µs
-//     late, against ≈ 0.5 ms and 1.1 ms for time.AfterFunc (see
+//     poller, parked and holding no P, and wakes tens of microseconds
+//     late, ahead of time.AfterFunc's tail (the figures are in
 //     docs/benchmarks.md). Elsewhere it sleeps on runtime timers.
 //   - Memory: a pending entry costs about 57 bytes (40 in the slab, the
 //     rest in the id index) plus its id string; cancelled and fired entries

@@ -21,7 +21,7 @@ func init() {
 	)
 }
 
-// runBacklog is issue 24's scenario: a producer that never started wrote
+// runBacklog: a producer that never started wrote
 // n jobs of cfg.payload bytes, all already due; one worker with the
 // default Config (4 partitions) starts and runs them. The drain is timed
 // from Start to the last handler call. With cfg.bandwidth the worker

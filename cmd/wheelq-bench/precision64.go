@@ -19,7 +19,7 @@ func init() {
 	)
 }
 
-// runPrecision64 is workload W1 of issue 11: every job carries 64 fresh
+// runPrecision64 is workload W1: every job carries 64 fresh
 // random payload bytes and a caller id "job-%08d", due uniformly over
 // [t0+1s, t0+3s], scheduled in a shuffled order by 32 goroutines before
 // the first is due, on a running queue with the default Config. The
@@ -68,7 +68,7 @@ func runPrecision64(ctx context.Context, cfg *config, emit func(result)) error {
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 	// The CPU the firing takes, Redis's and this process's, per job: on a
-	// busy machine it is what competes with the other work (issue 26).
+	// busy machine it is what competes with the other work.
 	redis0, _ := br.usedCPU(ctx)
 	own0 := processCPU()
 	r := firingResult(ctx, q, lat, t0, "precision64", "wheelq", failed.Load(), &ms1)

@@ -20,7 +20,7 @@ func init() {
 // envBenchLockDir passes Config.LockDir to a worker process (team.go).
 const envBenchLockDir = "WHEELQ_BENCH_LOCKDIR"
 
-// runRestart is issue 25's item 8: an orders app killed with -9 and
+// runRestart: an orders app killed with -9 and
 // restarted ran its jobs p50 6.2 s late with the default Config. One
 // worker process runs n jobs due over [1s, 4s]; it is killed at 1.5 s and
 // a new one started at once. The lateness of the jobs due after the kill

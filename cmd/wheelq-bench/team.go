@@ -51,8 +51,9 @@ func teamChild(spec string) {
 	}
 	w := bufio.NewWriterSize(f, 1<<16)
 	rdb := redis.NewClient(&redis.Options{Addr: parts[0], PoolSize: 64})
-	// WHEELQ_BENCH_LOCKDIR sets Config.LockDir ("-": no lock file, as
-	// before issue 25 item 8; the restart workload's baseline).
+	// WHEELQ_BENCH_LOCKDIR sets Config.LockDir ("-": no lock file, so no
+	// take-over of a dead process's leases before they lapse; the restart
+	// workload's baseline).
 	q, err := wheelq.New(rdb, wheelq.Config{Namespace: parts[1], LockDir: os.Getenv(envBenchLockDir)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wheelq-bench:", err)

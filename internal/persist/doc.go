@@ -8,8 +8,7 @@
 // a missing job is ErrNotFound, an undecodable record ErrCorrupt, a lost
 // lease ErrFenced.
 //
-// It is internal: its API serves the engine and changes with it (the
-// scripts' wire format changed in the seventh session, say), and the
+// It is internal: its API serves the engine and changes with it, and the
 // record encoding and key schema it implements are promised through the
 // root package, not through this API. The root re-exports what callers
 // need (errors, job states).

@@ -13,8 +13,6 @@
 // it in the partition's inbox, which the poller drains. So every job due
 // within the horizon is armed by at least one of them; arming is
 // idempotent by key.
-//
-// It is internal: wheelq's own, not importable from other modules.
 package recovery
 
 import (
