@@ -19,7 +19,7 @@ var (
 	backlogSize = flag.Int("backlog.size", 1<<20, "TestLargeBacklogDrains: each job's payload in bytes")
 )
 
-// TestLargeBacklogDrains is issue 24's first scenario: 400 jobs of 1 MiB
+// TestLargeBacklogDrains: 400 jobs of 1 MiB
 // (the default MaxPayload), scheduled by a producer that never started,
 // all overdue when one worker with the default Config starts. Each run's
 // payload is checked. It drained at about one job a second (48 of 400 in

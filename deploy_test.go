@@ -122,7 +122,7 @@ func TestDeployments(t *testing.T) {
 	})
 }
 
-// TestClusterScriptCacheLost is issue 13's Cluster scenario: one primary
+// TestClusterScriptCacheLost: one primary
 // lost its script cache (a promoted replica: SCRIPT LOAD is not
 // replicated); calls that had applied on the other primaries were sent
 // again, and 140 of 320 new jobs came back ErrDuplicate. Only the calls

@@ -14,8 +14,8 @@ import (
 
 // TestErrorText: an error a caller prints starts "wheelq: " once, names
 // neither an internal package nor its prefix twice, and still matches its
-// sentinel with errors.Is (issue 25, item 7: "wheelq: wheelq: job not
-// found", "persist: ..." from New).
+// sentinel with errors.Is (not "wheelq: wheelq: job not found", nor
+// "persist: ..." from New).
 func TestErrorText(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
@@ -49,7 +49,7 @@ func TestErrorText(t *testing.T) {
 }
 
 // TestNamesRefused: names that would break keys, command lines or the
-// rows of a listing are refused with their sentinel (issue 25, item 13):
+// rows of a listing are refused with their sentinel:
 // namespaces with spaces, tabs, '*', '/', ':' or 300 bytes; topics and ids
 // with newlines or bytes that are not UTF-8.
 func TestNamesRefused(t *testing.T) {

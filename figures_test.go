@@ -12,7 +12,7 @@ import (
 	"github.com/wheelq/wheelq/internal/redistest"
 )
 
-// TestWorkersFigures (issue 25, item 15): under `wheelq-server -set queue.start=false` the
+// TestWorkersFigures: under `wheelq-server -set queue.start=false` the
 // dashboard's running and lateness panels read 0: they showed the
 // serving process's own figures, and it runs no job. Every started queue
 // publishes its figures; any queue reads every live worker's, and

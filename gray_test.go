@@ -23,7 +23,7 @@ import (
 	"github.com/wheelq/wheelq/wheel"
 )
 
-// The tests of this file inject gray failures (issue 12): a reply lost
+// The tests of this file inject gray failures: a reply lost
 // after its command applied, a client that sends a command again, Redis
 // down around a due time, a stepped wall clock. Each names the scenario
 // it reproduces.
@@ -81,7 +81,7 @@ func keyAt(args []any, i int, suffix string) bool {
 	return ok && strings.HasSuffix(s, suffix)
 }
 
-// TestReplayedScheduleIsNotDuplicate is issue 12's scenario 10: the reply
+// TestReplayedScheduleIsNotDuplicate: the reply
 // of Schedule's write was lost and the client sent it again (go-redis
 // retries by default). It returned ErrDuplicate for the job it had just
 // created; a replay is now recognised by its record.
@@ -106,8 +106,8 @@ func TestReplayedScheduleIsNotDuplicate(t *testing.T) {
 	require.ErrorIs(t, err, ErrDuplicate, "another write of the same id still is")
 }
 
-// TestReplayedCancelIsNotNotFound is the other half of issue 12's
-// scenario 10: the reply of a cancel was lost and the client sent it
+// TestReplayedCancelIsNotNotFound is TestReplayedScheduleIsNotDuplicate
+// for cancels: the reply of a cancel was lost and the client sent it
 // again; the replay found nothing to delete and Cancel returned ErrNotFound
 // for the job it had just deleted. A cancel leaves a short-lived tombstone
 // of its own call that a replay finds.
@@ -156,7 +156,7 @@ func TestReplayedRequeue(t *testing.T) {
 	require.Equal(t, 1, r.next(t).Attempt, "requeued: runs again, attempts reset")
 }
 
-// TestRetrySettleReplyLost is issue 12's scenario 7: the settle that
+// TestRetrySettleReplyLost: the settle that
 // stores a retry applied, but its reply was lost; sent again, it answered
 // "not applied", so the retry was never armed (the sweep found it seconds
 // later). On a fake clock no sweep comes: the retry must be armed by the
@@ -190,7 +190,7 @@ func TestRetrySettleReplyLost(t *testing.T) {
 	require.Equal(t, 2, r.next(t).Attempt)
 }
 
-// TestRedisDownAroundDueTime is issue 12's scenario 3b: before an outage,
+// TestRedisDownAroundDueTime: before an outage,
 // another process (a producer) cancelled one job and moved another an hour
 // ahead, both nil; the owner, holding both in memory with their payloads,
 // ran both from its cache when they came due while Redis was down — the
@@ -222,7 +222,7 @@ func TestRedisDownAroundDueTime(t *testing.T) {
 	require.Equal(t, 0, info.Attempts)
 }
 
-// TestWallClockSteps is issue 12's scenario 4: the wheel converted due
+// TestWallClockSteps: the wheel converted due
 // times against the wall clock but advanced on the monotonic clock, so a
 // step back made a job start before its due time by the process's own
 // clock, and a step forward made every job armed before it late by the
@@ -315,7 +315,7 @@ func (l *runLog) snapshot() map[string][]string {
 	return out
 }
 
-// TestOneSidedPartition is issue 12's scenario 2: the owner's packets to
+// TestOneSidedPartition: the owner's packets to
 // Redis are dropped while the other process still reaches it. The cut-off
 // owner kept believing it owned its partitions (the lease was checked only
 // between poller passes, and a poll had no deadline) and kept starting jobs
@@ -341,7 +341,7 @@ func TestOneSidedPartition(t *testing.T) {
 	other := b.newQueue(t, cfg)
 	require.NoError(t, other.Handle("p", log.handler(t, "other")))
 	require.NoError(t, other.Start(b.ctx))
-	// The two share the partitions (issue 16); the owner's half is what
+	// The two share the partitions; the owner's half is what
 	// the partition is about.
 	eventually(t, func() bool { return owner.recov.Owned() == 2 && other.recov.Owned() == 2 }, "the two share the partitions")
 
@@ -380,7 +380,7 @@ func TestOneSidedPartition(t *testing.T) {
 	require.Len(t, log.snapshot(), n-1)
 }
 
-// TestLargeRecordsOnSlowLink is issue 12's scenario 8: jobs with large
+// TestLargeRecordsOnSlowLink: jobs with large
 // payloads that another process scheduled, due together, on a slow link. A claim had no byte bound
 // (up to 1,024 jobs): its reply outlasted the timeout and the same batch was
 // claimed again forever; no job ran. Claims are now bounded in bytes.
@@ -483,7 +483,7 @@ func TestPausedOwnerChild(t *testing.T) {
 	select {} // until killed
 }
 
-// TestPausedOwner is issue 12's scenario 1: the owner is paused (SIGSTOP)
+// TestPausedOwner: the owner is paused (SIGSTOP)
 // past its lease while holding claimed tasks; another process takes the
 // partitions over, runs the jobs, and a Cancel through it returns nil; then
 // the owner resumes (SIGCONT). Its held tasks started without any ownership
@@ -557,7 +557,7 @@ func TestPausedOwner(t *testing.T) {
 	require.Len(t, log.snapshot(), n)
 }
 
-// TestLateRepliesAroundDueTime is issue 12's scenario 3: Redis replies 2 s
+// TestLateRepliesAroundDueTime: Redis replies 2 s
 // late around the due time (every command applies). The owner's claims
 // timed out and it ran its jobs from the payload cache "unverified": a job
 // another process had cancelled (nil) ran, and a job moved an hour ahead
@@ -595,7 +595,7 @@ func TestLateRepliesAroundDueTime(t *testing.T) {
 	require.Equal(t, map[string][]string{"kept": {"owner"}}, runs, "only the job neither cancelled nor moved ran, once")
 }
 
-// TestRedisDownLongerThanLease is issue 12's scenario 3c: Redis down longer
+// TestRedisDownLongerThanLease: Redis down longer
 // than the lease while jobs come due. Every job that fired during the
 // outage ran (from the cache) and then ran again: its ack was refused once
 // the lease had lapsed. Now nothing starts during the outage, and each job
@@ -689,7 +689,7 @@ func TestFailFastWhileRedisDown(t *testing.T) {
 	}, "Schedule works again once Redis is back")
 }
 
-// TestOverdueIsVisible is from issue 13: jobs that should have run but sit
+// TestOverdueIsVisible: jobs that should have run but sit
 // in a partition no process runs were invisible (the worker's Stats showed
 // nothing). Stats now reads, across partitions, how many pending jobs are
 // past their due time and how old the oldest is.
@@ -713,7 +713,7 @@ func TestOverdueIsVisible(t *testing.T) {
 	})
 }
 
-// TestRepairPass (issue 13): the owner's sweep repairs what no path of
+// TestRepairPass: the owner's sweep repairs what no path of
 // wheelq writes but a foreign tool or a write cut short may leave, and
 // counts it: a pending entry without a record (re-armed by every sweep
 // before, never run), a record in neither set (never run, never listed),

@@ -414,7 +414,7 @@ func TestCorruptRecordsAreDeadLettered(t *testing.T) {
 	})
 }
 
-// TestZeroTimeRefused (issue 25, item 12): At(time.Time{}) ran the job at
+// TestZeroTimeRefused: At(time.Time{}) ran the job at
 // once, so an uninitialised time in the caller's code fired a destructive
 // job immediately. The zero time is an ErrInvalidOption wherever a due time
 // is given, and nothing is stored.
@@ -440,7 +440,7 @@ func TestZeroTimeRefused(t *testing.T) {
 	r.none(t, 100*time.Millisecond)
 }
 
-// TestNilContextRefused (issue 25, item 15): Schedule with a nil context
+// TestNilContextRefused: Schedule with a nil context
 // panicked (a nil dereference); the public methods that take a context
 // refuse a nil one with ErrInvalidOption.
 func TestNilContextRefused(t *testing.T) {

@@ -333,7 +333,7 @@ func BenchmarkInspector(b *testing.B) {
 	}
 }
 
-// TestLookupRunning (issue 25, item 2): Lookup said pending for a job whose
+// TestLookupRunning: Lookup said pending for a job whose
 // handler was running (List, Counts and ls -state running said running),
 // with Attempts 0 during its first run. Both now say running, and the run
 // in progress counts as an attempt.

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestJobInfoJSON (issue 25, item 16): one JSON shape for a job, snake
+// TestJobInfoJSON: one JSON shape for a job, snake
 // case, in the CLI and the dashboard alike (they differed), read back
 // whole.
 func TestJobInfoJSON(t *testing.T) {

@@ -30,7 +30,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// TestFailuresAreLogged (issue 14): a handler that fails four times logged
+// TestFailuresAreLogged: a handler that fails four times logged
 // nothing at Info. Every failure that will be retried, and every
 // dead-lettering, is a Warn line with the topic, the id and the attempt.
 func TestFailuresAreLogged(t *testing.T) {

@@ -30,7 +30,7 @@ import (
 	"github.com/wheelq/wheelq/wheel"
 )
 
-// TestNemesis is a randomized soak in the spirit of Jepsen (issue 12): three
+// TestNemesis is a randomized soak in the spirit of Jepsen: three
 // queue processes (children of the test binary, each reaching Redis through
 // a fault proxy of its own) run the jobs that producers in the parent
 // schedule, cancel and reschedule, while a nemesis injects the faults of the

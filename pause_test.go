@@ -363,7 +363,7 @@ func TestParkIfKnownPaused(t *testing.T) {
 	require.NotContains(t, b.q.pauses.parked, "other")
 }
 
-// TestRunNowOnPausedTopic (issue 25, item 11): "run now" on a paused
+// TestRunNowOnPausedTopic: "run now" on a paused
 // topic printed done while the job stayed pending. RunNow makes the job
 // due now all the same, and says with ErrPaused that it waits for Resume;
 // on Resume it runs.

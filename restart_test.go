@@ -45,7 +45,7 @@ func TestRestartChild(t *testing.T) {
 	select {} // until killed
 }
 
-// TestRestartTakesOverAtOnce is issue 16's restart stall: a process killed
+// TestRestartTakesOverAtOnce: a process killed
 // with -9 and restarted owned no partition until its former incarnation's
 // leases lapsed (LeaseTTL), and its own new jobs waited that long. With a
 // stable InstanceID the restarted process takes its leases over at once:
@@ -93,7 +93,7 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 	}
 }
 
-// TestRestartDefaultConfigTakesOver (issue 25, item 8): with the default
+// TestRestartDefaultConfigTakesOver: with the default
 // Config (no InstanceID) a process killed with -9 and restarted on the
 // same host stalled every job for up to LeaseTTL (p50 6.2 s late). Its
 // former incarnation's lock file (Config.LockDir) proves that process
@@ -155,7 +155,7 @@ func TestPausedProcessNotTakenOver(t *testing.T) {
 	_ = first.cmd.Process.Signal(syscall.SIGCONT)
 }
 
-// TestRerunFlagged (issue 25, item 3): a run interrupted by kill -9 was
+// TestRerunFlagged: a run interrupted by kill -9 was
 // run again with the same Attempt and nothing to tell it from a first
 // run. The rerun has Job.Rerun set (the Attempt stays); a job whose run
 // was never claimed before has it unset; once the rerun's outcome is

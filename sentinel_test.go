@@ -46,12 +46,12 @@ func failoverUnderLoad(t *testing.T, replicas, acks int) (acked, lost int) {
 	return len(ids), lost
 }
 
-// TestSentinelFailoverUnderLoad is issue 13's failover scenario: a
+// TestSentinelFailoverUnderLoad: a
 // SENTINEL FAILOVER during writes from 16 goroutines lost tens of
 // thousands of acknowledged jobs (the old primary took writes for seconds
 // after the replica was promoted). With ReplicaAcks equal to the number of
 // replicas, an acknowledgement means every replica has the job, so the
-// promoted one has it: none is lost. DefaultConfig is issue 24's: a
+// promoted one has it: none is lost. DefaultConfig: a
 // primary and one replica, Config{} — which waits for one replica on a
 // Sentinel client — loses none either (with NoReplicaAcks, the old
 // default, the same run lost thousands: -sentinel.measure).

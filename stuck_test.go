@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestStuckHandlerAbandoned (issue 25, item 9): a handler that ignored its
+// TestStuckHandlerAbandoned: a handler that ignored its
 // context stayed "running" forever past a 2 s HandlerTimeout, with no log,
 // held its partition's hand-overs, and Shutdown returned only "context
 // deadline exceeded". A run still going a grace (StuckGrace) past its

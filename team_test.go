@@ -194,8 +194,8 @@ func lateness(fires map[string][]fire) (p50, p99, most time.Duration) {
 }
 
 // TestTeamBalance: 1 to 5 processes on a namespace each own an even share
-// of its 16 partitions (issue 16: the first to start took every partition
-// and the others idled); when one shuts down, the others take its share
+// of its 16 partitions (not the first to start all of them, the others
+// idle); when one shuts down, the others take its share
 // over. It logs the time from the last start to a balanced namespace and
 // from a graceful shutdown to the take-over (docs/benchmarks.md).
 func TestTeamBalance(t *testing.T) {

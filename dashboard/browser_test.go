@@ -155,7 +155,7 @@ func TestBrowser(t *testing.T) {
 		b.fresh()
 		// A started worker runs jobs; a dashboard served by a process that
 		// runs none (as under wheelq-server with queue.start false) shows their lateness and the
-		// worker (issue 25, item 15: its panels read 0).
+		// worker (its panels must not read 0).
 		srv := redistest.Start(t, redistest.Options{})
 		ctx := context.Background()
 		q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "browser-late", Partitions: 4})

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestNoClientLogLines (issue 25, item 14): with Redis unreachable the
+// TestNoClientLogLines: with Redis unreachable the
 // command printed go-redis's own log lines (pool.go, "failed to dial")
 // beside its message. The command owns its output: one message of its
 // own, no client library lines.

@@ -42,7 +42,7 @@ func newNamespace(t *testing.T, srv *redistest.Server) *wheelq.Queue {
 	return q
 }
 
-// TestFlagsAfterCommand (issue 25, item 1): connection flags work after
+// TestFlagsAfterCommand: connection flags work after
 // the command as well as before it, and the command's own value wins; a
 // command never falls back to a server the user did not name.
 func TestFlagsAfterCommand(t *testing.T) {
@@ -88,7 +88,7 @@ func TestFlagsAfterCommand(t *testing.T) {
 	require.Contains(t, e.String(), "cannot reach Redis at 127.0.0.1:1")
 }
 
-// TestHelpWithoutRedis (issue 25, items 1 and 16): help, a mistyped
+// TestHelpWithoutRedis: help, a mistyped
 // command and bad usage are answered without connecting to Redis.
 func TestHelpWithoutRedis(t *testing.T) {
 	t.Parallel()
@@ -129,7 +129,7 @@ func TestHelpWithoutRedis(t *testing.T) {
 	require.Contains(t, errs, "usage: wheelq")
 }
 
-// TestBadUsageSaysSo (issue 25, item 4): every bad usage exits 2 with a
+// TestBadUsageSaysSo: every bad usage exits 2 with a
 // message naming the command's usage, before connecting to Redis.
 func TestBadUsageSaysSo(t *testing.T) {
 	t.Parallel()
@@ -166,7 +166,7 @@ func TestBadUsageSaysSo(t *testing.T) {
 	}
 }
 
-// TestWatchRidesOutAnOutage (issue 25, item 5): watch says when Redis
+// TestWatchRidesOutAnOutage: watch says when Redis
 // becomes unreachable, keeps trying at its interval, says when it is
 // back and goes on; it never leaves a half-printed line.
 func TestWatchRidesOutAnOutage(t *testing.T) {
@@ -233,7 +233,7 @@ func deadJob(t *testing.T, srv *redistest.Server) *wheelq.Queue {
 	return q
 }
 
-// TestRequeueTooFarSaysWhy (issue 25, item 6): a requeue -at beyond the
+// TestRequeueTooFarSaysWhy: a requeue -at beyond the
 // maximum delay failed on every job alike, yet advised running it again.
 // It is a usage error, refused before anything is done, that says what
 // the limit is; nothing advises a rerun that would fail the same way.
@@ -264,7 +264,7 @@ func TestRequeueTooFarSaysWhy(t *testing.T) {
 	require.Contains(t, out, "requeue: 1 jobs")
 }
 
-// TestErrorTextIsClean (issue 25, item 7): the CLI's errors carry one
+// TestErrorTextIsClean: the CLI's errors carry one
 // "wheelq: " prefix and no internal package's name, and advise a rerun
 // only where one may help.
 func TestErrorTextIsClean(t *testing.T) {
@@ -296,7 +296,7 @@ func TestErrorTextIsClean(t *testing.T) {
 		func() string { _, _, e := wq(t, srv, "cancel", "orders", "nope"); return strings.TrimSpace(e) }())
 }
 
-// TestOddNamesStayOnTheirRow (issue 25, item 13): names with control
+// TestOddNamesStayOnTheirRow: names with control
 // characters are refused by the library (TestNamesRefused there); the
 // names it accepts (spaces, any printable UTF-8) and errors with newlines
 // or other control characters are shown each job or topic on its own
@@ -350,7 +350,7 @@ func TestOddNamesStayOnTheirRow(t *testing.T) {
 	require.Contains(t, out, `line one\nline two\x1b[2J`)
 }
 
-// TestSmallerThings (issue 25, item 15, CLI part): ls calls an overdue
+// TestSmallerThings: ls calls an overdue
 // job overdue, stats's help promises nothing it does not print, and the
 // README's list of commands names every command.
 func TestSmallerThings(t *testing.T) {
@@ -385,7 +385,7 @@ func TestSmallerThings(t *testing.T) {
 	}
 }
 
-// TestBadNamespace (issue 25, item 13): a namespace no queue can have is
+// TestBadNamespace: a namespace no queue can have is
 // a usage error saying so, not "no namespace".
 func TestBadNamespace(t *testing.T) {
 	t.Parallel()
@@ -400,7 +400,7 @@ func TestBadNamespace(t *testing.T) {
 	}
 }
 
-// TestRunOnPausedTopic (issue 25, item 11): run on a paused topic printed
+// TestRunOnPausedTopic: run on a paused topic printed
 // done while the job stayed pending; it says the topic is paused, how to
 // resume it, and exits 1.
 func TestRunOnPausedTopic(t *testing.T) {
@@ -415,7 +415,7 @@ func TestRunOnPausedTopic(t *testing.T) {
 	require.Contains(t, errs, "wheelq resume orders")
 }
 
-// TestStatsShowsWorkers (issue 25, item 15): stats shows the worker
+// TestStatsShowsWorkers: stats shows the worker
 // processes' running jobs and lateness, read from what they publish,
 // wherever it runs (its help promised lateness it did not print).
 func TestStatsShowsWorkers(t *testing.T) {

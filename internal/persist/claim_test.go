@@ -105,7 +105,7 @@ func TestClaimByteBudget(t *testing.T) {
 	}
 }
 
-// TestRerunMarks (issue 25, item 3): a take-over turns the old owner's
+// TestRerunMarks: a take-over turns the old owner's
 // claim marks into "!": the jobs are claimable, not running (Get, the
 // running list, Cancel), and their next claim says Rerun; an unclaim keeps
 // the "!", an outcome clears it; repair turns a mark of another token

@@ -253,7 +253,7 @@ func TestRangePagesThroughTies(t *testing.T) {
 	require.Nil(t, recs[1])
 }
 
-// TestRangeWhileReadMembersAreRemoved is issue 12's scenario 5: a reload of
+// TestRangeWhileReadMembersAreRemoved: a reload of
 // jobs sharing one due time, whose first pages are acked (removed) while
 // later pages are read. Paged by score + offset, the offset skipped as many
 // unread jobs as had been removed; a cursor on (score, member) skips none.
@@ -293,7 +293,7 @@ func TestRangeWhileReadMembersAreRemoved(t *testing.T) {
 	require.Equal(t, n, len(seen), "every job read once")
 }
 
-// TestCancelClearsClaimMark is part of issue 12's scenario 9: a claim
+// TestCancelClearsClaimMark: a claim
 // applied (its mark set) whose run never came (its reply was lost, or the
 // start was refused), then a cancel: the mark stayed until the next
 // take-over, and made the job "running" for every later look.
@@ -569,7 +569,7 @@ func TestScriptFlushResendsOnlyScripts(t *testing.T) {
 	require.Equal(t, []WriteResult{Stored, Stored}, res, "each applied once")
 }
 
-// TestRepair (issue 13): inconsistent state that no path writes today but
+// TestRepair: inconsistent state that no path writes today but
 // a foreign tool, an older version or a partial write may leave: a pending
 // entry without a record (it can never run, and sweeps re-armed it
 // forever), a record in neither set (a job that will never run, invisible
@@ -625,7 +625,7 @@ func TestRepair(t *testing.T) {
 	require.ErrorIs(t, err, ErrFenced)
 }
 
-// TestRepairLargeRecords (issue 24): a repair step reads about 1 MiB of
+// TestRepairLargeRecords: a repair step reads about 1 MiB of
 // records, not count of them whatever their size (HSCAN returns values:
 // a step of 200 records of 1 MiB held Redis for 3 s). Over 40 records of
 // 256 KiB, a step of count 200 stops early; the walk still finds the

@@ -411,7 +411,7 @@ func TestFencedAndLostLeasesAreReleased(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()), "idempotent")
 }
 
-// TestPollReplyLost is issue 12's scenario 6: a poll applied in Redis (its
+// TestPollReplyLost: a poll applied in Redis (its
 // window announced) but its reply was lost; the next poll took the new
 // value as "previous", so that window was never scanned and a job in it
 // ran only when the sweep found it, late. The window now starts where this
@@ -443,8 +443,8 @@ func TestPollReplyLost(t *testing.T) {
 }
 
 // TestWaitingForLeaseIsLogged: a partition held by another process is
-// waited for with a line in the log (issue 16: a restarted process owned
-// nothing for a lease's time and nothing said why), and its take-over too.
+// waited for with a line in the log (a restarted process that owns
+// nothing for a lease's time says why), and its take-over too.
 func TestWaitingForLeaseIsLogged(t *testing.T) {
 	t.Parallel()
 	r, store, _, clk, passes, buf := setupLogged(t, func(store *fakeStore, _ time.Time) { store.holder[1] = "other" })
@@ -466,7 +466,7 @@ func TestWaitingForLeaseIsLogged(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()))
 }
 
-// TestDeadTokensTakenOver (issue 25, item 8): a partition held by a
+// TestDeadTokensTakenOver: a partition held by a
 // process known to be gone (DeadTokens) is taken at once, not after its
 // lease lapses, and is logged; one held by another process still waits.
 func TestDeadTokensTakenOver(t *testing.T) {
@@ -484,7 +484,7 @@ func TestDeadTokensTakenOver(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()))
 }
 
-// TestOverdueIsLogged (issue 13): a job far past its due time in a
+// TestOverdueIsLogged: a job far past its due time in a
 // partition that another process holds (and does not run) is named in a
 // warning by every sweep, by a process that does not own it either.
 func TestOverdueIsLogged(t *testing.T) {
@@ -507,7 +507,7 @@ func TestOverdueIsLogged(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()))
 }
 
-// TestOverdueWarningOncePerMinute (issue 25, item 10): pausing a topic
+// TestOverdueWarningOncePerMinute: pausing a topic
 // flooded the log with a warning per partition per sweep (283 lines in 4
 // minutes), naming neither the topic nor the pause. Overdue jobs are one
 // line for all partitions, repeated at most once a minute while they stay
@@ -571,7 +571,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestHandOver (issue 16): a member joining the roster gets its share of
+// TestHandOver: a member joining the roster gets its share of
 // the partitions. The owner stops starting the jobs of a partition it hands
 // over at once, but keeps its lease until the outcomes of the runs it
 // claimed there are stored (Sink.Busy), so that they are stored under the
