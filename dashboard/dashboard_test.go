@@ -153,7 +153,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	require.NotNil(t, h)
 }
 
-func TestViews(t *testing.T) {
+func TestViewsShowTheNamespace(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "views")
 	srv := f.serve(t, Options{Title: `ops <b>board</b>`})
@@ -302,7 +302,7 @@ func urlEscape(s string) string {
 	return b.String()
 }
 
-func TestActions(t *testing.T) {
+func TestActionsChangeRedisAndRefuseCrossSite(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "actions")
 	srv := f.serve(t, Options{})

@@ -81,7 +81,7 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func TestForward(t *testing.T) {
+func TestProxyForwardsToTarget(t *testing.T) {
 	p, direct := setup(t)
 	c := client(t, p, redis.Options{MaxRetries: -1})
 	require.NoError(t, c.Set(ctx(t), "k", "v", 0).Err())
@@ -253,7 +253,7 @@ func TestDropRepliesRetryAppliesTwice(t *testing.T) {
 	assert.GreaterOrEqual(t, dials.Load(), int32(2))
 }
 
-func TestRefuse(t *testing.T) {
+func TestRefuseClosesNewConnectionsOnly(t *testing.T) {
 	p, _ := setup(t)
 	old := client(t, p, redis.Options{MaxRetries: -1})
 	require.NoError(t, old.Ping(ctx(t)).Err())
