@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/wheelq/wheelq/internal/errs"
@@ -166,45 +165,4 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 		cursor = next
 	}
 	return out, nil
-}
-
-// Requeue moves a dead-lettered job back to pending, due at at, with its
-// attempts reset. A job that is not dead gives ErrNotFound; at more than
-// Config.MaxDelay away gives ErrTooFar.
-func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
-	if err := checkCtx(ctx, "Requeue"); err != nil {
-		return err
-	}
-	key, err := q.moveTo(ctx, "requeue", topic, id, at)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	defer cancel()
-	probe, err := q.reach.admit(q.clock)
-	if err != nil {
-		return errs.Errorf("wheelq: requeue %s: %w", key, err)
-	}
-	r, st, err := q.store.Get(ctx, key)
-	q.reach.note(err, probe, q.clock)
-	if errors.Is(err, persist.ErrNotFound) || (err == nil && st != persist.DeadLettered) {
-		return fmt.Errorf("%w: no dead job %s", ErrNotFound, key)
-	}
-	if err != nil {
-		return errs.Errorf("wheelq: requeue %s: %w", key, err)
-	}
-	oldRev := r.Rev
-	r.Rev, r.Attempt, r.LastError = rand.Uint32(), 0, ""
-	dueUs := ceilMicro(at)
-	p := q.store.PartitionOf(key)
-	ok, err := q.store.Requeue(ctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
-	q.reach.note(err, false, q.clock)
-	if err != nil {
-		return errs.Errorf("wheelq: requeue %s: %w", key, uncertain(err))
-	}
-	if !ok {
-		return fmt.Errorf("%w: dead job %s changed meanwhile", ErrNotFound, key)
-	}
-	q.arm(key, dueUs, &r)
-	return nil
 }
