@@ -224,7 +224,7 @@ func (q *Queue) Pull(topics ...string) error {
 		return fmt.Errorf("%w: Pull after Start", ErrInvalidConfig)
 	}
 	for _, t := range topics {
-		if q.handlers[t] != nil {
+		if (*q.handlers.Load())[t] != nil {
 			return fmt.Errorf("%w: topic %q has a handler", ErrTopicMode, t)
 		}
 	}
@@ -259,7 +259,7 @@ func (q *Queue) pulledKey(key string) bool {
 // pulled topics.
 func (q *Queue) declareTopics(ctx context.Context) error {
 	modes := map[string]string{}
-	for t := range q.handlers {
+	for t := range *q.handlers.Load() {
 		modes[t] = persist.ModeHandler
 	}
 	q.pull.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -49,10 +50,12 @@ type Queue struct {
 	settles  *batch.Retrier[persist.Outcome]
 	fence    []string // our token for every partition: claims and settles are always fenced
 
-	mu       sync.Mutex
-	state    int                // guarded by mu
-	handlers map[string]Handler // guarded by mu
-	closed   chan struct{}      // closed when Shutdown finished
+	mu    sync.Mutex
+	state int // guarded by mu
+	// handlers maps topics to their handlers: replaced whole under mu
+	// (Handle), read without a lock (every run reads it).
+	handlers atomic.Pointer[map[string]Handler]
+	closed   chan struct{} // closed when Shutdown finished
 
 	// The stages, each with the lock that guards its fields. No two of
 	// these locks are held at once, and none across a round trip or a
@@ -154,7 +157,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		clock:        cfg.Clock,
 		log:          cfg.Logger,
 		cache:        cache,
-		handlers:     map[string]Handler{},
 		inflight:     inflightSet{keys: map[string]struct{}{}},
 		limits:       newLimiter(),
 		closed:       make(chan struct{}),
@@ -163,6 +165,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		gate:         startGate{held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	q.claims.sig = make(chan struct{}, 1)
+	q.handlers.Store(&map[string]Handler{})
 	q.pull.declared, q.pull.byTopic, q.pull.looked = map[string]bool{}, map[string][]*pullWaiter{}, map[string]time.Time{}
 	q.pull.gen, q.pull.drained = map[string]uint64{}, map[string]uint64{}
 	var nb [6]byte
@@ -286,7 +289,9 @@ func (q *Queue) Handle(topic string, h Handler) error {
 	if pulled {
 		return fmt.Errorf("%w: topic %q is pulled (Pull)", ErrTopicMode, topic)
 	}
-	q.handlers[topic] = h
+	hs := maps.Clone(*q.handlers.Load())
+	hs[topic] = h
+	q.handlers.Store(&hs)
 	return nil
 }
 

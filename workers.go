@@ -59,9 +59,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 		Headers: t.rec.Headers,
 	}}
 	job := &r.job
-	q.mu.Lock()
-	h := q.handlers[job.Topic]
-	q.mu.Unlock()
+	h := (*q.handlers.Load())[job.Topic]
 	var err error
 	var began time.Time // the handler's start, with an Observer
 	if h == nil {
