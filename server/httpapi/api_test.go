@@ -50,9 +50,16 @@ func setup(t *testing.T, az *auth.Authorizer, opts httpapi.Options, pull ...stri
 }
 
 // setupTB is setup for a benchmark: no authorizer, the default options.
-func setupTB(b *testing.B) *env { return setupWith(b, nil, defaultOpts()) }
+func setupTB(b *testing.B) *env { return setupServe(b, nil, defaultOpts(), false) }
 
 func setupWith(t testing.TB, az *auth.Authorizer, opts httpapi.Options, pull ...string) *env {
+	t.Helper()
+	return setupServe(t, az, opts, true, pull...)
+}
+
+// setupServe is setupWith; validate wraps the API in the OpenAPI
+// validator (tests; a benchmark measures the API alone).
+func setupServe(t testing.TB, az *auth.Authorizer, opts httpapi.Options, validate bool, pull ...string) *env {
 	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
 	q, err := wheelq.New(rs.Client(t), wheelq.Config{Partitions: 4, Backoff: func(int, error) time.Duration { return 10 * time.Millisecond }})
@@ -73,7 +80,11 @@ func setupWith(t testing.TB, az *auth.Authorizer, opts httpapi.Options, pull ...
 		require.NoError(t, err)
 	}
 	api := httpapi.New(q, az, opts)
-	srv := httptest.NewServer(validated(t, api))
+	var h http.Handler = api
+	if validate {
+		h = validated(t, api)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &env{q: q, api: api, srv: srv}
 }
