@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/breaker"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -35,16 +36,16 @@ func TestReachStates(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.ErrorIs(t, err, refused, "the failure seen is wrapped")
 
-	probe, err = r.admit(at(t0.Add(probeEvery)))
+	probe, err = r.admit(at(t0.Add(breaker.ProbeEvery)))
 	require.NoError(t, err)
 	require.True(t, probe, "one call goes through")
-	_, err = r.admit(at(t0.Add(probeEvery)))
+	_, err = r.admit(at(t0.Add(breaker.ProbeEvery)))
 	require.ErrorIs(t, err, ErrUnavailable, "only one probe at a time")
-	r.note(refused, true, at(t0.Add(probeEvery+time.Second))) // a slow probe
-	_, err = r.admit(at(t0.Add(probeEvery + time.Second + probeEvery/2)))
+	r.note(refused, true, at(t0.Add(breaker.ProbeEvery+time.Second))) // a slow probe
+	_, err = r.admit(at(t0.Add(breaker.ProbeEvery + time.Second + breaker.ProbeEvery/2)))
 	require.ErrorIs(t, err, ErrUnavailable, "the next probe is counted from the last one's end")
 
-	probe, err = r.admit(at(t0.Add(probeEvery + time.Second + probeEvery)))
+	probe, err = r.admit(at(t0.Add(breaker.ProbeEvery + time.Second + breaker.ProbeEvery)))
 	require.NoError(t, err)
 	require.True(t, probe)
 	r.note(nil, true, at(t0.Add(3*time.Second)))

@@ -1,0 +1,104 @@
+// Package breaker remembers that a server was found unreachable, so that
+// calls fail at once instead of each spending a client's whole dial-retry
+// budget before failing; one call at a time is let through every
+// ProbeEvery to find out whether the server is back. While the server is
+// reachable a call costs one atomic load.
+package breaker
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ProbeEvery is how often, while the server is known to be unreachable,
+// one call is let through to find out whether it is back.
+const ProbeEvery = 250 * time.Millisecond
+
+// Down is the error Admit returns while the server is unreachable: since
+// when, and the connection failure seen last.
+type Down struct {
+	For  time.Duration
+	Last error
+}
+
+func (d *Down) Error() string {
+	return "unreachable for " + d.For.Round(time.Millisecond).String() + ", the last failure: " + d.Last.Error()
+}
+
+// Unwrap returns the failure seen last.
+func (d *Down) Unwrap() error { return d.Last }
+
+// Breaker is the state; its zero value is a reachable server.
+type Breaker struct {
+	down atomic.Bool // fast path: false while the server is reachable
+
+	mu        sync.Mutex
+	err       error     // guarded by mu: the connection failure seen last
+	since     time.Time // guarded by mu: when the server was first found unreachable
+	nextProbe time.Time // guarded by mu: when the next call may go through
+	probing   bool      // guarded by mu: a probe is in flight
+}
+
+// Up reports whether the server is taken to be reachable: one atomic
+// load, for a caller's fast path before it reads its clock.
+func (b *Breaker) Up() bool { return !b.down.Load() }
+
+// Admit says whether a call may go to the server at now: yes while it is
+// reachable, or when it is this call's turn to probe (probe is true then;
+// pass it to Note). Otherwise it returns a *Down.
+func (b *Breaker) Admit(now time.Time) (probe bool, err error) {
+	if !b.down.Load() {
+		return false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.down.Load() {
+		return false, nil
+	}
+	if !b.probing && !now.Before(b.nextProbe) {
+		b.probing = true
+		return true, nil
+	}
+	return false, &Down{For: now.Sub(b.since), Last: b.err}
+}
+
+// Note records at now the outcome err of a call that Admit let through.
+func (b *Breaker) Note(err error, probe bool, now time.Time) {
+	conn := err != nil && IsConnErr(err)
+	if !conn && !probe && !b.down.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	switch {
+	case conn:
+		if !b.down.Load() {
+			b.since = now
+		}
+		b.err, b.nextProbe = err, now.Add(ProbeEvery)
+		b.down.Store(true)
+	case err == nil || probe:
+		// The server answered (or the probe failed for another reason: a
+		// refusal, the caller's context): reachable again.
+		b.down.Store(false)
+		b.err = nil
+	}
+}
+
+// IsConnErr reports whether err says that the server could not be
+// reached: a refused or reset connection, a network timeout, a connection
+// closed. A reply of the server's (an error reply) and a context that
+// ended are not.
+func IsConnErr(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}

@@ -1,0 +1,40 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBreaker: a connection failure opens it; one probe at a time goes
+// through every ProbeEvery; an answer closes it. Its error says for how
+// long and wraps the failure seen last. (The root's TestReachStates runs
+// the same states through the queue's adapter.)
+func TestBreaker(t *testing.T) {
+	var b Breaker
+	t0 := time.Unix(1000, 0)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	require.True(t, b.Up())
+	b.Note(context.Canceled, false, t0)
+	require.True(t, b.Up(), "a caller that gave up says nothing of the server")
+	b.Note(refused, false, t0)
+	require.False(t, b.Up())
+	_, err := b.Admit(t0.Add(100 * time.Millisecond))
+	var d *Down
+	require.ErrorAs(t, err, &d)
+	require.Equal(t, 100*time.Millisecond, d.For)
+	require.ErrorIs(t, err, refused)
+	require.Contains(t, err.Error(), "unreachable for 100ms")
+	probe, err := b.Admit(t0.Add(ProbeEvery))
+	require.NoError(t, err)
+	require.True(t, probe)
+	b.Note(nil, true, t0.Add(ProbeEvery))
+	require.True(t, b.Up())
+	require.True(t, IsConnErr(io.EOF))
+	require.False(t, IsConnErr(errors.New("ERR wrong type")))
+}
