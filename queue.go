@@ -50,6 +50,11 @@ type Queue struct {
 	settles  *batch.Retrier[persist.Outcome]
 	fence    []string // our token for every partition: claims and settles are always fenced
 
+	// mu guards the life cycle (state) and serializes Handle, Pull, Start
+	// and Shutdown's first step. It is the outermost lock: a stage's lock
+	// may be taken under it (Handle and Pull read pull's), never the other
+	// way. Start holds it across the namespace's round trips (its layout
+	// and its topics' modes), so a Handle during Start waits for them.
 	mu    sync.Mutex
 	state int // guarded by mu
 	// handlers maps topics to their handlers: replaced whole under mu
