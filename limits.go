@@ -72,7 +72,7 @@ type limiter struct {
 
 	// releases sends the global permits given back (ZREM), in batches.
 	releases *batch.Retrier[persist.PermitRef]
-	warned   time.Time // the last warning of a failed Admit (dispatchers' only)
+	warned   atomic.Int64 // the last warning of a failed Admit (unix ns)
 	loop     struct {
 		stop chan struct{}
 		done chan struct{}
@@ -262,15 +262,25 @@ func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
 	end()
 	if err != nil {
 		q.stats.redisErrors.Add(1)
-		if t := time.Now(); t.Sub(lm.warned) >= time.Second { // refused jobs ask again every 2 ms
-			lm.warned = t
+		// Refused jobs ask again every 2 ms: warn once a second.
+		if t, last := time.Now().UnixNano(), lm.warned.Load(); t-last >= int64(time.Second) && lm.warned.CompareAndSwap(last, t) {
 			q.log.Warn("wheelq: limits: asking Redis for starts; asking again", "err", err, "jobs", len(reqs))
 		}
 	}
+	var again []firedJob
 	lm.mu.Lock()
-	defer lm.mu.Unlock()
 	for i, a := range asks {
 		topic := reqs[i].Topic
+		if tl := lm.topics[topic]; tl != a.tl {
+			// Its limits changed meanwhile (Limit): it is let through and
+			// fires again through the new ones, or none.
+			if err == nil && starts[i] != persist.Denied && reqs[i].ID != "" {
+				_ = lm.releases.Add(persist.PermitRef{Topic: topic, ID: reqs[i].ID})
+			}
+			delete(lm.held, a.f.key)
+			again = append(again, a.f)
+			continue
+		}
 		if err != nil || starts[i] == persist.Denied {
 			// No permit: wait for one, holding none.
 			a.tl.running--
@@ -286,6 +296,10 @@ func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
 			continue
 		}
 		out = append(out, a.f)
+	}
+	lm.mu.Unlock()
+	if len(again) > 0 {
+		q.refire(again) // not under lm.mu: no two stages' locks at once
 	}
 	return out
 }
