@@ -89,6 +89,9 @@ func TestExamplePythonReminders(t *testing.T) {
 	require.NotContains(t, out, "appt-cy to")
 	require.NotContains(t, out, "EARLY")
 	require.Contains(t, out, "sent ['ana', 'bo']")
+	require.Regexp(t, `digest next \d{4}-\d\d-\d\dT0[56]:00:00Z same again: True`, out, "07:00 in Berlin, in UTC")
+	require.Contains(t, out, "schedules ['clinic-digest']")
+	require.Contains(t, out, "schedules left 0")
 }
 
 // TestExampleNodeWorker: from Node's fetch, a worker reserves, acks,
