@@ -197,7 +197,7 @@ func lateness(fires map[string][]fire) (p50, p99, most time.Duration) {
 // of its 16 partitions (not the first to start all of them, the others
 // idle); when one shuts down, the others take its share
 // over. It logs the time from the last start to a balanced namespace and
-// from a graceful shutdown to the take-over (docs/benchmarks.md).
+// from a graceful shutdown to the take-over (docs/benchmarks-history.md).
 func TestTeamBalance(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})

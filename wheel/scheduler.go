@@ -38,7 +38,7 @@ type SchedulerConfig struct {
 	// 1-7 ms in most runs of 2 s, which put the wheel's p99.9 lateness at
 	// 0.1-2.4 ms.
 	// Two threads are seldom stalled together: with Backup, p99.9 was
-	// 0.07-0.45 ms in 30 runs, median 0.1 ms (docs/benchmarks.md).
+	// 0.07-0.45 ms in 30 runs, median 0.1 ms (docs/benchmarks-history.md).
 	//
 	// The cost: while its thread waits in the kernel it holds one of the
 	// process's Ps, which the runtime hands to other goroutines only when

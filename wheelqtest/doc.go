@@ -69,7 +69,7 @@
 // through this package, and it needs no build tag. (River's Config.Test
 // is an exported struct users could fill; the internal type keeps ours
 // closed.) With the field nil, each crash point costs the engine one nil
-// check; docs/benchmarks.md has the before and after figures.
+// check; docs/benchmarks-history.md has the before and after figures.
 //
 // The harness stands for one process at a time. It needs handlers that
 // return when their context is cancelled (a crash waits for them).
