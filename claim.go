@@ -13,6 +13,7 @@ import (
 
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/internal/runctx"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -115,10 +116,10 @@ type task struct {
 }
 
 // jobRun is what a run's handler may keep: its Job and its context (see
-// runctx.go), in one allocation per run.
+// internal/runctx), in one allocation per run.
 type jobRun struct {
 	job Job
-	ctx runCtx
+	ctx runctx.Ctx
 
 	// Set by the worker before the handler is called (stuck.go reads them
 	// once it has loaded the run from its slot).
@@ -190,7 +191,7 @@ func (b *claimBufs) reset() {
 }
 
 // dispatch claims fired jobs in Redis and hands them to the workers.
-func (q *Queue) dispatch(slot *runSlot) {
+func (q *Queue) dispatch(slot *runctx.Slot) {
 	var bufs claimBufs
 	var retry []firedJob
 	backoff := 10 * time.Millisecond
@@ -295,7 +296,7 @@ func lingerFor(queued int, untilDue, lead time.Duration) time.Duration {
 // their due time, in the batch's turn seq (see turn). It returns the jobs
 // to claim again later (Redis errors), in a slice of their own. It keeps
 // its slices in bufs, the dispatcher's, which resets them after.
-func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runSlot) (retry []firedJob) {
+func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runctx.Slot) (retry []firedJob) {
 	toHold := bufs.tasks[:0]
 	var pulls []*task
 	defer func() {
@@ -390,7 +391,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		epochs = append(epochs, q.recov.Epoch(q.store.PartitionOf(f.key)))
 	}
 	bufs.epochs = epochs
-	ctx, end := slot.call()
+	ctx, end := slot.Call()
 	res, err := q.store.Claim(ctx, q.fence, reqs, bufs.results)
 	end()
 	if err == nil {

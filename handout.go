@@ -18,6 +18,7 @@ import (
 	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/internal/runctx"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -56,7 +57,7 @@ func (q *Queue) pullArrive(ts []*task) {
 
 // pullLoop hands due jobs of pulled topics out (pullStep) until the queue
 // stops.
-func (q *Queue) pullLoop(slot *runSlot) {
+func (q *Queue) pullLoop(slot *runctx.Slot) {
 	defer close(q.pull.done)
 	spare := time.NewTimer(time.Hour)
 	spare.Stop()
@@ -92,7 +93,7 @@ func (q *Queue) pullLoop(slot *runSlot) {
 // time, their partition is owned in the epoch they fired in) and go
 // through due.lua, a call per partition: each to a consumer blocked here
 // that wants it, or to its topic's ready set.
-func (q *Queue) pullStep(ts []*task, slot *runSlot) {
+func (q *Queue) pullStep(ts []*task, slot *runctx.Slot) {
 	now, wall := wheel.Readings(q.clock)
 	var due []*task
 	var given []delivery
@@ -131,7 +132,7 @@ func (q *Queue) pullStep(ts []*task, slot *runSlot) {
 // unclaimed until their time (pullStep). A job reserved ahead answers
 // Cancel with ErrRunning for up to ClaimLead before its time, as a
 // claimed one does.
-func (q *Queue) pullAhead(ts []*task, slot *runSlot) {
+func (q *Queue) pullAhead(ts []*task, slot *runctx.Slot) {
 	ps := &q.pull
 	var wanted, bare []*task
 	ps.mu.Lock()
@@ -219,7 +220,7 @@ func (q *Queue) deliver(given []delivery) {
 // releaseSpare releases the spare reservations that waited spareTTL (all
 // of them if all), to the ready sets, and returns when the next would be
 // due for release (zero: none left).
-func (q *Queue) releaseSpare(all bool, slot *runSlot) time.Duration {
+func (q *Queue) releaseSpare(all bool, slot *runctx.Slot) time.Duration {
 	ps := &q.pull
 	now := q.clock.Now()
 	var release []persist.ResolveOp
@@ -244,7 +245,7 @@ func (q *Queue) releaseSpare(all bool, slot *runSlot) time.Duration {
 	}
 	ps.mu.Unlock()
 	if len(release) > 0 {
-		ctx, end := slot.call()
+		ctx, end := slot.Call()
 		_, wall := wheel.Readings(q.clock)
 		_, err := q.store.Resolve(ctx, wall.UnixMicro(), release)
 		end()
@@ -259,7 +260,7 @@ func (q *Queue) releaseSpare(all bool, slot *runSlot) time.Duration {
 // pullDue runs due.lua for jobs, in one round trip (a call per
 // partition), at their time or, ahead, ClaimLead before it (see pullStep
 // and pullAhead).
-func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runSlot) {
+func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slot) {
 	ps := &q.pull
 	jobs := make([]persist.DueJob, len(ts))
 	to := make([]*pullWaiter, len(ts))
@@ -288,7 +289,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runSlot) {
 		// armed with a burst's longer lead waits for its time unreserved.
 		until = wall.Add(2 * q.cfg.ClaimLead)
 	}
-	ctx, end := slot.call()
+	ctx, end := slot.Call()
 	res, err := q.store.Due(ctx, q.fence, wall.UnixMicro(), until.UnixMicro(), jobs)
 	end()
 	if err != nil {

@@ -8,11 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/wheelq/wheelq/internal/batch"
-	"github.com/wheelq/wheelq/internal/errs"
 	"maps"
 	"math/rand/v2"
 	"time"
+
+	"github.com/wheelq/wheelq/internal/batch"
+	"github.com/wheelq/wheelq/internal/errs"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/persist"

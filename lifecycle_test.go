@@ -18,6 +18,7 @@ import (
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
 	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/internal/runctx"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -104,13 +105,14 @@ func TestLifecycleShape(t *testing.T) {
 				_, _ = s.Add("x", time.Now().Add(time.Hour)) // the sleeper's reader starts with the first sleep
 			}, s.Stop
 		},
-		"runCtxs": func() (func(), func()) {
-			r := newRunCtxs(2, time.Hour, false)
+		"runctx.Set": func() (func(), func()) {
+			r := runctx.New(2, time.Hour, false)
 			return func() {
-				r.start()
-				s := &r.slots[0]
-				s.finish(s.begin().gen)
-			}, r.stop
+				r.Start()
+				s := r.Slot(0)
+				c := s.Begin()
+				s.Finish(c.Gen())
+			}, r.Stop
 		},
 		"batch.Batcher": func() (func(), func()) {
 			b := batch.NewBatcher(batch.Config{Linger: time.Millisecond}, func(_ context.Context, reqs []int) ([]int, error) { return reqs, nil })

@@ -21,6 +21,7 @@ import (
 	"github.com/wheelq/wheelq/internal/batch"
 	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
+	"github.com/wheelq/wheelq/internal/runctx"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -200,7 +201,7 @@ func topicOfKey(key string) string {
 // claim, and returns the batch with the ones held back taken out: those
 // refused by a cap wait in their topic's queue; those given a later start
 // by a rate are armed again for it.
-func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
+func (q *Queue) admit(fs []firedJob, slot *runctx.Slot) []firedJob {
 	lm := &q.limits
 	now, wall := wheel.Readings(q.clock)
 	wallUs := wall.UnixMicro()
@@ -257,7 +258,7 @@ func (q *Queue) admit(fs []firedJob, slot *runSlot) []firedJob {
 	if len(reqs) == 0 {
 		return out
 	}
-	ctx, end := slot.call()
+	ctx, end := slot.Call()
 	starts, err := q.store.Admit(ctx, wallUs, q.cfg.LeaseTTL.Microseconds(), reqs)
 	end()
 	if err != nil {

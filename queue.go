@@ -19,6 +19,7 @@ import (
 	"github.com/wheelq/wheelq/internal/errs"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/internal/runctx"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -81,9 +82,12 @@ type Queue struct {
 	dispatchers  sync.WaitGroup
 	idRun        atomic.Uint64 // counts random ids (see Schedule)
 	workers      sync.WaitGroup
-	runs         *runCtxs // the handlers' contexts, one slot per worker
-	calls        *runCtxs // the contexts of the engine's own round trips (see New)
-	bursts       burstLeads
+	runs         *runctx.Set // the handlers' contexts, one slot per worker
+	// current is, per worker, the run whose handler it is in (nil
+	// between runs), for the stuck watcher (stuck.go).
+	current []atomic.Pointer[jobRun]
+	calls   *runctx.Set // the contexts of the engine's own round trips (see New)
+	bursts  burstLeads
 
 	isClosing atomic.Bool // set once Shutdown begins; read on the Schedule path
 	reach     reach       // whether Redis was found unreachable (fail fast)
@@ -192,7 +196,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	for i := range q.fence {
 		q.fence[i] = token
 	}
-	q.runs = newRunCtxs(cfg.Concurrency, cfg.HandlerTimeout, false)
+	q.runs = runctx.New(cfg.Concurrency, cfg.HandlerTimeout, false)
+	q.current = make([]atomic.Pointer[jobRun], cfg.Concurrency)
 	wc := wheel.SchedulerConfig{Clock: cfg.Clock, MaxDelay: max(2*cfg.Horizon, time.Hour)}
 	// The claims' wheel needs no exact time: its entries go out ClaimLead
 	// ahead of their jobs, and a wake hands out those due within a fifth of
@@ -239,7 +244,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	}
 	// The round trips of the claimers, of the two retriers and of the
 	// pull loop.
-	q.calls = newRunCtxs(claimers+3, cfg.WriteTimeout, true)
+	q.calls = runctx.New(claimers+3, cfg.WriteTimeout, true)
 	bc := batch.Config{MaxBatch: cfg.MaxBatch, Timeout: cfg.WriteTimeout}
 	q.writes = batch.NewBatcher(bc, func(ctx context.Context, ws []persist.Write) ([]persist.WriteResult, error) {
 		return store.Write(ctx, q.recov.Tokens(), ws)
@@ -261,7 +266,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	})
 	sc := bc
 	sc.Linger = settleLinger
-	sc.CallContext = q.calls.slots[claimers].call
+	sc.CallContext = q.calls.Slot(claimers).Call
 	q.settles = batch.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
 	})
@@ -270,7 +275,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		q.log.Warn("wheelq: limits: permits not yet given back, retrying (they lapse a lease after the last renewal)", "err", err, "pending", pending)
 	})
 	cc := bc
-	cc.CallContext = q.calls.slots[claimers+1].call
+	cc.CallContext = q.calls.Slot(claimers + 1).Call
 	q.corrupts = batch.NewRetrier(cc, q.execCorrupt, func(err error, pending int) {
 		q.log.Warn("wheelq: corrupt records not yet dead-lettered, retrying", "err", err, "pending", pending)
 	})
@@ -336,17 +341,17 @@ func (q *Queue) Start(ctx context.Context) error {
 	q.startPauseWatch()
 	q.sched.Start()
 	q.starts.Start()
-	q.runs.start()
+	q.runs.Start()
 	for i := range q.cfg.Concurrency {
-		q.workers.Go(func() { q.worker(&q.runs.slots[i]) })
+		q.workers.Go(func() { q.worker(i) })
 	}
 	// Two claimers: one builds and reads its round trip while Redis runs
 	// the other's, so a burst of due jobs keeps both busy.
 	for i := range claimers {
-		q.dispatchers.Go(func() { q.dispatch(&q.calls.slots[i]) })
+		q.dispatchers.Go(func() { q.dispatch(q.calls.Slot(i)) })
 	}
 	go q.starter()
-	go q.pullLoop(&q.calls.slots[claimers+2])
+	go q.pullLoop(q.calls.Slot(claimers + 2))
 	q.startStuckWatch()
 	q.startRecurring()
 	q.startLimits()
@@ -526,7 +531,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 				// Hard stop: handlers are told to return; one that ignores
 				// its context finishes on its own, and its outcome is
 				// dropped (the job stays pending and runs again).
-				q.runs.cancelAll()
+				q.runs.CancelAll()
 				errs = append(errs, ctx.Err())
 				break wait
 			}
@@ -564,9 +569,9 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		_ = q.pstore.DropFigures(fctx, q.member)
 		cancel()
 	}
-	q.runs.cancelAll()
-	q.runs.stop()
-	q.calls.stop()
+	q.runs.CancelAll()
+	q.runs.Stop()
+	q.calls.Stop()
 	// 8. The lock file: this process no longer acts on the namespace.
 	if crashed {
 		q.lock.abandon() // as the kernel does for a killed process

@@ -103,8 +103,8 @@ func (q *Queue) stopStuckWatch() {
 // HandlerTimeout.
 func (q *Queue) abandonStuck() {
 	limit := q.cfg.HandlerTimeout + StuckGrace(q.cfg.HandlerTimeout)
-	for i := range q.runs.slots {
-		r := q.runs.slots[i].current.Load()
+	for i := range q.current {
+		r := q.current[i].Load()
 		if r == nil || q.runningFor(r) < limit || !r.state.CompareAndSwap(runRunning, runAbandoned) {
 			continue
 		}
@@ -123,17 +123,17 @@ func (q *Queue) abandonStuck() {
 
 // runningFor returns how long r's handler has run, from its context's
 // deadline (HandlerTimeout after its start, kept as nanoseconds after the
-// run contexts' base: runctx.go), so that a run costs no clock reading
+// run contexts' base: internal/runctx), so that a run costs no clock reading
 // for it.
 func (q *Queue) runningFor(r *jobRun) time.Duration {
-	return time.Since(q.runs.base) - time.Duration(r.ctx.gen) + q.runs.timeout
+	return r.ctx.RunningFor()
 }
 
 // stuckRuns lists the runs whose handlers have not returned.
 func (q *Queue) stuckRuns() []StuckRun {
 	var out []StuckRun
-	for i := range q.runs.slots {
-		if r := q.runs.slots[i].current.Load(); r != nil {
+	for i := range q.current {
+		if r := q.current[i].Load(); r != nil {
 			out = append(out, StuckRun{Topic: r.job.Topic, ID: r.job.ID, Attempt: r.attempt, Running: q.runningFor(r)})
 		}
 	}

@@ -1,19 +1,24 @@
 package wheelq
 
 // The workers: Concurrency goroutines that run handlers (run), each with
-// its slot of handler contexts (runctx.go), and hand outcomes to settling.
+// its slot of handler contexts (internal/runctx), and hand outcomes to settling.
 
 import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
+	"github.com/wheelq/wheelq/internal/runctx"
 	"github.com/wheelq/wheelq/wheel"
 )
 
-func (q *Queue) worker(slot *runSlot) {
+// worker i runs tasks in its run context slot, showing the stuck watcher
+// the run it is in (q.current[i]).
+func (q *Queue) worker(i int) {
+	slot, cur := q.runs.Slot(i), &q.current[i]
 	for {
 		// Stop first: a task still buffered at shutdown is unclaimed.
 		select {
@@ -24,12 +29,12 @@ func (q *Queue) worker(slot *runSlot) {
 		// A worker that just finished a run takes its next task without
 		// parking.
 		if t := q.nextStart(); t != nil {
-			q.run(t, slot)
+			q.run(t, slot, cur)
 			continue
 		}
 		select {
 		case t := <-q.work:
-			q.run(t, slot)
+			q.run(t, slot, cur)
 		case <-q.stopDispatch:
 			return
 		}
@@ -37,7 +42,7 @@ func (q *Queue) worker(slot *runSlot) {
 }
 
 // run runs t's handler in the worker's slot, if t passes the start gate.
-func (q *Queue) run(t *task, slot *runSlot) {
+func (q *Queue) run(t *task, slot *runctx.Slot, cur *atomic.Pointer[jobRun]) {
 	now, wall := wheel.Readings(q.clock)
 	if !q.mayStart(t, now, wall) {
 		return
@@ -65,7 +70,7 @@ func (q *Queue) run(t *task, slot *runSlot) {
 	if h == nil {
 		err = fmt.Errorf("%w %q", ErrNoHandler, job.Topic)
 	} else {
-		r.ctx = slot.begin()
+		r.ctx = slot.Begin()
 		var ctx context.Context = &r.ctx
 		if q.crashAt(crashpoint.DuringRun, t.key) {
 			ctx = abandoned(ctx)
@@ -74,11 +79,11 @@ func (q *Queue) run(t *task, slot *runSlot) {
 			began = time.Now()
 		}
 		r.t, r.attempt = t, attempt
-		slot.current.Store(r)
+		cur.Store(r)
 		err = call(ctx, h, job)
 		q.releasePermit(t.key) // the cap frees at the handler's return
-		slot.current.Store(nil)
-		slot.finish(r.ctx.gen)
+		cur.Store(nil)
+		slot.Finish(r.ctx.Gen())
 		if !r.state.CompareAndSwap(runRunning, runDone) {
 			// Abandoned (stuck.go): settled already; t is not ours.
 			q.stuck.Add(-1)

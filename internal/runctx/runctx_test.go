@@ -1,4 +1,4 @@
-package wheelq
+package runctx
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 
 func TestRunCtxEndsWithTheRun(t *testing.T) {
 	t.Parallel()
-	r := newRunCtxs(1, time.Hour, false)
+	r := New(1, time.Hour, false)
 	s := &r.slots[0]
-	c := s.begin()
+	c := s.Begin()
 	ctx := context.Context(&c)
 	dl, ok := ctx.Deadline()
 	require.True(t, ok)
@@ -33,7 +33,7 @@ func TestRunCtxEndsWithTheRun(t *testing.T) {
 	fired := make(chan struct{})
 	context.AfterFunc(ctx, func() { called.Store(true); close(fired) })
 
-	s.finish(c.gen)
+	s.Finish(c.gen)
 	<-done
 	<-child.Done()
 	<-fired
@@ -43,23 +43,23 @@ func TestRunCtxEndsWithTheRun(t *testing.T) {
 	require.ErrorIs(t, child.Err(), context.Canceled)
 
 	// The slot's next run: the old context stays done.
-	c2 := s.begin()
+	c2 := s.Begin()
 	require.NoError(t, (&c2).Err())
 	require.ErrorIs(t, ctx.Err(), context.Canceled)
 	<-ctx.Done()
 	late := make(chan struct{})
 	require.False(t, context.AfterFunc(ctx, func() { close(late) })())
 	<-late // called at once: the context ended already
-	s.finish(c2.gen)
+	s.Finish(c2.gen)
 }
 
 func TestRunCtxDeadline(t *testing.T) {
 	t.Parallel()
-	r := newRunCtxs(2, 20*time.Millisecond, false)
-	r.start()
-	defer r.stop()
+	r := New(2, 20*time.Millisecond, false)
+	r.Start()
+	defer r.Stop()
 	for range 3 { // the watchdog idles between runs and is woken again
-		c := r.slots[1].begin()
+		c := r.slots[1].Begin()
 		ctx := context.Context(&c)
 		child, cancel := context.WithTimeout(ctx, time.Hour)
 		<-ctx.Done()
@@ -69,37 +69,37 @@ func TestRunCtxDeadline(t *testing.T) {
 		dl, _ := ctx.Deadline()
 		require.False(t, time.Now().Before(dl), "ended before its deadline")
 		cancel()
-		r.slots[1].finish(c.gen)
+		r.slots[1].Finish(c.gen)
 		require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded, "the run's end does not change why")
 	}
 }
 
 func TestRunCtxHardCancel(t *testing.T) {
 	t.Parallel()
-	r := newRunCtxs(2, time.Hour, false)
-	c := r.slots[0].begin()
+	r := New(2, time.Hour, false)
+	c := r.slots[0].Begin()
 	ctx := context.Context(&c)
-	r.cancelAll()
+	r.CancelAll()
 	<-ctx.Done()
 	require.ErrorIs(t, ctx.Err(), context.Canceled)
-	c2 := r.slots[1].begin() // begun after: cancelled from the start
+	c2 := r.slots[1].Begin() // begun after: cancelled from the start
 	<-(&c2).Done()
 	require.ErrorIs(t, (&c2).Err(), context.Canceled)
-	r.stop()
-	r.stop() // twice is safe
+	r.Stop()
+	r.Stop() // twice is safe
 }
 
 // BenchmarkRunCtx: a run's context costs no allocation.
 func BenchmarkRunCtx(b *testing.B) {
-	r := newRunCtxs(1, time.Minute, false)
-	r.start()
-	defer r.stop()
+	r := New(1, time.Minute, false)
+	r.Start()
+	defer r.Stop()
 	s := &r.slots[0]
 	b.ReportAllocs()
 	for b.Loop() {
-		c := s.begin()
+		c := s.Begin()
 		_ = (&c).Err()
-		s.finish(c.gen)
+		s.Finish(c.gen)
 	}
 }
 
@@ -107,20 +107,20 @@ func BenchmarkRunCtx(b *testing.B) {
 // the call returns, and its Done channel serves the slot's next calls.
 func TestCallCtxReused(t *testing.T) {
 	t.Parallel()
-	r := newRunCtxs(1, 30*time.Millisecond, true)
-	r.start()
-	defer r.stop()
+	r := New(1, 30*time.Millisecond, true)
+	r.Start()
+	defer r.Stop()
 	s := &r.slots[0]
-	ctx, end := s.call()
+	ctx, end := s.Call()
 	d := ctx.Done()
 	end()
 	require.NoError(t, ctx.Err(), "a call's end does not cancel it")
-	ctx, end = s.call()
+	ctx, end = s.Call()
 	require.Equal(t, d, ctx.Done(), "the channel is kept")
 	<-ctx.Done() // the watchdog ends it at its deadline
 	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
 	end()
-	ctx, end = s.call()
+	ctx, end = s.Call()
 	require.NotEqual(t, d, ctx.Done(), "a closed channel is not reused")
 	require.NoError(t, ctx.Err())
 	end()
@@ -128,13 +128,13 @@ func TestCallCtxReused(t *testing.T) {
 
 // BenchmarkCallCtx: a round trip's context costs nothing, Done included.
 func BenchmarkCallCtx(b *testing.B) {
-	r := newRunCtxs(1, time.Minute, true)
-	r.start()
-	defer r.stop()
+	r := New(1, time.Minute, true)
+	r.Start()
+	defer r.Stop()
 	s := &r.slots[0]
 	b.ReportAllocs()
 	for b.Loop() {
-		ctx, end := s.call()
+		ctx, end := s.Call()
 		_ = ctx.Done()
 		end()
 	}

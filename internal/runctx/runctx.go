@@ -1,4 +1,9 @@
-package wheelq
+// Package runctx gives each run of a worker (a handler's run, or one of the
+// engine's round trips to Redis) a context that costs no allocation and no
+// runtime timer: it lives in its run, its state in the worker's Slot
+// (reused from run to run), and one watchdog goroutine per Set ends the
+// runs whose deadline has passed.
+package runctx
 
 import (
 	"context"
@@ -7,28 +12,28 @@ import (
 	"time"
 )
 
-// The context a handler gets is a runCtx: the deadline of HandlerTimeout,
+// The context a handler gets is a Ctx: the deadline of HandlerTimeout,
 // cancelled at that deadline, when the run ends, or when Shutdown stops
 // the handlers hard. It costs no allocation and no runtime timer per run:
-// it lives in the run's jobRun, its state in the worker's runSlot (reused
-// from run to run), and one watchdog goroutine per queue ends the runs
+// it lives in the run (the queue's jobRun), its state in the worker's Slot (reused
+// from run to run), and one watchdog goroutine per Set ends the runs
 // whose deadline has passed. context.WithCancel, WithTimeout and AfterFunc
 // on it start no goroutine (it has the AfterFunc method the context
 // package looks for). context.Cause of it is its Err, as it was of the
 // context.WithTimeout it replaces (no cause was ever given).
 
-// runCtx is the context of one run: the slot of the worker that runs it
+// Ctx is the context of one run: the slot of the worker that runs it
 // and the run's deadline, in nanoseconds after slot.owner.base, which also
 // tells the slot's runs apart (it grows from run to run). Once the slot
 // has moved on to a later run, the context is done with context.Canceled.
-type runCtx struct {
-	slot *runSlot
+type Ctx struct {
+	slot *Slot
 	gen  int64
 }
 
-// runSlot is one worker's state for the context of the run it is in.
-type runSlot struct {
-	owner *runCtxs
+// Slot is one worker's state for the context of the run it is in.
+type Slot struct {
+	owner *Set
 
 	mu      sync.Mutex
 	gen     int64         // guarded by mu: the latest run begun (its deadline)
@@ -37,17 +42,13 @@ type runSlot struct {
 	err     error         // guarded by mu: why the run's context ended (nil: it has not)
 	fns     []slotFunc    // guarded by mu: AfterFunc callbacks of the run, not yet called
 	nextFn  uint64        // guarded by mu: numbers AfterFunc callbacks
-	cur     runCtx        // the context of the round trip in the slot (see call)
+	cur     Ctx        // the context of the round trip in the slot (see call)
 	watched bool          // call started the watchdog (one goroutine uses a slot)
 	endFn   func()        // s.endCall, bound once
 
 	// dl is the active run's deadline (nanoseconds after owner.base), 0
 	// between runs: the watchdog reads it without the lock.
 	dl atomic.Int64
-
-	// current is the run whose handler the worker is in (nil between
-	// runs), for the stuck watcher (stuck.go).
-	current atomic.Pointer[jobRun]
 }
 
 type slotFunc struct {
@@ -55,17 +56,17 @@ type slotFunc struct {
 	f  func()
 }
 
-// runCtxs are the slots of a queue's workers and the watchdog that ends
+// Set is the slots of a queue's workers and the watchdog that ends
 // the runs whose deadline passed. The same serves the engine's own round
 // trips to Redis (claims, outcomes), with reuse set: their context ends
 // only at its deadline, not when the call returns (nothing keeps it), so
 // that the Done channel go-redis asks for is made once, not per call.
-type runCtxs struct {
+type Set struct {
 	timeout time.Duration
 	reuse   bool
 	base    time.Time     // deadlines are kept as nanoseconds after it (monotonic)
 	closed  chan struct{} // closed at creation: the Done of every ended run
-	slots   []runSlot
+	slots   []Slot
 
 	hard atomic.Bool   // every run's context ends at once: a hard shutdown
 	idle atomic.Bool   // the watchdog waits on wake, with no deadline to watch
@@ -78,10 +79,13 @@ type runCtxs struct {
 	stopped  chan struct{}
 }
 
-func newRunCtxs(workers int, timeout time.Duration, reuse bool) *runCtxs {
-	r := &runCtxs{
+// New returns a Set of workers slots whose runs end timeout after they
+// begin; with reuse, a slot's Done channel is kept from run to run (the
+// engine's round trips, whose contexts nobody keeps).
+func New(workers int, timeout time.Duration, reuse bool) *Set {
+	r := &Set{
 		timeout: timeout, reuse: reuse, base: time.Now(), closed: make(chan struct{}),
-		slots: make([]runSlot, workers), wake: make(chan struct{}, 1),
+		slots: make([]Slot, workers), wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	close(r.closed)
@@ -92,8 +96,8 @@ func newRunCtxs(workers int, timeout time.Duration, reuse bool) *runCtxs {
 	return r
 }
 
-// begin starts a run in slot s and returns its context.
-func (s *runSlot) begin() runCtx {
+// Begin starts a run in slot s and returns its context.
+func (s *Slot) Begin() Ctx {
 	r := s.owner
 	dl := int64(time.Since(r.base) + r.timeout)
 	s.mu.Lock()
@@ -106,7 +110,7 @@ func (s *runSlot) begin() runCtx {
 	if r.hard.Load() {
 		s.err = context.Canceled
 	}
-	c := runCtx{slot: s, gen: dl}
+	c := Ctx{slot: s, gen: dl}
 	s.mu.Unlock()
 	s.dl.Store(dl)
 	if r.idle.Load() && r.idle.CompareAndSwap(true, false) {
@@ -118,8 +122,8 @@ func (s *runSlot) begin() runCtx {
 	return c
 }
 
-// finish ends the run of generation gen: its context is cancelled.
-func (s *runSlot) finish(gen int64) {
+// Finish ends the run of generation gen: its context is cancelled.
+func (s *Slot) Finish(gen int64) {
 	s.dl.Store(0)
 	if !s.owner.reuse {
 		s.end(gen, context.Canceled)
@@ -134,23 +138,23 @@ func (s *runSlot) finish(gen int64) {
 	s.mu.Unlock()
 }
 
-// call begins a round trip in slot s (of a runCtxs with reuse): its
+// Call begins a round trip in slot s (of a Set with reuse): its
 // context is s.cur until endCall. One goroutine uses a slot at a time.
-func (s *runSlot) call() (context.Context, func()) {
+func (s *Slot) Call() (context.Context, func()) {
 	if !s.watched {
-		s.owner.start()
+		s.owner.Start()
 		s.watched = true
 	}
-	s.cur = s.begin()
+	s.cur = s.Begin()
 	return &s.cur, s.endFn
 }
 
 // endCall ends the round trip begun by call.
-func (s *runSlot) endCall() { s.finish(s.cur.gen) }
+func (s *Slot) endCall() { s.Finish(s.cur.gen) }
 
 // end cancels the context of the run of generation gen with err, unless
 // it ended already.
-func (s *runSlot) end(gen int64, err error) {
+func (s *Slot) end(gen int64, err error) {
 	s.mu.Lock()
 	if s.gen != gen || !s.active || s.err != nil {
 		s.mu.Unlock()
@@ -169,12 +173,12 @@ func (s *runSlot) end(gen int64, err error) {
 }
 
 // Deadline returns the run's deadline.
-func (c *runCtx) Deadline() (time.Time, bool) {
+func (c *Ctx) Deadline() (time.Time, bool) {
 	return c.slot.owner.base.Add(time.Duration(c.gen)), true
 }
 
 // Done returns a channel closed when the run's context ends.
-func (c *runCtx) Done() <-chan struct{} {
+func (c *Ctx) Done() <-chan struct{} {
 	s := c.slot
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -189,7 +193,7 @@ func (c *runCtx) Done() <-chan struct{} {
 
 // Err returns nil while the run's context has not ended, then
 // context.DeadlineExceeded or context.Canceled.
-func (c *runCtx) Err() error {
+func (c *Ctx) Err() error {
 	s := c.slot
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,12 +204,12 @@ func (c *runCtx) Err() error {
 }
 
 // Value returns nil: a run's context carries no values.
-func (c *runCtx) Value(any) any { return nil }
+func (c *Ctx) Value(any) any { return nil }
 
 // AfterFunc arranges to call f in its own goroutine once the context
 // ends, as context.AfterFunc does; the context package calls it for the
 // contexts derived from this one, instead of starting a goroutine.
-func (c *runCtx) AfterFunc(f func()) (stop func() bool) {
+func (c *Ctx) AfterFunc(f func()) (stop func() bool) {
 	s := c.slot
 	s.mu.Lock()
 	if s.gen != c.gen || s.err != nil {
@@ -233,9 +237,9 @@ func (c *runCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// cancelAll ends every run's context, and those of runs begun from now
+// CancelAll ends every run's context, and those of runs begun from now
 // on: a hard shutdown.
-func (r *runCtxs) cancelAll() {
+func (r *Set) CancelAll() {
 	r.hard.Store(true)
 	for i := range r.slots {
 		s := &r.slots[i]
@@ -249,7 +253,7 @@ func (r *runCtxs) cancelAll() {
 // expire ends the contexts of the runs whose deadline has passed at now
 // (nanoseconds after base), and returns the earliest deadline still to
 // come (0: none).
-func (r *runCtxs) expire(now int64) (next int64) {
+func (r *Set) expire(now int64) (next int64) {
 	for i := range r.slots {
 		s := &r.slots[i]
 		dl := s.dl.Load()
@@ -272,9 +276,9 @@ func (r *runCtxs) expire(now int64) (next int64) {
 	return next
 }
 
-// start starts the watchdog, unless it was started or closed already.
+// Start starts the watchdog, unless it was started or closed already.
 // A slot's call starts it too (a round trip needs its deadline watched).
-func (r *runCtxs) start() {
+func (r *Set) Start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.started || r.stopping {
@@ -287,7 +291,7 @@ func (r *runCtxs) start() {
 // watch ends runs at their deadline: it sleeps until the earliest one.
 // Deadlines of runs begun later are later (every run has the same
 // timeout), so a begin wakes it only when it had nothing to watch.
-func (r *runCtxs) watch() {
+func (r *Set) watch() {
 	defer close(r.stopped)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -318,10 +322,10 @@ func (r *runCtxs) watch() {
 	}
 }
 
-// stop stops the watchdog, if it was started, and waits for it. Stop
+// Stop stops the watchdog, if it was started, and waits for it. Stop
 // without start, stop after stop and stops from several goroutines at
 // once are safe; no start follows it.
-func (r *runCtxs) stop() {
+func (r *Set) Stop() {
 	r.mu.Lock()
 	first := !r.stopping
 	r.stopping = true
@@ -333,4 +337,22 @@ func (r *runCtxs) stop() {
 	if started {
 		<-r.stopped
 	}
+}
+
+// Slot returns the i-th slot (one per worker).
+func (r *Set) Slot(i int) *Slot { return &r.slots[i] }
+
+// Len returns the number of slots.
+func (r *Set) Len() int { return len(r.slots) }
+
+// Gen returns the run's generation: its deadline in nanoseconds after the
+// Set's base, which also tells a slot's runs apart; pass it to Finish.
+func (c *Ctx) Gen() int64 { return c.gen }
+
+// RunningFor returns how long the run has been on, from its deadline
+// (the timeout after its start), so that a run costs no clock reading for
+// it.
+func (c *Ctx) RunningFor() time.Duration {
+	r := c.slot.owner
+	return time.Since(r.base) - time.Duration(c.gen) + r.timeout
 }
