@@ -42,7 +42,7 @@ type Slot struct {
 	err     error         // guarded by mu: why the run's context ended (nil: it has not)
 	fns     []slotFunc    // guarded by mu: AfterFunc callbacks of the run, not yet called
 	nextFn  uint64        // guarded by mu: numbers AfterFunc callbacks
-	cur     Ctx        // the context of the round trip in the slot (see call)
+	cur     Ctx           // the context of the round trip in the slot (see call)
 	watched bool          // call started the watchdog (one goroutine uses a slot)
 	endFn   func()        // s.endCall, bound once
 
