@@ -64,6 +64,24 @@ func (c *concurrency) check(t *testing.T, n int) {
 	require.Zero(t, c.early, "runs started early")
 }
 
+// limitedQueues starts n queues (processes of one namespace, on a real
+// redis-server) that limit topic to l and run it with h.
+func limitedQueues(t *testing.T, n int, topic string, l Limit, h Handler) (*bundle, []*Queue) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	var qs []*Queue
+	for range n {
+		q := b.newQueue(t, Config{LockDir: "-"})
+		require.NoError(t, q.Limit(topic, l))
+		require.NoError(t, q.Handle(topic, h))
+		require.NoError(t, q.Start(b.ctx))
+		qs = append(qs, q)
+	}
+	return b, qs
+}
+
 func scheduleN(t *testing.T, q *Queue, topic string, n int, due time.Time) {
 	t.Helper()
 	jobs := make([]BatchJob, n)
@@ -106,18 +124,8 @@ func TestLimitConcurrency(t *testing.T) {
 // ends), and the cap is used (3 at once at some point).
 func TestLimitGlobalConcurrency(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
 	var c concurrency
-	var qs []*Queue
-	for range 3 {
-		q := b.newQueue(t, Config{LockDir: "-"})
-		require.NoError(t, q.Limit("sms", Limit{GlobalConcurrency: 3}))
-		require.NoError(t, q.Handle("sms", c.handler(50*time.Millisecond)))
-		require.NoError(t, q.Start(b.ctx))
-		qs = append(qs, q)
-	}
+	b, qs := limitedQueues(t, 3, "sms", Limit{GlobalConcurrency: 3}, c.handler(50*time.Millisecond))
 	eventually(t, func() bool {
 		for _, q := range qs {
 			if len(q.Owned()) == 0 {
@@ -134,10 +142,8 @@ func TestLimitGlobalConcurrency(t *testing.T) {
 	require.Equal(t, 3, c.max, "runs at once across the processes")
 	// 30 jobs of 50 ms, 3 at once: 0.5 s at best.
 	t.Logf("30 jobs of 50 ms, 3 at once over 3 processes: %v (0.5 s at best)", took.Round(time.Millisecond))
-	n, err := qs[0].store.(*persist.Store).Permits(b.ctx, "sms", time.Now().UnixMicro())
-	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		n, err = qs[0].store.(*persist.Store).Permits(b.ctx, "sms", time.Now().UnixMicro())
+		n, err := qs[0].store.(*persist.Store).Permits(b.ctx, "sms", time.Now().UnixMicro())
 		return err == nil && n == 0
 	}, wait, 5*time.Millisecond, "permits given back")
 }
@@ -146,18 +152,8 @@ func TestLimitGlobalConcurrency(t *testing.T) {
 // starts: any one-second window holds at most 41 of them.
 func TestLimitRate(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
 	var c concurrency
-	var qs []*Queue
-	for range 2 {
-		q := b.newQueue(t, Config{LockDir: "-"})
-		require.NoError(t, q.Limit("api", Limit{Rate: 40}))
-		require.NoError(t, q.Handle("api", c.handler(0)))
-		require.NoError(t, q.Start(b.ctx))
-		qs = append(qs, q)
-	}
+	_, qs := limitedQueues(t, 2, "api", Limit{Rate: 40}, c.handler(0))
 	scheduleN(t, qs[0], "api", 60, time.Now().Add(100*time.Millisecond))
 	require.Eventually(t, func() bool { return c.ran() == 60 }, wait, 5*time.Millisecond)
 	c.check(t, 60)
@@ -225,6 +221,11 @@ func TestLimitBadInput(t *testing.T) {
 	require.ErrorIs(t, b.q.Limit("a/b", Limit{Concurrency: 1}), ErrInvalidTopic)
 	b2 := setupPull(t, Config{}, "pulled")
 	require.ErrorIs(t, b2.q.Limit("pulled", Limit{Concurrency: 1}), ErrTopicMode)
+	// The other way round: a limited topic cannot be pulled (the limit
+	// would hold nothing back).
+	q3 := b.newQueue(t, Config{})
+	require.NoError(t, q3.Limit("limited", Limit{Rate: 5}))
+	require.ErrorIs(t, q3.Pull("limited"), ErrTopicMode)
 	// A zero Limit removes the limits.
 	require.NoError(t, b.q.Limit("t", Limit{Concurrency: 1}))
 	require.NoError(t, b.q.Limit("t", Limit{}))

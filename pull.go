@@ -210,7 +210,8 @@ func (w *pullWaiter) wants(topic string) bool {
 
 // Pull declares topics consumed by pulling (Reserve) in this queue, not by
 // a Handler. A topic has one way in a namespace: one with a Handler here
-// is refused with ErrTopicMode, and Start refuses a topic recorded in
+// is refused with ErrTopicMode (as is one with a Limit: its consumers
+// decide how many jobs they take), and Start refuses a topic recorded in
 // Redis the other way. Call it before Start.
 func (q *Queue) Pull(topics ...string) error {
 	for _, t := range topics {
@@ -226,6 +227,12 @@ func (q *Queue) Pull(topics ...string) error {
 	for _, t := range topics {
 		if (*q.handlers.Load())[t] != nil {
 			return fmt.Errorf("%w: topic %q has a handler", ErrTopicMode, t)
+		}
+		q.limits.mu.Lock()
+		limited := q.limits.topics[t] != nil
+		q.limits.mu.Unlock()
+		if limited {
+			return fmt.Errorf("%w: topic %q has a Limit (its consumers decide how many jobs they take)", ErrTopicMode, t)
 		}
 	}
 	ps := &q.pull
