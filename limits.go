@@ -40,6 +40,13 @@ import (
 // and a run it had started goes on when it comes back, beside the runs
 // that took the permits meanwhile.
 //
+// The permits and the rate's next start are written to the primary and
+// not waited for on its replicas (ReplicaAcks does not apply): after a
+// failover, permits the new primary never received are gone, and the cap
+// may be exceeded until the runs that held them end. The lease times and
+// starts are read on the asking process's clock: a process whose clock is
+// off moves them by its error.
+//
 // The zero value of a field means no limit of that kind (Limit{} removes
 // a topic's limits); a negative one is an error.
 type Limit struct {
@@ -50,7 +57,8 @@ type Limit struct {
 	GlobalConcurrency int
 	// Rate is the most starts of the topic per Per across every process:
 	// starts are spaced Per/Rate apart, so that any window of Per holds
-	// Rate of them, give or take one.
+	// about Rate of them (199 to 202 for 200 a second over three
+	// processes: docs/benchmarks.md).
 	Rate int
 	// Per is Rate's interval; default one second.
 	Per time.Duration

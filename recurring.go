@@ -9,6 +9,7 @@ package wheelq
 // the wheel like any other.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,17 +219,11 @@ func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
 		if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
 			return nil, bad("Cron", "%q: set the time zone in TimeZone", r.Cron)
 		}
-		s, err := cronParser.Parse(expr)
+		c, err := parseCron(expr)
 		if err != nil {
 			return nil, bad("Cron", "%q: %v", r.Cron, err)
 		}
-		spec, ok := s.(*cron.SpecSchedule)
-		if !ok {
-			return nil, bad("Cron", "%q: not a calendar expression", r.Cron)
-		}
-		c := *spec
-		c.Location = time.UTC
-		p.cron = &c
+		p.cron = c
 	}
 	p.loc = time.UTC
 	if r.TimeZone != "" {
@@ -246,10 +241,7 @@ func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
 	case !r.Start.IsZero() && !r.End.IsZero() && r.End.Before(r.Start):
 		return nil, bad("End", "%v is before Start %v", r.End, r.Start)
 	}
-	p.maxMiss = r.MaxMissed
-	if p.maxMiss == 0 {
-		p.maxMiss = 100
-	}
+	p.maxMiss = cmp.Or(r.MaxMissed, defaultMaxMissed)
 	p.start, p.end = r.Start, r.End
 	first := p.next(maxTime(now, p.start.Add(-time.Nanosecond)))
 	switch {
@@ -300,7 +292,8 @@ func (q *Queue) decodePlan(spec string) (*plan, error) {
 	if rs.EndUs != 0 {
 		r.End = time.UnixMicro(rs.EndUs).UTC()
 	}
-	p := &plan{r: r, loc: time.UTC, every: r.Every, start: r.Start, end: r.End, spec: spec, maxMiss: cmpOr(r.MaxMissed, 100), maxAttem: cmpOr(r.MaxAttempts, q.cfg.MaxAttempts)}
+	p := &plan{r: r, loc: time.UTC, every: r.Every, start: r.Start, end: r.End, spec: spec,
+		maxMiss: cmp.Or(r.MaxMissed, defaultMaxMissed), maxAttem: cmp.Or(r.MaxAttempts, q.cfg.MaxAttempts)}
 	if r.TimeZone != "" {
 		loc, err := time.LoadLocation(r.TimeZone)
 		if err != nil {
@@ -309,17 +302,11 @@ func (q *Queue) decodePlan(spec string) (*plan, error) {
 		p.loc = loc
 	}
 	if rs.Cron != "" {
-		s, err := cronParser.Parse(rs.Cron)
+		c, err := parseCron(rs.Cron)
 		if err != nil {
-			return nil, fmt.Errorf("%w: recurring %q: %v", persist.ErrCorrupt, r.Name, err)
+			return nil, fmt.Errorf("%w: recurring %q: %q: %v", persist.ErrCorrupt, r.Name, rs.Cron, err)
 		}
-		spec, ok := s.(*cron.SpecSchedule)
-		if !ok {
-			return nil, fmt.Errorf("%w: recurring %q: %q", persist.ErrCorrupt, r.Name, rs.Cron)
-		}
-		c := *spec
-		c.Location = time.UTC
-		p.cron = &c
+		p.cron = c
 	} else if p.every <= 0 {
 		return nil, fmt.Errorf("%w: recurring %q: no cron and no interval", persist.ErrCorrupt, r.Name)
 	}
@@ -327,12 +314,24 @@ func (q *Queue) decodePlan(spec string) (*plan, error) {
 	return p, nil
 }
 
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
+// parseCron parses a cron expression into a schedule that runs on the
+// naive local time (its fields read in UTC: see nextCron).
+func parseCron(expr string) (*cron.SpecSchedule, error) {
+	s, err := cronParser.Parse(expr)
+	if err != nil {
+		return nil, err
 	}
-	return b
+	spec, ok := s.(*cron.SpecSchedule)
+	if !ok {
+		return nil, errors.New("not a calendar expression")
+	}
+	c := *spec
+	c.Location = time.UTC
+	return &c, nil
 }
+
+// defaultMaxMissed is Recurring.MaxMissed's default.
+const defaultMaxMissed = 100
 
 // next returns the schedule's first slot after t, or the zero time if
 // there is none (past End; a cron expression that matches nothing within
@@ -684,7 +683,7 @@ func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
 	if err := q.checkLayout(ctx); err != nil {
 		return nil, errs.Errorf("wheelq: recurrings: %w", err)
 	}
-	sts, err := q.store.Recurs(ctx)
+	sts, err := q.store.Recurs(ctx, nil)
 	if err != nil {
 		return nil, errs.Errorf("wheelq: recurrings: %w", err)
 	}
@@ -735,7 +734,7 @@ func (q *Queue) fillOwned(ctx context.Context) error {
 	if len(owned) == 0 {
 		return nil
 	}
-	sts, err := q.store.Recurs(ctx)
+	sts, err := q.store.Recurs(ctx, owned) // the partitions it owns only
 	if err != nil || len(sts) == 0 {
 		return err
 	}
@@ -745,9 +744,6 @@ func (q *Queue) fillOwned(ctx context.Context) error {
 	}
 	var errsOut []error
 	for _, st := range sts {
-		if !slices.Contains(owned, st.Partition) {
-			continue
-		}
 		p, err := q.decodePlan(st.Spec)
 		if err == nil {
 			err = q.fillRecur(ctx, p, st.Watermark, now)

@@ -42,7 +42,7 @@ type engineStore interface {
 	ReleasePermits(ctx context.Context, ps []persist.PermitRef) error
 
 	// Recurring schedules (recurring.go).
-	Recurs(ctx context.Context) ([]persist.RecurState, error)
+	Recurs(ctx context.Context, parts []int) ([]persist.RecurState, error)
 	RecurOf(ctx context.Context, p int, name string) (persist.RecurState, error)
 	DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (bool, error)
 	RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (bool, error)

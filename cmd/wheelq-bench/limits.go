@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,37 +65,12 @@ type span struct{ start, end int64 }
 
 func runLimits(ctx context.Context, cfg *config, emit func(result)) error {
 	nCap, nRate := cfg.size(300, 60), cfg.size(2000, 400)
-	br, err := freshRedis(ctx, cfg)
+	tm, err := startChildTeam(ctx, cfg, envLimitChild, "limits", 3)
 	if err != nil {
 		return err
 	}
-	defer br.close()
-	addr := br.rdb.Options().Addr
-	ns := namespace("limits")
-	dir, err := os.MkdirTemp("", "wheelq-bench-limits")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	logPath := filepath.Join(dir, "runs")
-	procs := make([]*teamProc, 3)
-	defer func() {
-		for _, p := range procs {
-			if p != nil {
-				p.stop(syscall.SIGKILL)
-			}
-		}
-	}()
-	for i := range procs {
-		if procs[i], err = startChildProc(envLimitChild, addr, ns, logPath); err != nil {
-			return err
-		}
-	}
-	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
-	if err != nil {
-		return err
-	}
-	defer q.Shutdown(ctx)
+	defer tm.close(ctx)
+	q, logPath := tm.producer, tm.log
 	// Let the processes share the partitions out first.
 	time.Sleep(2 * time.Second)
 	schedule := func(topic string, n int) error {

@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,37 +61,12 @@ func recurChild(spec string) {
 
 func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
 	secs := cfg.size(60, 12)
-	br, err := freshRedis(ctx, cfg)
+	tm, err := startChildTeam(ctx, cfg, envRecurChild, "recur", 5)
 	if err != nil {
 		return err
 	}
-	defer br.close()
-	addr := br.rdb.Options().Addr
-	ns := namespace("recur")
-	dir, err := os.MkdirTemp("", "wheelq-bench-recur")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	logPath := filepath.Join(dir, "runs")
-	procs := make([]*teamProc, 5)
-	defer func() {
-		for _, p := range procs {
-			if p != nil {
-				p.stop(syscall.SIGKILL)
-			}
-		}
-	}()
-	for i := range procs {
-		if procs[i], err = startChildProc(envRecurChild, addr, ns, logPath); err != nil {
-			return err
-		}
-	}
-	producer, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
-	if err != nil {
-		return err
-	}
-	defer producer.Shutdown(ctx)
+	defer tm.close(ctx)
+	producer, logPath := tm.producer, tm.log
 	// The baseline: one-off jobs due at each slot + 500 ms, through the
 	// same processes.
 	t0 := time.Now().Truncate(time.Second).Add(2 * time.Second)
@@ -106,21 +79,18 @@ func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
 	killed := map[int]bool{}
 	for i, at := range []time.Duration{time.Duration(secs) * time.Second / 3, 2 * time.Duration(secs) * time.Second / 3} {
 		time.Sleep(time.Until(t0.Add(at).Add(-250 * time.Millisecond))) // between slots
-		killed[procs[i].cmd.Process.Pid] = true
-		procs[i].stop(syscall.SIGKILL)
-		if procs[i], err = startChildProc(envRecurChild, addr, ns, logPath); err != nil {
+		pid, err := tm.restart(i)
+		if err != nil {
 			return err
 		}
+		killed[pid] = true
 	}
 	time.Sleep(time.Until(t0.Add(time.Duration(secs)*time.Second - 250*time.Millisecond)))
 	if err := producer.RemoveRecurring(ctx, "beat"); err != nil {
 		return err
 	}
 	time.Sleep(1500 * time.Millisecond)
-	for i, p := range procs {
-		p.stop(syscall.SIGKILL)
-		procs[i] = nil
-	}
+	tm.kill()
 
 	f, err := os.Open(logPath)
 	if err != nil {

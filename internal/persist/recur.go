@@ -39,23 +39,29 @@ type RecurState struct {
 	Recent    []int64
 }
 
-// Recurs returns the stored schedules of every partition, in one round
-// trip.
-func (s *Store) Recurs(ctx context.Context) ([]RecurState, error) {
+// Recurs returns the stored schedules of partitions parts (nil: every
+// partition), in one round trip.
+func (s *Store) Recurs(ctx context.Context, parts []int) ([]RecurState, error) {
+	if parts == nil {
+		parts = make([]int, len(s.parts))
+		for p := range parts {
+			parts[p] = p
+		}
+	}
 	pipe := s.rdb.Pipeline()
-	specs := make([]*redis.MapStringStringCmd, len(s.parts))
-	states := make([]*redis.MapStringStringCmd, len(s.parts))
-	for p, k := range s.parts {
-		specs[p] = pipe.HGetAll(ctx, k.Recur)
-		states[p] = pipe.HGetAll(ctx, k.RecurState)
+	specs := make([]*redis.MapStringStringCmd, len(parts))
+	states := make([]*redis.MapStringStringCmd, len(parts))
+	for i, p := range parts {
+		specs[i] = pipe.HGetAll(ctx, s.parts[p].Recur)
+		states[i] = pipe.HGetAll(ctx, s.parts[p].RecurState)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, wrap(err)
 	}
 	var out []RecurState
-	for p := range s.parts {
-		st := states[p].Val()
-		for name, spec := range specs[p].Val() {
+	for i, p := range parts {
+		st := states[i].Val()
+		for name, spec := range specs[i].Val() {
 			r := RecurState{Partition: p, Name: name, Spec: spec}
 			if v, ok := st[name]; ok {
 				wm, err := strconv.ParseInt(v, 10, 64)

@@ -598,3 +598,48 @@ func (a *API) resume(_ http.ResponseWriter, r *http.Request, p *auth.Principal) 
 	defer cancel()
 	return http.StatusNoContent, nil, a.q.Resume(ctx, topic)
 }
+
+// cancelBatch cancels many jobs (Queue.CancelBatch: a round trip per
+// thousand), each with the result DELETE /v1/jobs/{topic}/{id} would have
+// given it: 204, or its error.
+func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
+	var req CancelBatchRequest
+	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := a.checkBatch(len(req.Jobs), "jobs"); err != nil {
+		return 0, nil, err
+	}
+	out := BatchResponse{Results: make([]BatchResult, len(req.Jobs))}
+	var refs []wheelq.JobRef
+	var at []int
+	for i, j := range req.Jobs {
+		out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Status: http.StatusNoContent}
+		if err := p.Allow(auth.Produce, j.Topic); err != nil {
+			out.Results[i].Error = a.public(err)
+			continue
+		}
+		refs = append(refs, wheelq.JobRef{Topic: j.Topic, ID: j.ID})
+		at = append(at, i)
+	}
+	if len(refs) > 0 {
+		ctx, cancel := a.ctx(r)
+		defer cancel()
+		errs, err := a.q.CancelBatch(ctx, refs)
+		if err != nil {
+			return 0, nil, err
+		}
+		for k, err := range errs {
+			if err != nil {
+				out.Results[at[k]].Error = a.public(err)
+			}
+		}
+	}
+	for i := range out.Results {
+		if e := out.Results[i].Error; e != nil {
+			out.Results[i].Status = e.Code.Status()
+			out.Failed++
+		}
+	}
+	return http.StatusOK, out, nil
+}

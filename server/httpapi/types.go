@@ -283,3 +283,14 @@ func ms(n int64, name string, lo, hi time.Duration) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// CancelBatchRequest is the body of POST /v1/cancel: the jobs to cancel.
+type CancelBatchRequest struct {
+	Jobs []JobRef `json:"jobs"`
+}
+
+// JobRef names a job.
+type JobRef struct {
+	Topic string `json:"topic"`
+	ID    string `json:"id"`
+}
