@@ -108,5 +108,9 @@ func TestReusesConnections(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.LessOrEqual(t, conns.Load(), int32(40), "640 pushes from 32 goroutines: about one connection each")
+	// About one connection each (32 to 42 seen beside stress-ng --cpu 2,
+	// where a goroutine sometimes dials while another's connection is on
+	// its way back); with the default transport's 2 idle per host, 173 to
+	// 291.
+	require.LessOrEqual(t, conns.Load(), int32(96), "640 pushes from 32 goroutines: about one connection each")
 }
