@@ -1,16 +1,16 @@
 package wheelq
 
-// Arming: the only door into the wheel for jobs (arm, armAt, the
-// recoverer's Arm) and the only door out of it (onFire). A job is armed
-// ClaimLead before its due time (earlier in a burst: burst.go). A claimed
-// job waits for its time in the start gate's own wheel (see gate.go).
+// Arming: the only door into the wheel for jobs (arm, armAt, and the
+// recoverer's sink.Arm); the claim stage's fire is the only door out of
+// it. A job is armed ClaimLead before its due time (earlier in a burst:
+// burst.go). A claimed job waits for its time in the start gate's own
+// wheel (see gate.go).
 
 import (
 	"bytes"
 	"errors"
 	"time"
 
-	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -49,30 +49,4 @@ func (q *Queue) armAt(key string, dueUs int64, now, wall time.Time) {
 	if _, err := q.sched.Add(key, at); err != nil && !errors.Is(err, wheel.ErrStopped) {
 		q.log.Error("wheelq: arm", "key", key, "err", err)
 	}
-}
-
-func (s *sink) Arm(es []persist.Entry) {
-	q := (*Queue)(s)
-	now, wall := wheel.Readings(q.clock)
-	for _, e := range es {
-		if q.crashAt(crashpoint.MidReload, e.Key) {
-			return
-		}
-		if q.parkIfPaused(e.Key, e.Due) {
-			continue
-		}
-		// A score before the epoch (stored by an older version) is
-		// past: armed at the epoch, it runs at once.
-		q.armAt(e.Key, max(e.Due, 0), now, wall)
-	}
-}
-
-// onFire is the wheel's callback: it only queues, never blocks.
-func (q *Queue) onFire(batch []wheel.Fired) {
-	q.claims.mu.Lock()
-	for _, f := range batch {
-		q.claims.fired = append(q.claims.fired, firedJob{key: f.ID, due: f.Due.Add(q.cfg.ClaimLead)})
-	}
-	q.claims.mu.Unlock()
-	wake(q.claims.sig)
 }

@@ -20,6 +20,7 @@ import (
 // claimStage is what the claimers share: the fired jobs waiting to be
 // claimed, and the turn in which claimed batches are handed to the gate.
 type claimStage struct {
+	lead  time.Duration // ClaimLead: a job fires this long before its due time
 	mu    sync.Mutex
 	fired []firedJob    // guarded by mu
 	seq   uint64        // guarded by mu: the turn of the next batch taken off fired
@@ -217,25 +218,7 @@ func (q *Queue) dispatch(slot *runctx.Slot) {
 			return
 		}
 		for {
-			q.claims.mu.Lock()
-			n := max(0, min(len(q.claims.fired), q.claims.batchLimitLocked()-len(retry)))
-			batch := append(append(bufs.batch[:0], retry...), q.claims.fired[:n]...)
-			all := q.claims.fired
-			clear(all[:n])
-			q.claims.fired = all[n:]
-			if len(q.claims.fired) == 0 {
-				q.claims.fired = nil // let a large backlog's array go
-				if cap(all) <= maxClaim {
-					q.claims.fired = all[:0] // a small one is reused
-				}
-			}
-			more := len(q.claims.fired) > 0
-			var seq uint64
-			if len(batch) > 0 {
-				seq = q.claims.seq
-				q.claims.seq++
-			}
-			q.claims.mu.Unlock()
+			batch, seq, more := q.claims.take(bufs.batch[:0], retry)
 			if len(batch) == 0 {
 				break
 			}
@@ -264,13 +247,7 @@ func (q *Queue) dispatch(slot *runctx.Slot) {
 // Small claim batches cost a round trip each and a kilobyte of garbage per
 // job, and the collections of that garbage delay jobs that are starting.
 func (q *Queue) claimLinger() time.Duration {
-	q.claims.mu.Lock()
-	queued := len(q.claims.fired)
-	var first time.Time
-	if queued > 0 {
-		first = q.claims.fired[0].due
-	}
-	q.claims.mu.Unlock()
+	queued, first := q.claims.first()
 	if queued == 0 {
 		return 0
 	}
@@ -311,20 +288,18 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		q.claims.turns.wait(seq)
 		now, wall := wheel.Readings(q.clock)
 		for _, t := range toHold {
-			q.hold(t, now, wall)
+			q.gate.hold(t, now, wall)
 		}
 		q.claims.turns.pass()
 		bufs.tasks = toHold
 	}()
-	if q.limits.on.Load() {
+	if q.limits.enabled() {
 		if batch = q.admit(batch, slot); len(batch) == 0 {
 			return nil
 		}
 	}
-	owned := bufs.owned[:0]
-	var busy []firedJob
+	fresh := bufs.owned[:0]
 	var pulledNow, pulledWall time.Time
-	q.inflight.mu.Lock()
 	for _, f := range batch {
 		p := q.store.PartitionOf(f.key)
 		if q.recov.LoadedUntil(p) == recovery.NotOwned {
@@ -348,14 +323,9 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			pulls = append(pulls, q.newPullTask(f.key, due, p))
 			continue
 		}
-		if _, running := q.inflight.keys[f.key]; running {
-			busy = append(busy, f)
-			continue
-		}
-		q.inflight.keys[f.key] = struct{}{}
-		owned = append(owned, f)
+		fresh = append(fresh, f)
 	}
-	q.inflight.mu.Unlock()
+	owned, busy := q.inflight.claim(fresh)
 	bufs.owned = owned
 	_, wall := wheel.Readings(q.clock)
 	recheckUs := wall.Add(busyRecheck).UnixMicro()
@@ -498,11 +468,9 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	if len(unclaim) > 0 {
 		_ = q.settles.Add(unclaim...)
 	}
-	q.claims.mu.Lock()
-	q.claims.limit = nextBatchLimit(q.claims.batchLimitLocked(), len(owned), len(deferred))
-	q.claims.mu.Unlock()
+	q.claims.claimed(len(owned), len(deferred))
 	if len(deferred) > 0 {
-		q.refire(deferred)
+		q.claims.refire(deferred)
 	}
 	return nil
 }
@@ -525,11 +493,65 @@ func nextBatchLimit(limit, sent, deferred int) int {
 	return min(maxClaim, 2*limit)
 }
 
+// fire is the job wheel's callback: jobs fired ClaimLead before their
+// due time are queued to be claimed. It only queues, never blocks.
+func (c *claimStage) fire(batch []wheel.Fired) {
+	c.mu.Lock()
+	for _, f := range batch {
+		c.fired = append(c.fired, firedJob{key: f.ID, due: f.Due.Add(c.lead)})
+	}
+	c.mu.Unlock()
+	wake(c.sig)
+}
+
+// take returns the next batch to claim, in buf: the jobs to claim again
+// (retry) first, then fired jobs up to the batch limit; its turn (see
+// turnstile), and whether fired jobs are left for another batch.
+func (c *claimStage) take(buf, retry []firedJob) (batch []firedJob, seq uint64, more bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := max(0, min(len(c.fired), c.batchLimitLocked()-len(retry)))
+	batch = append(append(buf, retry...), c.fired[:n]...)
+	all := c.fired
+	clear(all[:n])
+	c.fired = all[n:]
+	if len(c.fired) == 0 {
+		c.fired = nil // let a large backlog's array go
+		if cap(all) <= maxClaim {
+			c.fired = all[:0] // a small one is reused
+		}
+	}
+	if len(batch) > 0 {
+		seq = c.seq
+		c.seq++
+	}
+	return batch, seq, len(c.fired) > 0
+}
+
+// first returns how many fired jobs are queued, and the due time of the
+// first.
+func (c *claimStage) first() (queued int, due time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.fired) > 0 {
+		due = c.fired[0].due
+	}
+	return len(c.fired), due
+}
+
+// claimed sets the batch limit after a claim of sent jobs, deferred of
+// which were past its byte budget (see limit).
+func (c *claimStage) claimed(sent, deferred int) {
+	c.mu.Lock()
+	c.limit = nextBatchLimit(c.batchLimitLocked(), sent, deferred)
+	c.mu.Unlock()
+}
+
 // refire puts fired jobs back at the front of the fired queue, to be
 // claimed at once (they are older than the jobs queued behind them).
-func (q *Queue) refire(fs []firedJob) {
-	q.claims.mu.Lock()
-	q.claims.fired = append(slices.Clone(fs), q.claims.fired...)
-	q.claims.mu.Unlock()
-	wake(q.claims.sig)
+func (c *claimStage) refire(fs []firedJob) {
+	c.mu.Lock()
+	c.fired = append(slices.Clone(fs), c.fired...)
+	c.mu.Unlock()
+	wake(c.sig)
 }

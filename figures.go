@@ -70,7 +70,7 @@ type figuresJSON struct {
 func (q *Queue) publishFigures(ctx context.Context) error {
 	_, wall := wheel.Readings(q.clock)
 	f := figuresJSON{At: wall.UnixMilli(), Running: int(q.running.Load()), Stuck: int(q.stuck.Load()),
-		InMemory: q.sched.Len() + q.starts.Len(), Owned: q.recov.Owned(),
+		InMemory: q.sched.Len() + q.gate.len(), Owned: q.recov.Owned(),
 		Fired: q.stats.fired.Load(), Succeeded: q.stats.succeeded.Load(), Retried: q.stats.retried.Load(),
 		Dead: q.stats.dead.Load(), Buckets: map[string]uint64{}, Throttled: q.throttledNow()}
 	q.late.mu.Lock()

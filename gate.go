@@ -1,10 +1,11 @@
 package wheelq
 
-// The start gate: claimed tasks wait in the wheel for their exact due
-// time (hold), are started in the order their time came (the starter, and
-// workers taking the next task themselves), and pass mayStart just before
-// their handler runs: the wall clock has reached their due time and this
-// process still owns their partition in the lease epoch of their claim.
+// The start gate: claimed tasks wait in a wheel of their own for their
+// exact due time (hold), are started in the order their time came (the
+// starter, and workers taking the next task themselves), and pass mayStart
+// just before their handler runs: the wall clock has reached their due
+// time and this process still owns their partition in the lease epoch of
+// their claim.
 
 import (
 	"sync"
@@ -14,10 +15,38 @@ import (
 	"github.com/wheelq/wheelq/wheel"
 )
 
+// leaseView is what the start gate asks of the partitions' leases
+// (*recovery.Recoverer).
+type leaseView interface {
+	Epoch(p int) uint64
+	LoadedUntil(p int) int64
+	Owns(p int, now time.Time) bool
+}
+
+// gateDeps is what the start gate hands tasks to, and what it asks.
+type gateDeps struct {
+	clock wheel.Clock
+	work  chan *task      // the workers' channel, shared with them
+	stop  <-chan struct{} // closed at shutdown: the starter returns
+	// leases says whether a task's partition is still this process's; it
+	// is set after the recoverer is made (setLeases).
+	leases leaseView
+	// toPull takes pulled tasks whose time came (the pull stage).
+	toPull func([]*task)
+	// unclaim gives back the claim of a task the starter could not hand
+	// over before the shutdown; drop forgets a task of a partition no
+	// longer this process's.
+	unclaim, drop func(*task)
+	logDebug      func(msg string, args ...any)
+}
+
 // startGate holds claimed tasks until their time, in a wheel of its own
-// (Queue.starts: the job wheel's entries are keyed by job key too, and a
-// job may be armed again while a run of it is held).
+// (the job wheel's entries are keyed by job key too, and a job may be
+// armed again while a run of it is held).
 type startGate struct {
+	d     gateDeps
+	wheel *wheel.Scheduler // fires a held task's key at its due time (onStart)
+
 	mu sync.Mutex
 	// held holds claimed tasks waiting in the start wheel for their exact
 	// due time; startQ the keys whose time has come. Both
@@ -26,8 +55,8 @@ type startGate struct {
 	startQ []string
 	// leaseWait holds tasks whose time came while their partition's lease
 	// was owned but its validity had run out (a renewal late): they start
-	// once a renewal confirms the lease (sink.Renewed), or are dropped
-	// with the partition (sink.Release). Guarded by mu.
+	// once a renewal confirms the lease (renewed), or are dropped with the
+	// partition (release). Guarded by mu.
 	leaseWait []*task
 	// starterHolds says the starter has taken a task off startQ and is
 	// handing it to a worker (guarded by mu): until then no task may pass
@@ -37,84 +66,100 @@ type startGate struct {
 	done         chan struct{} // closed when the starter returned
 }
 
+// newStartGate returns a start gate with its wheel on cfg's clock.
+func newStartGate(d gateDeps, cfg wheel.SchedulerConfig) (*startGate, error) {
+	g := &startGate{d: d, held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})}
+	var err error
+	if g.wheel, err = wheel.NewScheduler(cfg, g.onStart); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// setLeases sets the view of the leases (made after the gate).
+func (g *startGate) setLeases(l leaseView) { g.d.leases = l }
+
+// len is the number of tasks in the gate's wheel.
+func (g *startGate) len() int { return g.wheel.Len() }
+
 // onStart is the start wheel's callback: the time of held tasks has
 // come. It only queues, never blocks.
-func (q *Queue) onStart(batch []wheel.Fired) {
+func (g *startGate) onStart(batch []wheel.Fired) {
 	starts := false
 	var pulls []*task
-	q.gate.mu.Lock()
+	g.mu.Lock()
 	for _, f := range batch {
-		if t, held := q.gate.held[f.ID]; held {
+		if t, held := g.held[f.ID]; held {
 			if t.pull {
-				delete(q.gate.held, f.ID)
+				delete(g.held, f.ID)
 				pulls = append(pulls, t)
-			} else if q.startNowLocked(t) { // room for it: no hop through the starter
-				delete(q.gate.held, f.ID)
+			} else if g.startNowLocked(t) { // room for it: no hop through the starter
+				delete(g.held, f.ID)
 			} else {
-				q.gate.startQ = append(q.gate.startQ, f.ID)
+				g.startQ = append(g.startQ, f.ID)
 				starts = true
 			}
 		}
 	}
-	q.gate.mu.Unlock()
-	q.pullArrive(pulls)
+	g.mu.Unlock()
+	g.d.toPull(pulls)
 	if starts {
-		wake(q.gate.sig)
+		wake(g.sig)
 	}
 }
 
 // hold keeps a claimed task until its exact due time, when the wheel
 // fires its start entry. A task due already (a backlog, or a claim that
-// came late) starts at once, as onFire would start it, without a round
-// through the wheel. now and wall are the caller's readings of the clock
-// (wheel.Readings), taken once for a batch: they only ever trail the clock,
-// so no task starts early.
-func (q *Queue) hold(t *task, now, wall time.Time) {
+// came late) starts at once, without a round through the wheel. now and
+// wall are the caller's readings of the clock (wheel.Readings), taken
+// once for a batch: they only ever trail the clock, so no task starts
+// early.
+func (g *startGate) hold(t *task, now, wall time.Time) {
 	if t.pull && !t.due.After(wall) {
-		q.pullArrive([]*task{t})
+		g.d.toPull([]*task{t})
 		return
 	}
-	q.gate.mu.Lock()
+	g.mu.Lock()
 	if !t.due.After(wall) {
-		if q.startNowLocked(t) {
-			q.gate.mu.Unlock()
+		if g.startNowLocked(t) {
+			g.mu.Unlock()
 			return
 		}
-		q.gate.held[t.key] = t
-		q.gate.startQ = append(q.gate.startQ, t.key)
-		q.gate.mu.Unlock()
-		wake(q.gate.sig)
+		g.held[t.key] = t
+		g.startQ = append(g.startQ, t.key)
+		g.mu.Unlock()
+		wake(g.sig)
 		return
 	}
-	q.gate.held[t.key] = t
-	q.gate.mu.Unlock()
-	if _, err := q.starts.Add(t.key, wheel.AtWall(now, wall, t.due)); err != nil {
+	g.held[t.key] = t
+	g.mu.Unlock()
+	if _, err := g.wheel.Add(t.key, wheel.AtWall(now, wall, t.due)); err != nil {
 		// Stopped: the task is unclaimed at shutdown with the others.
-		q.log.Debug("wheelq: hold", "key", t.key, "err", err)
+		g.d.logDebug("wheelq: hold", "key", t.key, "err", err)
 	}
 }
 
 // unhold takes back a held task that has not started, if there is one.
-func (q *Queue) unhold(key string) (*task, bool) {
-	q.gate.mu.Lock()
-	t, ok := q.gate.held[key]
-	delete(q.gate.held, key)
-	q.gate.mu.Unlock()
+func (g *startGate) unhold(key string) (*task, bool) {
+	g.mu.Lock()
+	t, ok := g.held[key]
+	delete(g.held, key)
+	g.mu.Unlock()
 	if ok {
-		q.starts.Cancel(key)
+		g.wheel.Cancel(key)
 	}
 	return t, ok
 }
 
 // startNowLocked hands t to an idle worker if one can take it without
 // passing a task whose time came earlier; it reports whether it did. The
-// caller holds q.gate.mu.
-func (q *Queue) startNowLocked(t *task) bool {
-	if len(q.gate.startQ) > 0 || q.gate.starterHolds {
+// caller holds g.mu.
+func (g *startGate) startNowLocked(t *task) bool {
+	if len(g.startQ) > 0 || g.starterHolds {
 		return false
 	}
 	select {
-	case q.work <- t:
+	case g.d.work <- t:
 		return true
 	default:
 		return false
@@ -123,67 +168,68 @@ func (q *Queue) startNowLocked(t *task) bool {
 
 // starter hands held tasks to the workers when their time comes and no
 // worker could take them at once. (Workers that finish a run take such
-// tasks themselves; the starter wakes idle ones.)
-func (q *Queue) starter() {
-	defer close(q.gate.done)
+// tasks themselves; the starter wakes idle ones.) It returns when the
+// gate's stop channel is closed.
+func (g *startGate) starter() {
+	defer close(g.done)
 	for {
 		select {
-		case <-q.gate.sig:
-		case <-q.stopDispatch:
+		case <-g.sig:
+		case <-g.d.stop:
 			return
 		}
 		for {
-			q.gate.mu.Lock()
-			t := q.popStartLocked()
-			q.gate.starterHolds = t != nil
-			q.gate.mu.Unlock()
+			g.mu.Lock()
+			t := g.popStartLocked()
+			g.starterHolds = t != nil
+			g.mu.Unlock()
 			if t == nil {
 				break
 			}
 			select {
-			case q.work <- t:
-			case <-q.stopDispatch:
-				q.unclaim(t)
+			case g.d.work <- t:
+			case <-g.d.stop:
+				g.d.unclaim(t)
 				return
 			}
-			q.gate.mu.Lock()
-			q.gate.starterHolds = false
-			q.gate.mu.Unlock()
+			g.mu.Lock()
+			g.starterHolds = false
+			g.mu.Unlock()
 		}
 	}
 }
 
-// nextStart gives a free worker the task whose time came first: one in
-// the work channel, else the first of the start queue. While the starter
+// next gives a free worker the task whose time came first: one in the
+// work channel, else the first of the start queue. While the starter
 // hands a task over it gives none (the worker then receives that one from
-// the work channel, in order). Under q.gate.mu, with the starter idle, no one
+// the work channel, in order). Under g.mu, with the starter idle, no one
 // else can send on the channel, so what is in it is older than the queue.
-func (q *Queue) nextStart() *task {
-	q.gate.mu.Lock()
-	defer q.gate.mu.Unlock()
-	if q.gate.starterHolds {
+func (g *startGate) next() *task {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.starterHolds {
 		return nil
 	}
 	select {
-	case t := <-q.work:
+	case t := <-g.d.work:
 		return t
 	default:
 	}
-	return q.popStartLocked()
+	return g.popStartLocked()
 }
 
 // popStartLocked takes the first task of the start queue, if there is
-// one. The caller holds q.gate.mu.
-func (q *Queue) popStartLocked() *task {
-	for len(q.gate.startQ) > 0 {
-		key := q.gate.startQ[0]
-		q.gate.startQ[0] = ""
-		q.gate.startQ = q.gate.startQ[1:]
-		if len(q.gate.startQ) == 0 {
-			q.gate.startQ = nil // let a large backlog's array go
+// one. The caller holds g.mu.
+func (g *startGate) popStartLocked() *task {
+	for len(g.startQ) > 0 {
+		key := g.startQ[0]
+		g.startQ[0] = ""
+		g.startQ = g.startQ[1:]
+		if len(g.startQ) == 0 {
+			g.startQ = nil // let a large backlog's array go
 		}
-		if t, ok := q.gate.held[key]; ok {
-			delete(q.gate.held, key)
+		if t, ok := g.held[key]; ok {
+			delete(g.held, key)
 			return t
 		}
 		// cancelled or rescheduled while held
@@ -200,91 +246,86 @@ func (q *Queue) popStartLocked() *task {
 // the job. A task whose partition is owned but whose lease validity has run
 // out (a renewal is late: a pause, a slow Redis, a cut network) waits for a
 // renewal and is dropped with the partition if none comes.
-func (q *Queue) mayStart(t *task, now, wall time.Time) bool {
+func (g *startGate) mayStart(t *task, now, wall time.Time) bool {
 	if wall.Before(t.due) {
-		q.hold(t, now, wall)
+		g.hold(t, now, wall)
 		return false
 	}
-	if q.recov.Epoch(int(t.part)) != t.epoch || q.recov.LoadedUntil(int(t.part)) == recovery.NotOwned {
+	p, leases := int(t.part), g.d.leases
+	if leases.Epoch(p) != t.epoch || leases.LoadedUntil(p) == recovery.NotOwned {
 		// Another epoch, or released: a claim whose epoch was read just
 		// after a hand-over began has the new epoch but no owner here;
 		// waiting for a renewal would keep the hand-over waiting for it.
-		q.dropTask(t)
+		g.d.drop(t)
 		return false
 	}
-	if q.recov.Owns(int(t.part), now) {
+	if leases.Owns(p, now) {
 		return true
 	}
-	q.gate.mu.Lock()
-	q.gate.leaseWait = append(q.gate.leaseWait, t)
-	q.gate.mu.Unlock()
+	g.mu.Lock()
+	g.leaseWait = append(g.leaseWait, t)
+	g.mu.Unlock()
 	// A renewal may have come between the check and the wait: look again.
-	if q.recov.Owns(int(t.part), q.clock.Now()) {
-		(*sink)(q).Renewed()
+	if leases.Owns(p, g.d.clock.Now()) {
+		g.renewed()
 	}
 	return false
 }
 
-// dropTask forgets a claimed task that will not start here because its
-// partition is no longer (surely) this process's. Nothing is sent to
-// Redis: the partition's next owner clears the claim marks when it takes
-// the partition over.
-func (q *Queue) dropTask(t *task) {
-	q.stats.dropped.Add(1)
-	q.inflight.remove(t.key)
-}
-
-// Release drops the claimed tasks of a lost partition that have not
-// started: held for their time, or waiting for a renewal. The new owner
-// runs those jobs (a take-over clears the claim marks). Jobs of the
-// partition still in the wheel stay there until they fire and are dropped
-// then (the dispatcher checks ownership), which costs memory for up to a
-// horizon but no Redis traffic.
-func (s *sink) Release(p int) {
-	q := (*Queue)(s)
+// release takes the claimed tasks of partition p that have not started
+// out of the gate (held for their time, or waiting for a renewal) and
+// returns them. A pulled job reserved ahead stays: its reservation is in
+// Redis, whoever owns the partition.
+func (g *startGate) release(p int) []*task {
 	var drop []*task
-	q.gate.mu.Lock()
-	for k, t := range q.gate.held {
-		// A pulled job reserved ahead stays: its reservation is in Redis,
-		// whoever owns the partition.
+	g.mu.Lock()
+	for k, t := range g.held {
 		if int(t.part) == p && t.res == nil {
-			delete(q.gate.held, k)
+			delete(g.held, k)
 			drop = append(drop, t)
 		}
 	}
-	keep := q.gate.leaseWait[:0]
-	for _, t := range q.gate.leaseWait {
+	keep := g.leaseWait[:0]
+	for _, t := range g.leaseWait {
 		if int(t.part) == p {
 			drop = append(drop, t)
 		} else {
 			keep = append(keep, t)
 		}
 	}
-	clear(q.gate.leaseWait[len(keep):])
-	q.gate.leaseWait = keep
-	q.gate.mu.Unlock()
+	clear(g.leaseWait[len(keep):])
+	g.leaseWait = keep
+	g.mu.Unlock()
 	for _, t := range drop {
-		q.starts.Cancel(t.key)
-		q.dropTask(t)
+		g.wheel.Cancel(t.key)
 	}
-	if len(drop) > 0 {
-		q.log.Info("wheelq: partition released; its claimed jobs that had not started go to its next owner", "partition", p, "jobs", len(drop))
-	}
+	return drop
 }
 
-// Renewed: tasks that waited for a renewal go through the start gate
-// again.
-func (s *sink) Renewed() {
-	q := (*Queue)(s)
-	q.gate.mu.Lock()
-	waiting := q.gate.leaseWait
-	q.gate.leaseWait = nil
-	q.gate.mu.Unlock()
+// renewed sends the tasks that waited for a lease renewal through the
+// gate again.
+func (g *startGate) renewed() {
+	g.mu.Lock()
+	waiting := g.leaseWait
+	g.leaseWait = nil
+	g.mu.Unlock()
 	if len(waiting) == 0 {
 		return
 	}
-	now, wall := wheel.Readings(q.clock)
+	now, wall := wheel.Readings(g.d.clock)
 	for _, t := range waiting {
-		q.hold(t, now, wall)
+		g.hold(t, now, wall)
 	}
+}
+
+// empty takes every task out of the gate, once the starter returned (at
+// shutdown): held is what waited for its time, waiting what waited for a
+// renewal.
+func (g *startGate) empty() (held map[string]*task, waiting []*task) {
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held, waiting = g.held, g.leaseWait
+	g.held, g.leaseWait = map[string]*task{}, nil
+	return held, waiting
 }

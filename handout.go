@@ -48,12 +48,15 @@ func (q *Queue) pullArrive(ts []*task) {
 	if len(rest) == 0 {
 		return
 	}
-	ps := &q.pull
+	ps := q.pull
 	ps.mu.Lock()
 	ps.due = append(ps.due, rest...)
 	ps.mu.Unlock()
 	wake(ps.sig)
 }
+
+// waitStopped waits until the pull loop returned.
+func (ps *pullStage) waitStopped() { <-ps.done }
 
 // pullLoop hands due jobs of pulled topics out (pullStep) until the queue
 // stops.
@@ -74,7 +77,7 @@ func (q *Queue) pullLoop(slot *runctx.Slot) {
 			spare.Reset(next)
 		}
 		for {
-			ps := &q.pull
+			ps := q.pull
 			ps.mu.Lock()
 			ts := ps.due
 			ps.due = nil
@@ -101,7 +104,7 @@ func (q *Queue) pullStep(ts []*task, slot *runctx.Slot) {
 		p := int(t.part)
 		switch {
 		case wall.Before(t.due):
-			q.hold(t, now, wall) // the wall clock stepped back: never early
+			q.gate.hold(t, now, wall) // the wall clock stepped back: never early
 		case t.res != nil:
 			// Reserved in Redis ahead of its time: the reservation holds
 			// whoever owns the partition now.
@@ -133,7 +136,7 @@ func (q *Queue) pullStep(ts []*task, slot *runctx.Slot) {
 // Cancel with ErrRunning for up to ClaimLead before its time, as a
 // claimed one does.
 func (q *Queue) pullAhead(ts []*task, slot *runctx.Slot) {
-	ps := &q.pull
+	ps := q.pull
 	var wanted, bare []*task
 	ps.mu.Lock()
 	for _, t := range ts {
@@ -154,7 +157,7 @@ func (q *Queue) pullAhead(ts []*task, slot *runctx.Slot) {
 	ps.mu.Unlock()
 	now, wall := wheel.Readings(q.clock)
 	for _, t := range bare {
-		q.hold(t, now, wall)
+		q.gate.hold(t, now, wall)
 	}
 	if len(wanted) > 0 {
 		q.pullDue(wanted, wall, true, slot)
@@ -186,7 +189,7 @@ func (q *Queue) deliver(given []delivery) {
 	if len(given) == 0 {
 		return
 	}
-	ps := &q.pull
+	ps := q.pull
 	var woken []*pullWaiter
 	ps.mu.Lock()
 	for _, d := range given {
@@ -221,7 +224,7 @@ func (q *Queue) deliver(given []delivery) {
 // of them if all), to the ready sets, and returns when the next would be
 // due for release (zero: none left).
 func (q *Queue) releaseSpare(all bool, slot *runctx.Slot) time.Duration {
-	ps := &q.pull
+	ps := q.pull
 	now := q.clock.Now()
 	var release []persist.ResolveOp
 	var topics []string
@@ -261,7 +264,7 @@ func (q *Queue) releaseSpare(all bool, slot *runctx.Slot) time.Duration {
 // partition), at their time or, ahead, ClaimLead before it (see pullStep
 // and pullAhead).
 func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slot) {
-	ps := &q.pull
+	ps := q.pull
 	jobs := make([]persist.DueJob, len(ts))
 	to := make([]*pullWaiter, len(ts))
 	ps.mu.Lock()
@@ -305,7 +308,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 		now, after := wheel.Readings(q.clock)
 		for _, t := range ts {
 			if ahead {
-				q.hold(t, now, after) // at its time, due.lua again
+				q.gate.hold(t, now, after) // at its time, due.lua again
 				continue
 			}
 			q.arm(t.key, after.Add(50*time.Millisecond).UnixMicro(), nil)
@@ -376,7 +379,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 			if due.After(after) {
 				// Reserved ahead: handed over at its time (pullStep).
 				t.due, t.res, t.to = due, res, to[i]
-				q.hold(t, now, after)
+				q.gate.hold(t, now, after)
 				continue
 			}
 			q.delivered(res, after)
@@ -411,9 +414,7 @@ func (q *Queue) lapsed(t *task, raw []byte) {
 		return
 	}
 	rec.Topic, rec.ID, _ = persist.SplitJobKey(t.key)
-	q.inflight.mu.Lock()
-	q.inflight.keys[t.key] = struct{}{}
-	q.inflight.mu.Unlock()
+	q.inflight.add(t.key)
 	t.rec, t.verified = &rec, true
 	err = fmt.Errorf("%w: time-to-run lapsed", ErrReservationLost)
 	if obs := q.cfg.Observer; obs != nil {

@@ -217,7 +217,7 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 func (q *Queue) cancelled(topic, key string, ch persist.Change) error {
 	q.sched.Cancel(key)
 	q.cache.Remove(key)
-	if t, ok := q.unhold(key); ok {
+	if t, ok := q.gate.unhold(key); ok {
 		// Claimed here but not started: it never will.
 		q.unclaim(t)
 		if ch == persist.ChangedWhileRunning {
@@ -281,7 +281,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		r.Rev = rev
 		q.cache.Add(key, &r)
 	}
-	if t, ok := q.unhold(key); ok {
+	if t, ok := q.gate.unhold(key); ok {
 		q.unclaim(t) // claimed here but not started: it runs at the new time
 		if ch == persist.ChangedWhileRunning {
 			ch = persist.Changed

@@ -169,3 +169,65 @@ func TestCrashStoreKeepsRosterWatch(t *testing.T) {
 	h.MarkDead()
 	require.ErrorIs(t, w.WatchRoster(context.Background(), func() {}), crashpoint.ErrCrashed)
 }
+
+// slowInitStore blocks the namespace's check (the first of Start's round
+// trips) until released.
+type slowInitStore struct {
+	engineStore
+	entered chan struct{} // closed when Init is called
+	release chan struct{} // Init returns once this is closed
+}
+
+func (s *slowInitStore) Init(ctx context.Context) error {
+	close(s.entered)
+	<-s.release
+	return s.engineStore.Init(ctx)
+}
+
+// TestHandleDuringSlowStart: Start holds no lock that Handle needs across
+// its round trips, so a Handle while Redis is slow to answer Start returns
+// at once; a Pull then is refused (the topics' modes are being declared),
+// and Start, once Redis answers, starts the queue with the handler.
+func TestHandleDuringSlowStart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	slow := &slowInitStore{entered: make(chan struct{}), release: make(chan struct{})}
+	q, err := New(srv.Client(t), Config{Partitions: 2, test: testHooks{wrapStore: func(s engineStore) engineStore {
+		slow.engineStore = s
+		return slow
+	}}})
+	require.NoError(t, err)
+	started := make(chan error, 1)
+	go func() { started <- q.Start(context.Background()) }()
+	<-slow.entered
+
+	handled := make(chan error, 1)
+	ran := make(chan string, 1)
+	go func() {
+		handled <- q.Handle("mail", HandlerFunc(func(_ context.Context, j *Job) error { ran <- j.ID; return nil }))
+	}()
+	select {
+	case err := <-handled:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		close(slow.release)
+		t.Fatal("Handle waited for Start's round trip")
+	}
+	require.ErrorIs(t, q.Pull("other"), ErrInvalidConfig, "Pull once Start began")
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned before its round trip was answered: %v", err)
+	default:
+	}
+	close(slow.release)
+	require.NoError(t, <-started)
+	_, err = q.Schedule(context.Background(), "mail", nil, ID("a"))
+	require.NoError(t, err)
+	select {
+	case id := <-ran:
+		require.Equal(t, "a", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler registered during Start did not run")
+	}
+	require.NoError(t, q.Shutdown(context.Background()))
+}

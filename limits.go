@@ -139,13 +139,10 @@ func (q *Queue) Limit(topic string, l Limit) error {
 			return fmt.Errorf("%w: Limit.Rate %d per %v: more than one start a microsecond", ErrInvalidOption, l.Rate, l.Per)
 		}
 	}
-	q.pull.mu.Lock()
-	pulled := q.pull.declared[topic]
-	q.pull.mu.Unlock()
-	if pulled {
+	if q.pull.isDeclared(topic) {
 		return fmt.Errorf("%w: topic %q is pulled: its consumers decide how many jobs they take", ErrTopicMode, topic)
 	}
-	lm := &q.limits
+	lm := q.limits
 	lm.mu.Lock()
 	var refire []firedJob
 	if l == (Limit{}) {
@@ -162,14 +159,30 @@ func (q *Queue) Limit(topic string, l Limit) error {
 	lm.on.Store(len(lm.topics) > 0)
 	lm.mu.Unlock()
 	if len(refire) > 0 {
-		q.refire(refire)
+		q.claims.refire(refire)
 	}
 	return nil
 }
 
-func newLimiter() limiter {
-	return limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{}, waits: map[string]struct{}{}}
+// newLimiter returns a limiter with no limits, giving global permits back
+// through releases.
+func newLimiter(releases *batch.Retrier[persist.PermitRef]) *limiter {
+	return &limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{},
+		waits: map[string]struct{}{}, releases: releases}
 }
+
+// enabled reports whether any topic has a limit.
+func (lm *limiter) enabled() bool { return lm.on.Load() }
+
+// has reports whether topic has a limit.
+func (lm *limiter) has(topic string) bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	return lm.topics[topic] != nil
+}
+
+// throttledTotal is the number of jobs held back so far (Stats.Throttled).
+func (lm *limiter) throttledTotal() uint64 { return lm.throttled.Load() }
 
 // wait queues f in tl's waiting queue, unless it waits already; lm.mu
 // is held.
@@ -210,7 +223,7 @@ func topicOfKey(key string) string {
 // refused by a cap wait in their topic's queue; those given a later start
 // by a rate are armed again for it.
 func (q *Queue) admit(fs []firedJob, slot *runctx.Slot) []firedJob {
-	lm := &q.limits
+	lm := q.limits
 	now, wall := wheel.Readings(q.clock)
 	wallUs := wall.UnixMicro()
 	type ask struct {
@@ -308,7 +321,7 @@ func (q *Queue) admit(fs []firedJob, slot *runctx.Slot) []firedJob {
 	}
 	lm.mu.Unlock()
 	if len(again) > 0 {
-		q.refire(again) // not under lm.mu: no two stages' locks at once
+		q.claims.refire(again) // not under lm.mu: no two stages' locks at once
 	}
 	return out
 }
@@ -327,7 +340,7 @@ func (q *Queue) armForStart(key string, s int64, now, wall time.Time) {
 // job leaves this process's in-flight set comes here (and a run's end,
 // earlier); a second call does nothing.
 func (q *Queue) releasePermit(key string) {
-	lm := &q.limits
+	lm := q.limits
 	if !lm.on.Load() {
 		return
 	}
@@ -351,7 +364,7 @@ func (q *Queue) releasePermit(key string) {
 		_ = lm.releases.Add(persist.PermitRef{Topic: hp.topic, ID: hp.id})
 	}
 	if len(next) > 0 {
-		q.refire(next)
+		q.claims.refire(next)
 	}
 }
 
@@ -372,7 +385,7 @@ func (q *Queue) startLimits() {
 				return
 			case <-tick.C:
 			}
-			if !q.limits.on.Load() {
+			if !q.limits.enabled() {
 				continue
 			}
 			q.retryGlobal()
@@ -397,7 +410,7 @@ func (q *Queue) stopLimits() {
 // retryGlobal refires the jobs waiting for a global cap (as many as the
 // cap, at most).
 func (q *Queue) retryGlobal() {
-	lm := &q.limits
+	lm := q.limits
 	var fs []firedJob
 	lm.mu.Lock()
 	for _, tl := range lm.topics {
@@ -418,14 +431,14 @@ func (q *Queue) retryGlobal() {
 	}
 	lm.mu.Unlock()
 	if len(fs) > 0 {
-		q.refire(fs)
+		q.claims.refire(fs)
 	}
 }
 
 // renewPermits moves the expiry of the global permits held here a lease
 // ahead.
 func (q *Queue) renewPermits() {
-	lm := &q.limits
+	lm := q.limits
 	lm.mu.Lock()
 	var ps []persist.PermitRef
 	for _, hp := range lm.held {
@@ -447,7 +460,7 @@ func (q *Queue) renewPermits() {
 
 // throttledNow returns the jobs held back by limits here now, per topic.
 func (q *Queue) throttledNow() map[string]int {
-	lm := &q.limits
+	lm := q.limits
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
 	var out map[string]int
@@ -477,11 +490,17 @@ func (q *Queue) execReleases(ctx context.Context, ps []persist.PermitRef) error 
 	return nil
 }
 
-// dropPermits gives back the global permits still held (of jobs admitted
-// that will not run here now: Shutdown, once the workers are done), so
-// that other processes need not wait for them to lapse.
-func (q *Queue) dropPermits() {
-	lm := &q.limits
+// stop gives back the global permits still held (of jobs admitted that
+// will not run here now: Shutdown, once the workers are done), so that
+// other processes need not wait for them to lapse, and stops the retrier
+// that gives them back once it has, or ctx ended.
+func (lm *limiter) stop(ctx context.Context) error {
+	lm.dropPermits()
+	return lm.releases.Stop(ctx)
+}
+
+// dropPermits queues the global permits still held to be given back.
+func (lm *limiter) dropPermits() {
 	lm.mu.Lock()
 	var ps []persist.PermitRef
 	for key, hp := range lm.held {

@@ -239,7 +239,7 @@ func TestArmParksJobsOfPausedTopic(t *testing.T) {
 	now := time.Now().UnixMicro()
 	b.q.park("mail/1", now) // as a claim answered "paused"
 	armed := b.q.sched.Len()
-	(*sink)(b.q).Arm([]persist.Entry{{Key: "mail/2", Due: now}, {Key: "other/3", Due: now + time.Hour.Microseconds()}})
+	sink{b.q}.Arm([]persist.Entry{{Key: "mail/2", Due: now}, {Key: "other/3", Due: now + time.Hour.Microseconds()}})
 	require.Equal(t, armed+1, b.q.sched.Len(), "only the other topic's job is armed")
 	b.q.pauses.mu.Lock()
 	defer b.q.pauses.mu.Unlock()

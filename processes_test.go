@@ -372,11 +372,11 @@ func TestStartGateDropsTasksOfReleasedPartitions(t *testing.T) {
 	q.inflight.keys[key] = struct{}{}
 	tk := q.newTask(key, nil, time.Now().Add(-time.Second), p, q.recov.Epoch(p), true)
 	now, wall := time.Now(), time.Now()
-	require.False(t, q.mayStart(tk, now, wall))
+	require.False(t, q.gate.mayStart(tk, now, wall))
 	q.gate.mu.Lock()
 	waiting := len(q.gate.leaseWait)
 	q.gate.mu.Unlock()
 	require.Zero(t, waiting, "a task of a partition not owned here waits for no renewal")
-	require.False(t, (*sink)(q).Busy(p), "and is not in flight any more")
+	require.False(t, sink{q}.Busy(p), "and is not in flight any more")
 	require.EqualValues(t, 1, q.stats.dropped.Load())
 }

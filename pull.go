@@ -131,6 +131,29 @@ type NackOptions struct {
 
 // pullStage holds the consumers blocked in Reserve and the jobs of pulled
 // topics whose time has come.
+// newPullStage returns an empty pull stage, its nonces' prefix drawn at
+// random.
+func newPullStage() *pullStage {
+	var nb [6]byte
+	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())
+	binary.LittleEndian.PutUint16(nb[4:], uint16(rand.Uint32()))
+	ps := &pullStage{
+		declared: map[string]bool{}, byTopic: map[string][]*pullWaiter{}, looked: map[string]time.Time{},
+		gen: map[string]uint64{}, drained: map[string]uint64{},
+		nonce: base64.RawURLEncoding.EncodeToString(nb[:]) + ".",
+		sig:   make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	ps.known.Store(&map[string]bool{})
+	return ps
+}
+
+// isDeclared reports whether this queue pulls topic (Pull).
+func (ps *pullStage) isDeclared(topic string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.declared[topic]
+}
+
 type pullStage struct {
 	mu       sync.Mutex
 	declared map[string]bool // guarded by mu: topics this queue pulls (Pull)
@@ -228,14 +251,11 @@ func (q *Queue) Pull(topics ...string) error {
 		if (*q.handlers.Load())[t] != nil {
 			return fmt.Errorf("%w: topic %q has a handler", ErrTopicMode, t)
 		}
-		q.limits.mu.Lock()
-		limited := q.limits.topics[t] != nil
-		q.limits.mu.Unlock()
-		if limited {
+		if q.limits.has(t) {
 			return fmt.Errorf("%w: topic %q has a Limit (its consumers decide how many jobs they take)", ErrTopicMode, t)
 		}
 	}
-	ps := &q.pull
+	ps := q.pull
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	known := map[string]bool{}
@@ -291,7 +311,7 @@ func (q *Queue) readTopicModes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ps := &q.pull
+	ps := q.pull
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	known := map[string]bool{}
@@ -310,7 +330,7 @@ func (q *Queue) readTopicModes(ctx context.Context) error {
 // announced wakes the blocked Reserves of this process: jobs of topics
 // were queued to a ready set (here, or announced by another process).
 func (q *Queue) announced(topics ...string) {
-	ps := &q.pull
+	ps := q.pull
 	ps.mu.Lock()
 	for _, t := range topics {
 		ps.gen[t]++
@@ -367,13 +387,21 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	q.mu.Lock()
 	state := q.state
 	q.mu.Unlock()
+	if state == stateStarting {
+		// Start is making its round trips: wait for its outcome.
+		q.startMu.Lock()
+		q.mu.Lock()
+		state = q.state
+		q.mu.Unlock()
+		q.startMu.Unlock()
+	}
 	switch state {
 	case stateNew:
 		return nil, ErrNotStarted
 	case stateClosing, stateClosed:
 		return nil, ErrClosed
 	}
-	ps := &q.pull
+	ps := q.pull
 	topics := slices.Clone(opts.Topics)
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
@@ -474,7 +502,7 @@ func (q *Queue) takeGot(w *pullWaiter) []*Reservation {
 // unwait removes w from the waiters: a job still being reserved for it
 // becomes spare (deliver) when it comes.
 func (q *Queue) unwait(w *pullWaiter) {
-	ps := &q.pull
+	ps := q.pull
 	ps.mu.Lock()
 	w.gone = true
 	for _, t := range w.topics {
@@ -540,7 +568,7 @@ func (ps *pullStage) pickSpareLocked(w *pullWaiter) {
 // each its share; the caller set ps.taking, which takeFor clears. It
 // returns how many stale ready entries the take removed.
 func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
-	ps := &q.pull
+	ps := q.pull
 	type share struct {
 		w *pullWaiter
 		n int
@@ -618,7 +646,7 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
 // take reserves up to n jobs of w's topics, with w's time-to-run, from
 // the ready sets (take.lua).
 func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation, int, error) {
-	ps := &q.pull
+	ps := q.pull
 	ps.mu.Lock()
 	ps.seq++
 	seq := ps.seq

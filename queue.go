@@ -24,7 +24,8 @@ import (
 )
 
 const (
-	stateNew = iota
+	stateNew      = iota
+	stateStarting // Start is making its round trips
 	stateStarted
 	stateClosing
 	stateClosed
@@ -40,7 +41,6 @@ type Queue struct {
 	clock   wheel.Clock
 	log     *slog.Logger
 	sched   *wheel.Scheduler // jobs, fired ClaimLead before their due time (arm.go)
-	starts  *wheel.Scheduler // claimed tasks, fired at their due time (gate.go)
 	recov   *recovery.Recoverer
 	cache   *recordCache
 	writes  *batch.Batcher[persist.Write, persist.WriteResult]
@@ -51,11 +51,15 @@ type Queue struct {
 	settles  *batch.Retrier[persist.Outcome]
 	fence    []string // our token for every partition: claims and settles are always fenced
 
-	// mu guards the life cycle (state) and serializes Handle, Pull, Start
-	// and Shutdown's first step. It is the outermost lock: a stage's lock
-	// may be taken under it (Handle and Pull read pull's), never the other
-	// way. Start holds it across the namespace's round trips (its layout
-	// and its topics' modes), so a Handle during Start waits for them.
+	// startMu serializes Start and Shutdown's first step: Start holds it
+	// across the namespace's round trips (its layout and its topics'
+	// modes), so that a Shutdown during Start waits for them. It is taken
+	// before mu, never under it.
+	startMu sync.Mutex
+	// mu guards the life cycle (state) and serializes Handle and Pull
+	// with the steps of Start and Shutdown that change it; it is never
+	// held across a round trip. A stage's lock may be taken under it
+	// (Handle and Pull read pull's and the limits'), never the other way.
 	mu    sync.Mutex
 	state int // guarded by mu
 	// handlers maps topics to their handlers: replaced whole under mu
@@ -67,11 +71,11 @@ type Queue struct {
 	// these locks are held at once, and none across a round trip or a
 	// send that may block.
 	claims   claimStage  // claim.go: fired jobs waiting to be claimed
-	gate     startGate   // gate.go: claimed tasks waiting for their time
+	gate     *startGate  // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
-	limits   limiter     // limits.go: per-topic limits
+	limits   *limiter    // limits.go: per-topic limits
 	pauses   pauseStage  // pause.go: jobs of paused topics, parked
-	pull     pullStage   // pull.go: blocked Reserves, due jobs of pulled topics
+	pull     *pullStage  // pull.go: blocked Reserves, due jobs of pulled topics
 	// lock is this process's lock file (lockfile_unix.go): set by Start
 	// before the recoverer starts, released by Shutdown after it stopped.
 	lock *lockFile
@@ -166,23 +170,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		clock:        cfg.Clock,
 		log:          cfg.Logger,
 		cache:        cache,
-		inflight:     inflightSet{keys: map[string]struct{}{}},
-		limits:       newLimiter(),
 		closed:       make(chan struct{}),
 		work:         make(chan *task, cfg.Concurrency),
 		stopDispatch: make(chan struct{}),
-		gate:         startGate{held: map[string]*task{}, sig: make(chan struct{}, 1), done: make(chan struct{})},
 	}
-	q.claims.sig = make(chan struct{}, 1)
+	q.claims = claimStage{lead: cfg.ClaimLead, sig: make(chan struct{}, 1)}
+	q.inflight = inflightSet{keys: map[string]struct{}{}, left: q.releasePermit}
+	q.pull = newPullStage()
 	q.handlers.Store(&map[string]Handler{})
-	q.pull.declared, q.pull.byTopic, q.pull.looked = map[string]bool{}, map[string][]*pullWaiter{}, map[string]time.Time{}
-	q.pull.gen, q.pull.drained = map[string]uint64{}, map[string]uint64{}
-	var nb [6]byte
-	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())
-	binary.LittleEndian.PutUint16(nb[4:], uint16(rand.Uint32()))
-	q.pull.nonce = base64.RawURLEncoding.EncodeToString(nb[:]) + "."
-	q.pull.sig, q.pull.done = make(chan struct{}, 1), make(chan struct{})
-	q.pull.known.Store(&map[string]bool{})
 	if cfg.Testing != nil {
 		cfg.Testing.Bind(q.crash)
 	}
@@ -207,10 +202,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	fc := wc
 	fc.Slack = min(cfg.ClaimLead/5, time.Millisecond)
 	q.fireSlack = fc.Slack
-	if q.sched, err = wheel.NewScheduler(fc, q.onFire); err != nil {
+	if q.sched, err = wheel.NewScheduler(fc, q.claims.fire); err != nil {
 		return nil, err
 	}
-	if q.starts, err = wheel.NewScheduler(wc, q.onStart); err != nil {
+	q.gate, err = newStartGate(gateDeps{
+		clock: cfg.Clock, work: q.work, stop: q.stopDispatch,
+		toPull: q.pullArrive, unclaim: q.unclaim, drop: q.dropTask, logDebug: q.log.Debug,
+	}, wc)
+	if err != nil {
 		return nil, err
 	}
 	// The poller needs no precision: runtime timers cost it no file
@@ -226,7 +225,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		member = cfg.InstanceID
 	}
 	q.member, q.pstore = member, pst
-	q.recov, err = recovery.New(store, (*sink)(q), recovery.Config{
+	q.recov, err = recovery.New(store, sink{q}, recovery.Config{
 		Token:         token,
 		Member:        member,
 		Horizon:       cfg.Horizon,
@@ -242,6 +241,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.gate.setLeases(q.recov)
 	// The round trips of the claimers, of the two retriers and of the
 	// pull loop.
 	q.calls = runctx.New(claimers+3, cfg.WriteTimeout, true)
@@ -270,10 +270,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.settles = batch.NewRetrier(sc, q.execSettle, func(err error, pending int) {
 		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
 	})
-	q.inflight.left = q.releasePermit
-	q.limits.releases = batch.NewRetrier(bc, q.execReleases, func(err error, pending int) {
+	q.limits = newLimiter(batch.NewRetrier(bc, q.execReleases, func(err error, pending int) {
 		q.log.Warn("wheelq: limits: permits not yet given back, retrying (they lapse a lease after the last renewal)", "err", err, "pending", pending)
-	})
+	}))
 	cc := bc
 	cc.CallContext = q.calls.Slot(claimers + 1).Call
 	q.corrupts = batch.NewRetrier(cc, q.execCorrupt, func(err error, pending int) {
@@ -293,10 +292,7 @@ func (q *Queue) Handle(topic string, h Handler) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.pull.mu.Lock()
-	pulled := q.pull.declared[topic]
-	q.pull.mu.Unlock()
-	if pulled {
+	if q.pull.isDeclared(topic) {
 		return fmt.Errorf("%w: topic %q is pulled (Pull)", ErrTopicMode, topic)
 	}
 	hs := maps.Clone(*q.handlers.Load())
@@ -316,17 +312,35 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := checkCtx(ctx, "Start"); err != nil {
 		return err
 	}
+	q.startMu.Lock()
+	defer q.startMu.Unlock()
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch q.state {
+	state := q.state
+	if state == stateNew {
+		q.state = stateStarting // Pull is refused from now on
+	}
+	q.mu.Unlock()
+	switch state {
 	case stateStarted:
 		return nil
 	case stateClosing, stateClosed:
 		return ErrClosed
 	}
+	started := false
+	defer func() {
+		q.mu.Lock()
+		if started {
+			q.state = stateStarted
+		} else {
+			q.state = stateNew // a failed Start may be tried again
+		}
+		q.mu.Unlock()
+	}()
 	if err := q.checkLayout(ctx); err != nil {
 		return errs.Errorf("wheelq: start: %w", err)
 	}
+	// The topics' modes: a Handle from here on is not recorded in Redis,
+	// as after Start.
 	if err := q.declareTopics(ctx); err != nil {
 		return errs.Errorf("wheelq: start: %w", err)
 	}
@@ -340,7 +354,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	q.takeLock()
 	q.startPauseWatch()
 	q.sched.Start()
-	q.starts.Start()
+	q.gate.wheel.Start()
 	q.runs.Start()
 	for i := range q.cfg.Concurrency {
 		q.workers.Go(func() { q.worker(i) })
@@ -350,13 +364,13 @@ func (q *Queue) Start(ctx context.Context) error {
 	for i := range claimers {
 		q.dispatchers.Go(func() { q.dispatch(q.calls.Slot(i)) })
 	}
-	go q.starter()
+	go q.gate.starter()
 	go q.pullLoop(q.calls.Slot(claimers + 2))
 	q.startStuckWatch()
 	q.startRecurring()
 	q.startLimits()
 	q.recov.Start(ctx)
-	q.state = stateStarted
+	started = true
 	return nil
 }
 
@@ -408,9 +422,6 @@ func (q *Queue) Owned() []int {
 	return out
 }
 
-// sink is the Queue as recovery sees it.
-type sink Queue
-
 func (q *Queue) closing() bool { return q.isClosing.Load() }
 
 func wake(c chan struct{}) {
@@ -433,9 +444,11 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := checkCtx(ctx, "Shutdown"); err != nil {
 		return err
 	}
+	q.startMu.Lock()
 	q.mu.Lock()
 	prev := q.state
 	if prev >= stateClosing {
+		q.startMu.Unlock()
 		q.mu.Unlock()
 		select {
 		case <-q.closed:
@@ -447,6 +460,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	q.state = stateClosing
 	q.isClosing.Store(true)
 	q.mu.Unlock()
+	q.startMu.Unlock()
 	defer close(q.closed)
 
 	// The stages stop in the order a job passes them, each once nothing
@@ -463,7 +477,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	// 2. Arming: the wheel stops firing (nothing more is claimed or
 	//    started from it).
 	q.sched.Stop()
-	q.starts.Stop()
+	q.gate.wheel.Stop()
 	if prev == stateStarted {
 		// 3. Claiming and the start gate: the claimers and the starter
 		//    return; tasks held for their time, or waiting for a lease
@@ -471,14 +485,8 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		close(q.stopDispatch)
 		q.dispatchers.Wait()
 		q.stopPauseWatch()
-		<-q.gate.done
-		<-q.pull.done
-		q.gate.mu.Lock()
-		held := q.gate.held
-		q.gate.held = map[string]*task{}
-		waiting := q.gate.leaseWait
-		q.gate.leaseWait = nil
-		q.gate.mu.Unlock()
+		q.pull.waitStopped() // the pull loop holds tasks in the gate: it goes first
+		held, waiting := q.gate.empty()
 		var release []persist.ResolveOp
 		for _, t := range held {
 			if t.res != nil {
@@ -549,8 +557,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	if err := q.settles.Stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
-	q.dropPermits()
-	if err := q.limits.releases.Stop(ctx); err != nil && len(errs) == 0 {
+	if err := q.limits.stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
 	// 6. Leases: released, and the roster left, so that another process
@@ -563,7 +570,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	// 7. Contexts: every handler's context ends; the watchdogs stop; this
 	//    process's figures go with its place in the roster.
 	q.stopStuckWatch()
-	crashed := q.cfg.Testing != nil && q.cfg.Testing.Dead() // a simulated kill -9 (crash.go)
+	crashed := q.cfg.Testing != nil && q.cfg.Testing.Dead() // a simulated kill -9 (crashsim.go)
 	if prev == stateStarted && !crashed {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = q.pstore.DropFigures(fctx, q.member)

@@ -28,6 +28,45 @@ type inflightSet struct {
 	left func(key string)
 }
 
+// claim adds the keys of fs that are not in the set, and returns the
+// jobs added (in fs's array) and those found in the set (busy: a run of
+// theirs has no stored outcome yet).
+func (s *inflightSet) claim(fs []firedJob) (added, busy []firedJob) {
+	added = fs[:0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range fs {
+		if _, running := s.keys[f.key]; running {
+			busy = append(busy, f)
+			continue
+		}
+		s.keys[f.key] = struct{}{}
+		added = append(added, f)
+	}
+	return added, busy
+}
+
+// add adds key to the set.
+func (s *inflightSet) add(key string) {
+	s.mu.Lock()
+	s.keys[key] = struct{}{}
+	s.mu.Unlock()
+}
+
+// settled forgets the keys of outcomes that were stored (or dropped).
+func (s *inflightSet) settled(os []persist.Outcome) {
+	s.mu.Lock()
+	for _, o := range os {
+		delete(s.keys, o.Key)
+	}
+	s.mu.Unlock()
+	if s.left != nil {
+		for _, o := range os {
+			s.left(o.Key)
+		}
+	}
+}
+
 // remove forgets keys whose outcome is stored (or that will not run).
 func (s *inflightSet) remove(keys ...string) {
 	s.mu.Lock()
@@ -148,14 +187,7 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 			return err
 		}
 	}
-	q.inflight.mu.Lock()
-	for _, o := range os {
-		delete(q.inflight.keys, o.Key)
-	}
-	q.inflight.mu.Unlock()
-	for _, o := range os {
-		q.releasePermit(o.Key)
-	}
+	q.inflight.settled(os)
 	for i, o := range kept {
 		if applied[i] && o.Op == persist.Retry {
 			q.arm(o.Key, o.Due, nil)
@@ -171,6 +203,15 @@ func (q *Queue) unclaim(t *task) {
 		return
 	}
 	_ = q.settles.Add(persist.Outcome{Op: persist.Unclaim, Key: t.key})
+}
+
+// dropTask forgets a claimed task that will not start here because its
+// partition is no longer (surely) this process's. Nothing is sent to
+// Redis: the partition's next owner clears the claim marks when it takes
+// the partition over.
+func (q *Queue) dropTask(t *task) {
+	q.stats.dropped.Add(1)
+	q.inflight.remove(t.key)
 }
 
 // deadLetterCorrupt moves a job whose record cannot be decoded to the
@@ -205,13 +246,6 @@ func (q *Queue) execCorrupt(ctx context.Context, cs []corruptJob) error {
 		q.inflight.remove(c.key)
 	}
 	return nil
-}
-
-// Busy: a job of partition p claimed here (or being claimed) has an
-// outcome not yet stored.
-func (s *sink) Busy(p int) bool {
-	q := (*Queue)(s)
-	return q.inflight.any(func(k string) bool { return q.store.PartitionOf(k) == p })
 }
 
 func truncate(s string, n int) string {

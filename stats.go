@@ -109,7 +109,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Skipped:          q.stats.skipped.Load(),
 		Dropped:          q.stats.dropped.Load(),
 		RedisErrors:      q.stats.redisErrors.Load(),
-		InMemory:         q.sched.Len() + q.starts.Len(),
+		InMemory:         q.sched.Len() + q.gate.len(),
 		Running:          int(q.running.Load()),
 		Stuck:            int(q.stuck.Load()),
 		UnstoredOutcomes: q.settles.Pending() + q.corrupts.Pending(),
@@ -119,7 +119,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		Swept:            q.recov.Swept(),
 		Repaired:         q.recov.Repaired(),
 		Lateness:         q.late.summary(),
-		Throttled:        q.limits.throttled.Load(),
+		Throttled:        q.limits.throttledTotal(),
 		ThrottledNow:     q.throttledNow(),
 	}
 	if q.closing() {

@@ -28,7 +28,7 @@ func (q *Queue) worker(i int) {
 		}
 		// A worker that just finished a run takes its next task without
 		// parking.
-		if t := q.nextStart(); t != nil {
+		if t := q.gate.next(); t != nil {
 			q.run(t, slot, cur)
 			continue
 		}
@@ -44,7 +44,7 @@ func (q *Queue) worker(i int) {
 // run runs t's handler in the worker's slot, if t passes the start gate.
 func (q *Queue) run(t *task, slot *runctx.Slot, cur *atomic.Pointer[jobRun]) {
 	now, wall := wheel.Readings(q.clock)
-	if !q.mayStart(t, now, wall) {
+	if !q.gate.mayStart(t, now, wall) {
 		return
 	}
 	if q.crashAt(crashpoint.AfterClaim, t.key) {
