@@ -355,3 +355,106 @@ func (c *crashStore) Resolve(ctx context.Context, now int64, ops []persist.Resol
 	}
 	return res, err
 }
+
+// guarded calls f unless the queue is dead: the crash store's methods
+// that only refuse.
+func guarded[T any](c *crashStore, f func() (T, error)) (T, error) {
+	if err := c.dead(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return f()
+}
+
+// guardedErr is guarded for a call that returns only an error.
+func guardedErr(c *crashStore, f func() error) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return f()
+}
+
+// The calls the crash store only refuses once dead (every other one it
+// also notes for the hooks, above). TestCrashStoreRefusesEveryCall fails
+// for an engineStore method missing here.
+
+func (c *crashStore) Members(ctx context.Context, op persist.MemberOp, id string, ttl time.Duration) (persist.Roster, error) {
+	return guarded(c, func() (persist.Roster, error) { return c.engineStore.Members(ctx, op, id, ttl) })
+}
+
+func (c *crashStore) RangeWindow(ctx context.Context, p int, dead bool, after, until int64, cur persist.Cursor, limit int) ([]persist.Entry, persist.Cursor, error) {
+	if err := c.dead(); err != nil {
+		return nil, cur, err
+	}
+	return c.engineStore.RangeWindow(ctx, p, dead, after, until, cur, limit)
+}
+
+func (c *crashStore) Running(ctx context.Context, p int) ([]persist.Entry, error) {
+	return guarded(c, func() ([]persist.Entry, error) { return c.engineStore.Running(ctx, p) })
+}
+
+func (c *crashStore) Details(ctx context.Context, p int, keys []string) ([][]byte, []persist.Mark, error) {
+	if err := c.dead(); err != nil {
+		return nil, nil, err
+	}
+	return c.engineStore.Details(ctx, p, keys)
+}
+
+func (c *crashStore) TallyTopics(ctx context.Context, p int, dead bool, start int64, size int, before int64) ([]persist.Tally, int64, error) {
+	if err := c.dead(); err != nil {
+		return nil, 0, err
+	}
+	return c.engineStore.TallyTopics(ctx, p, dead, start, size, before)
+}
+
+func (c *crashStore) SetPaused(ctx context.Context, topic string, paused bool) error {
+	return guardedErr(c, func() error { return c.engineStore.SetPaused(ctx, topic, paused) })
+}
+
+func (c *crashStore) PausedTopics(ctx context.Context) ([]string, error) {
+	return guarded(c, func() ([]string, error) { return c.engineStore.PausedTopics(ctx) })
+}
+
+func (c *crashStore) WatchPaused(ctx context.Context, changed func(topic string, paused bool)) error {
+	return guardedErr(c, func() error { return c.engineStore.WatchPaused(ctx, changed) })
+}
+
+func (c *crashStore) WatchEvents(ctx context.Context, f func(op, topic string)) error {
+	return guardedErr(c, func() error { return c.engineStore.WatchEvents(ctx, f) })
+}
+
+func (c *crashStore) Admit(ctx context.Context, now, lease int64, reqs []persist.LimitRequest) ([]int64, error) {
+	return guarded(c, func() ([]int64, error) { return c.engineStore.Admit(ctx, now, lease, reqs) })
+}
+
+func (c *crashStore) RenewPermits(ctx context.Context, expiry int64, ps []persist.PermitRef) error {
+	return guardedErr(c, func() error { return c.engineStore.RenewPermits(ctx, expiry, ps) })
+}
+
+func (c *crashStore) ReleasePermits(ctx context.Context, ps []persist.PermitRef) error {
+	return guardedErr(c, func() error { return c.engineStore.ReleasePermits(ctx, ps) })
+}
+
+func (c *crashStore) Recurs(ctx context.Context, parts []int) ([]persist.RecurState, error) {
+	return guarded(c, func() ([]persist.RecurState, error) { return c.engineStore.Recurs(ctx, parts) })
+}
+
+func (c *crashStore) RecurOf(ctx context.Context, p int, name string) (persist.RecurState, error) {
+	return guarded(c, func() (persist.RecurState, error) { return c.engineStore.RecurOf(ctx, p, name) })
+}
+
+func (c *crashStore) DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (bool, error) {
+	return guarded(c, func() (bool, error) { return c.engineStore.DeclareRecur(ctx, p, name, spec, old, watermark, drop) })
+}
+
+func (c *crashStore) RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (bool, error) {
+	return guarded(c, func() (bool, error) { return c.engineStore.RemoveRecur(ctx, p, name, spec, drop) })
+}
+
+func (c *crashStore) FillRecur(ctx context.Context, p int, tok, name, spec string, floor int64, slots []persist.Slot) ([]string, error) {
+	return guarded(c, func() ([]string, error) { return c.engineStore.FillRecur(ctx, p, tok, name, spec, floor, slots) })
+}
+
+func (c *crashStore) Time(ctx context.Context) (time.Time, error) {
+	return guarded(c, func() (time.Time, error) { return c.engineStore.Time(ctx) })
+}
