@@ -132,6 +132,24 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 	require.Eventually(t, cond, wait, 5*time.Millisecond, msg)
 }
 
+// quiesced waits until q has dealt with every job due so far: nothing armed
+// or held in its memory, no handler running, no outcome waiting for Redis,
+// and pending jobs left in Redis (the namespace's, every process's). A
+// negative check that follows ("nothing else ran") then looks at an engine
+// that has processed the jobs it is about, so it cannot pass merely
+// because the machine was too slow to get to them within its window.
+func quiesced(t *testing.T, q *Queue, pending int64) {
+	t.Helper()
+	var st Stats
+	var err error
+	if !assert.Eventually(t, func() bool {
+		st, err = q.Stats(context.Background())
+		return err == nil && st.InMemory == 0 && st.Running == 0 && st.UnstoredOutcomes == 0 && st.Pending == pending
+	}, wait, 5*time.Millisecond) {
+		t.Fatalf("not quiesced at %d pending: %+v %v", pending, st, err)
+	}
+}
+
 // wqKeys returns the Redis keys the queue left, but for the namespace's
 // meta key and roster, the partitions' leases and loaded markers, and the
 // tombstones of recent cancels (which expire two minutes after the last
