@@ -53,18 +53,21 @@ func TestLargeBacklogDrains(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 	var ran, bad atomic.Int32
+	all := make(chan struct{}) // closed by the nth run
 	require.NoError(t, q.Handle("big", HandlerFunc(func(_ context.Context, j *Job) error {
 		if len(j.Payload) != len(payload) || j.Payload[0] != 'p' {
 			bad.Add(1)
 		}
-		ran.Add(1)
+		if int(ran.Add(1)) == n {
+			close(all)
+		}
 		return nil
 	})))
 	start := time.Now()
 	require.NoError(t, q.Start(b.ctx))
-	deadline := time.Now().Add(60 * time.Second)
-	for int(ran.Load()) < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second): // checked below
 	}
 	took := time.Since(start)
 	peak := stopSampling()

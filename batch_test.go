@@ -124,6 +124,7 @@ func TestScheduleBatch(t *testing.T) {
 			t.Fatalf("ran %d of %d", len(ran), len(want))
 		}
 	}
+	quiesced(t, b.q, 1)                // every run settled: only "taken" is pending
 	time.Sleep(100 * time.Millisecond) // a second run would come now
 	mu.Lock()
 	defer mu.Unlock()
@@ -160,6 +161,9 @@ func TestCancelBatch(t *testing.T) {
 	require.ErrorIs(t, errs[4], ErrInvalidID)
 	require.ErrorIs(t, errs[5], ErrInvalidTopic)
 	require.Eventually(t, func() bool { return ran.Load() == 1 }, wait, 5*time.Millisecond, "c runs")
+	// a and b were due with c: once nothing is left in memory or in Redis,
+	// the engine is past them; a run of one would come now.
+	quiesced(t, b.q, 0)
 	time.Sleep(200 * time.Millisecond)
 	require.EqualValues(t, 1, ran.Load(), "a cancelled job ran")
 }

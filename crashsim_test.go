@@ -176,7 +176,7 @@ func (h *history) produce(t *testing.T, q *Queue, stop <-chan struct{}) {
 			}
 			h.mu.Unlock()
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // pacing: a steady stream of jobs, not a burst
 	}
 }
 
@@ -242,7 +242,7 @@ func TestCrashKill9(t *testing.T) {
 
 	c := startChild(t, srv.Addr, logPath)
 	for range *crashKills {
-		time.Sleep(time.Duration(100+rand.IntN(500)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rand.IntN(500)) * time.Millisecond) // pacing: kill at a random moment of the load
 		c.kill()
 		c = startChild(t, srv.Addr, logPath)
 	}
@@ -298,9 +298,9 @@ func TestRedisKill9WithAOF(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { h.produce(t, q, stop) })
 	for range 3 {
-		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond)
+		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond) // pacing: Redis up under load for a while
 		srv.Kill()
-		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond) // the outage's length
 		require.NoError(t, srv.Restart())
 	}
 	close(stop)

@@ -186,6 +186,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Cleanup(func() { _ = producer.Shutdown(context.Background()) })
 
 	stop := scheduleLoad(producer, "cf", time.Second, 5*time.Millisecond) // a few hundred jobs a second
+	// pacing: load before the failover, and after it
 	time.Sleep(time.Second)
 	c.Failover(t)
 	time.Sleep(time.Second)
@@ -347,7 +348,7 @@ func partitionedClusterPrimary(t *testing.T, acks int) (acked, lost int) {
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 
 	stop := scheduleLoad(q, "cp", time.Hour, 0)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // pacing: load before the partition
 	proxy.Blackhole(true)
 	time.Sleep(time.Second) // the old primary goes on taking writes
 	require.NoError(t, replica.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())

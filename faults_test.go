@@ -352,7 +352,7 @@ func TestOneSidedPartition(t *testing.T) {
 		_, err := owner.Schedule(b.ctx, "p", []byte("x"), ID(fmt.Sprint(i)), At(t0.Add(1500*time.Millisecond+time.Duration(i)*100*time.Millisecond)))
 		require.NoError(t, err)
 	}
-	time.Sleep(time.Until(t0.Add(time.Second)))
+	time.Sleep(time.Until(t0.Add(time.Second))) // the fault's time: half a second before the first job is due
 	proxy.Blackhole(true)
 	// Once the other process owns a partition, cancel one of its jobs
 	// there: it must never run.
@@ -372,7 +372,11 @@ func TestOneSidedPartition(t *testing.T) {
 		}
 	}
 	proxy.Blackhole(false)
-	time.Sleep(500 * time.Millisecond) // the owner's claims get through again: fenced
+	// The owner reaches Redis again and takes its share back: its loops
+	// have run since, and its claims get through again: fenced. A run they
+	// wrongly started would come now.
+	eventually(t, func() bool { return owner.recov.Owned() == 2 && other.recov.Owned() == 2 }, "the owner is back with its share")
+	time.Sleep(500 * time.Millisecond)
 	for id, procs := range log.snapshot() {
 		require.NotEqual(t, cancelled, id, "cancelled (nil) and ran in %v", procs)
 		require.Len(t, procs, 1, "job %s ran in %v", id, procs)
@@ -547,7 +551,11 @@ func TestPausedOwner(t *testing.T) {
 		}
 	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	time.Sleep(1500 * time.Millisecond) // the resumed owner's held tasks come due at once
+	// The resumed owner's held tasks come due at once; once it has taken
+	// its share of the partitions back, it has surely run since SIGCONT. A
+	// run it wrongly started would be logged by now or soon after.
+	eventually(t, func() bool { return other.recov.Owned() == 2 }, "the resumed owner takes its share back")
+	time.Sleep(1500 * time.Millisecond)
 	data, err := os.ReadFile(logPath)
 	require.NoError(t, err)
 	require.Empty(t, strings.TrimSpace(string(data)), "the paused owner started jobs after it resumed")
@@ -590,7 +598,10 @@ func TestLateRepliesAroundDueTime(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("the kept job never ran")
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Nothing left in the owner's memory or running, "moved" alone
+	// pending: the owner is past the other two jobs' due time.
+	quiesced(t, owner, 1)
+	time.Sleep(500 * time.Millisecond) // a wrong run of one would come now
 	runs := log.snapshot()
 	require.Equal(t, map[string][]string{"kept": {"owner"}}, runs, "only the job neither cancelled nor moved ran, once")
 }
@@ -616,7 +627,14 @@ func TestRedisDownLongerThanLease(t *testing.T) {
 		require.NoError(t, err)
 	}
 	srv.Kill()
-	time.Sleep(3 * time.Second) // longer than the lease; all come due
+	down := time.Now()
+	// All come due and leave the wheel, and claims fail: the engine has
+	// tried to run them while Redis is down.
+	eventually(t, func() bool {
+		st, _ := q.Stats(b.ctx) // the in-process figures, with an error
+		return st.InMemory == 0 && st.RedisErrors > 0
+	}, "the jobs fired and their claims failed")
+	time.Sleep(time.Until(down.Add(3 * time.Second))) // an outage longer than the lease
 	require.Empty(t, log.snapshot(), "nothing starts while Redis is down")
 	require.NoError(t, srv.Restart())
 	for range n {
@@ -626,7 +644,8 @@ func TestRedisDownLongerThanLease(t *testing.T) {
 			t.Fatalf("only %d ran", len(log.snapshot()))
 		}
 	}
-	time.Sleep(time.Second)
+	quiesced(t, q, 0)
+	time.Sleep(time.Second) // a second run, after an ack refused, would come now
 	for id, procs := range log.snapshot() {
 		require.Len(t, procs, 1, "job %s ran %d times", id, len(procs))
 	}

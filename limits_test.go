@@ -38,7 +38,7 @@ func (c *concurrency) handler(hold time.Duration) Handler {
 			c.early++
 		}
 		c.mu.Unlock()
-		time.Sleep(hold)
+		time.Sleep(hold) // a handler at work, holding its permit
 		c.mu.Lock()
 		c.now--
 		c.mu.Unlock()

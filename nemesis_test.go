@@ -182,7 +182,7 @@ func TestNemesisChild(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("start: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // retry pacing: Redis is not reachable yet
 	}
 	// Consumers of the pulled topic: each reservation is logged as a run
 	// (the wall clock read when Reserve returned), then acked; an ack that
@@ -192,7 +192,7 @@ func TestNemesisChild(t *testing.T) {
 			for {
 				rs, err := q.Reserve(context.Background(), ReserveOptions{Topics: []string{nemPulled}, Max: 5, TTR: nemTTR})
 				if err != nil {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // retry pacing after an error (a fault is on)
 					continue
 				}
 				wall, real, st := clk.read()
@@ -451,7 +451,7 @@ func (n *nemesis) faultKill(slot int) {
 	p := n.current(slot)
 	start := time.Now()
 	n.kill(p)
-	time.Sleep(nemDur(200*time.Millisecond, time.Second))
+	time.Sleep(nemDur(200*time.Millisecond, time.Second)) // the fault: the slot stays dead this long
 	np, err := n.spawn(slot)
 	detail := "restart failed"
 	if err != nil {
@@ -467,7 +467,7 @@ func (n *nemesis) faultPause(slot int) {
 	d := nemDur(time.Second, 3*time.Second)
 	start := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(d)
+	time.Sleep(d) // the fault: stopped this long
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	n.record(nemFault{kind: "pause", slot: slot, pid: p.pid, start: start, end: time.Now(), detail: "SIGSTOP " + d.Round(time.Millisecond).String()})
 }
@@ -488,7 +488,7 @@ func (n *nemesis) faultStep(slot int) {
 	now := time.Now()
 	_ = p.cmd.Process.Signal(sig)
 	n.record(nemFault{kind: "step", slot: slot, pid: p.pid, start: now, end: now, detail: fmt.Sprintf("%+v (offset now %+v)", d, off+d)})
-	time.Sleep(nemDur(100*time.Millisecond, 500*time.Millisecond))
+	time.Sleep(nemDur(100*time.Millisecond, 500*time.Millisecond)) // pacing: let the step show before the next fault
 }
 
 func (n *nemesis) faultNet(slot int, kind string) {
@@ -504,20 +504,20 @@ func (n *nemesis) faultNet(slot int, kind string) {
 	case "partition":
 		d = nemDur(time.Second, 4*time.Second)
 		px.Blackhole(true)
-		time.Sleep(d)
+		time.Sleep(d) // the fault: partitioned this long
 		px.Blackhole(false)
 		detail = "blackhole " + d.Round(time.Millisecond).String()
 	case "slow":
 		delay := nemDur(200*time.Millisecond, 2*time.Second)
 		d = nemDur(time.Second, 4*time.Second)
 		px.SetReplyDelay(delay)
-		time.Sleep(d)
+		time.Sleep(d) // the fault: slow this long
 		px.SetReplyDelay(0)
 		detail = fmt.Sprintf("replies %v late for %v", delay.Round(time.Millisecond), d.Round(time.Millisecond))
 	case "lost":
 		d = nemDur(100*time.Millisecond, 800*time.Millisecond)
 		px.DropReplies(true)
-		time.Sleep(d)
+		time.Sleep(d) // the fault: replies lost this long
 		px.DropReplies(false)
 		detail = "replies dropped " + d.Round(time.Millisecond).String()
 	}
@@ -527,13 +527,13 @@ func (n *nemesis) faultNet(slot int, kind string) {
 func (n *nemesis) faultRedis() {
 	start := time.Now()
 	n.srv.Kill()
-	time.Sleep(nemDur(200*time.Millisecond, time.Second))
+	time.Sleep(nemDur(200*time.Millisecond, time.Second)) // the fault: Redis down this long
 	var err error
 	for range 10 {
 		if err = n.srv.Restart(); err == nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // retry pacing before another restart
 	}
 	if err != nil {
 		n.t.Errorf("nemesis: Redis restart: %v", err)
@@ -618,7 +618,7 @@ func (n *nemesis) produce(g int, q *Queue, until time.Time) {
 			v.ops = append(v.ops, nemDo('r', ceilMicro(due), func(ctx context.Context) error { return q.Reschedule(ctx, v.topic, v.id, due) }))
 			mine[k].due = due
 		}
-		time.Sleep(nemDur(60*time.Millisecond, 140*time.Millisecond))
+		time.Sleep(nemDur(60*time.Millisecond, 140*time.Millisecond)) // pacing: the workload's rate
 	}
 }
 
@@ -665,7 +665,7 @@ func TestNemesis(t *testing.T) {
 	var faults sync.WaitGroup
 	var active atomic.Int32
 	for i := 0; i < 1_000_000 && time.Now().Before(until); i++ {
-		time.Sleep(nemDur(200*time.Millisecond, 1200*time.Millisecond))
+		time.Sleep(nemDur(200*time.Millisecond, 1200*time.Millisecond)) // pacing: time between faults
 		if active.Load() >= 2 || !time.Now().Before(until) {
 			continue
 		}
@@ -741,7 +741,7 @@ func (n *nemesis) waitDrained(rdb redis.UniversalClient, q *Queue, d time.Durati
 			}
 			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll pacing (a deadline bounds it)
 	}
 }
 

@@ -256,7 +256,7 @@ func TestTeamJoinLeaveWhileFiring(t *testing.T) {
 	wg.Go(func() { h.produce(t, producer, stop) })
 	workers := []*Queue{runs.worker(t, rdb, ns, 0)}
 	step := func(what string, f func()) {
-		time.Sleep(time.Duration(300+rand.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rand.IntN(300)) * time.Millisecond) // pacing: jobs fire between the steps
 		f()
 		t.Log(what)
 	}
@@ -291,12 +291,12 @@ func TestTeamKill9OneOfThree(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { h.produce(t, tm.producer, stop) })
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // pacing: jobs in flight at the kill
 	killed := time.Now()
 	cs[0].kill()
 	eventually(t, func() bool { return tm.balanced(2) }, "two processes take the killed one's share over")
 	t.Logf("kill -9 of one of three: its partitions taken over %v after the kill (LeaseTTL 2s)", time.Since(killed).Round(time.Millisecond))
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // pacing: load goes on after the take-over
 	close(stop)
 	wg.Wait()
 	waitDrained(t, rdb, tm.producer)
@@ -327,7 +327,7 @@ func TestTeamRollingRestart(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { h.produce(t, tm.producer, stop) })
 	for i := range cs {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // pacing: jobs fire between restarts
 		began := time.Now()
 		cs[i].term(t)
 		cs[i] = startTeamChild(t, tm.srv.Addr, logPath, "")
@@ -335,7 +335,7 @@ func TestTeamRollingRestart(t *testing.T) {
 		eventually(t, func() bool { return tm.balanced(3) }, "the restarted process gets its share")
 		t.Logf("process %d restarted and balanced in %v", i, time.Since(began).Round(time.Millisecond))
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // pacing: load goes on after the last restart
 	close(stop)
 	wg.Wait()
 	waitDrained(t, rdb, tm.producer)

@@ -31,6 +31,27 @@ func setupPull(t *testing.T, cfg Config, topics ...string) *bundle {
 }
 
 // reserve calls Reserve bounded by the test's wait.
+// readyJobs returns how many jobs of topic wait in its ready sets in Redis,
+// over every partition (jobs queued for consumers), or -1 on an error.
+func readyJobs(b *bundle, q *Queue, topic string) int64 {
+	var n int64
+	for p := range q.store.Partitions() {
+		c, err := b.rdb.ZCard(b.ctx, q.store.Keys(p).Ready+topic).Result()
+		if err != nil {
+			return -1
+		}
+		n += c
+	}
+	return n
+}
+
+// pullWaiters returns how many Reserves wait on topic in q.
+func pullWaiters(q *Queue, topic string) int {
+	q.pull.mu.Lock()
+	defer q.pull.mu.Unlock()
+	return len(q.pull.byTopic[topic])
+}
+
 func reserve(t *testing.T, q *Queue, opts ReserveOptions) []*Reservation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -108,18 +129,20 @@ func TestPullNackTouchLapse(t *testing.T) {
 	dl, err := b.q.Touch(b.ctx, r2.Receipt, 4*time.Second)
 	require.NoError(t, err)
 	require.True(t, dl.After(r2.Deadline))
-	time.Sleep(time.Until(r2.Deadline) + 300*time.Millisecond)
-	require.NoError(t, b.q.Ack(b.ctx, r2.Receipt), "touched: not lapsed")
 
-	// A reservation left alone lapses: the job comes back, attempt 2.
+	// A reservation left alone lapses: the job comes back, attempt 2. It
+	// lapses 300 ms after r2's first deadline: once it has, the engine has
+	// passed that deadline too, and r2 must still be ours.
 	_, err = b.q.Schedule(b.ctx, "p", []byte("y"), ID("l"), MaxAttempts(4))
 	require.NoError(t, err)
-	r3 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, TTR: 50 * time.Millisecond})[0]
+	r3 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, TTR: max(time.Until(r2.Deadline)+300*time.Millisecond, 50*time.Millisecond)})[0]
 	r4 := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
 	require.Equal(t, "l", r4.ID)
 	require.Equal(t, 2, r4.Job.Attempt)
 	require.Contains(t, r4.Job.LastError, "time-to-run lapsed")
 	require.False(t, time.Now().Before(r3.Deadline), "not handed out again before the deadline")
+	require.True(t, r3.Deadline.After(r2.Deadline))
+	require.NoError(t, b.q.Ack(b.ctx, r2.Receipt), "touched: not lapsed")
 	require.ErrorIs(t, b.q.Ack(b.ctx, r3.Receipt), ErrReservationLost)
 
 	// Permanent: dead at once.
@@ -318,7 +341,7 @@ func TestReserveBadInput(t *testing.T) {
 		_, err := q.Reserve(context.Background(), ReserveOptions{Topics: []string{"p"}})
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, func() bool { return pullWaiters(q, "p") == 1 }, "Reserve waits")
 	require.NoError(t, q.Shutdown(b.ctx))
 	select {
 	case err := <-done:
@@ -498,7 +521,7 @@ func TestPullOnEachDeployment(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, cs, 1)
 		require.Equal(t, int64(n), cs[0].Pending)
-		time.Sleep(200 * time.Millisecond) // queued to the ready sets by now, typically
+		eventually(t, func() bool { return readyJobs(b, b.q, "p") == n }, "queued to the ready sets")
 		var ids []string
 		for len(ids) < n {
 			for _, r := range reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 10}) {
@@ -592,7 +615,7 @@ func TestPullIdleWaitersCostNothing(t *testing.T) {
 	}
 	const window = 2 * time.Second
 	s0 := scripts()
-	time.Sleep(window)
+	time.Sleep(window) // a measurement: the round trips of the queue's own loops over window
 	base := scripts() - s0
 
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -600,9 +623,10 @@ func TestPullIdleWaitersCostNothing(t *testing.T) {
 	for range 300 {
 		wg.Go(func() { _, _ = b.q.Reserve(ctx, ReserveOptions{Topics: []string{"idle"}}) })
 	}
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, func() bool { return pullWaiters(b.q, "idle") == 300 }, "300 Reserves wait")
+	time.Sleep(200 * time.Millisecond) // their first looks (one take, the others skip it) end
 	s1 := scripts()
-	time.Sleep(window)
+	time.Sleep(window) // a measurement: the same, with 300 idle waiters
 	idle := scripts() - s1
 	cancel()
 	wg.Wait()
@@ -620,7 +644,7 @@ func TestPullRelease(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.q.Schedule(b.ctx, "p", []byte("two"), ID("b"), After(5*time.Millisecond))
 	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond)
+	eventually(t, func() bool { return readyJobs(b, b.q, "p") == 2 }, "both queued to the ready sets")
 	got := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}, Max: 2, TTR: time.Hour})
 	require.Len(t, got, 2)
 	start := time.Now()

@@ -132,6 +132,24 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 	require.Eventually(t, cond, wait, 5*time.Millisecond, msg)
 }
 
+// quiesced waits until q has dealt with every job due so far: nothing armed
+// or held in its memory, no handler running, no outcome waiting for Redis,
+// and pending jobs left in Redis (the namespace's, every process's). A
+// negative check that follows ("nothing else ran") then looks at an engine
+// that has processed the jobs it is about, so it cannot pass merely
+// because the machine was too slow to get to them within its window.
+func quiesced(t *testing.T, q *Queue, pending int64) {
+	t.Helper()
+	var st Stats
+	var err error
+	if !assert.Eventually(t, func() bool {
+		st, err = q.Stats(context.Background())
+		return err == nil && st.InMemory == 0 && st.Running == 0 && st.UnstoredOutcomes == 0 && st.Pending == pending
+	}, wait, 5*time.Millisecond) {
+		t.Fatalf("not quiesced at %d pending: %+v %v", pending, st, err)
+	}
+}
+
 // wqKeys returns the Redis keys the queue left, but for the namespace's
 // meta key and roster, the partitions' leases and loaded markers, and the
 // tombstones of recent cancels (which expire two minutes after the last
@@ -288,6 +306,7 @@ func TestRetryDeadLetterRequeue(t *testing.T) {
 				require.Equal(t, "downstream said no to j1", j.LastError)
 			}
 		}
+		quiesced(t, b.q, 0) // dead-lettered: nothing armed, running or pending
 		r.none(t, 100*time.Millisecond)
 		var dead []JobInfo
 		eventually(t, func() bool {
@@ -398,6 +417,7 @@ func TestDuplicateBothWays(t *testing.T) {
 		require.NoError(t, err)
 		j := r.next(t)
 		require.Equal(t, "third", string(j.Payload), "replace moved it to now with the new payload")
+		quiesced(t, b.q, 0)
 		r.none(t, 100*time.Millisecond)
 	})
 }
@@ -419,6 +439,7 @@ func TestCancelAndReschedule(t *testing.T) {
 		require.ErrorIs(t, b.q.Reschedule(b.ctx, "c", "nope", time.Now()), ErrNotFound)
 		require.Equal(t, "near", r.next(t).ID)
 		require.Equal(t, "keep", r.next(t).ID)
+		quiesced(t, b.q, 1) // "drop" came due and was passed over; "far" alone pending
 		r.none(t, 200*time.Millisecond)
 		info, err := b.q.Lookup(b.ctx, "c", "far")
 		require.NoError(t, err)
@@ -532,6 +553,7 @@ func TestConcurrentReschedulesShareRoundTrips(t *testing.T) {
 		require.False(t, ran[j.ID], "job %s ran twice", j.ID)
 		ran[j.ID] = true
 	}
+	quiesced(t, b.q, 0)
 	r.none(t, 200*time.Millisecond)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -554,6 +576,7 @@ func TestConcurrentCancelsShareRoundTrips(t *testing.T) {
 	st, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
+	quiesced(t, b.q, 0)              // the engine is past their due time
 	r.none(t, 1500*time.Millisecond) // past their due time: none runs
 }
 
@@ -575,6 +598,7 @@ func TestCancelWhileRunning(t *testing.T) {
 		require.ErrorIs(t, b.q.Cancel(b.ctx, "slow", "s"), ErrRunning)
 		close(release)
 		r.next(t)
+		quiesced(t, b.q, 0)
 		r.none(t, 200*time.Millisecond)
 		eventually(t, func() bool { return len(wqKeys(t, b)) == 0 }, "nothing left, not even the claim mark")
 	})
@@ -626,6 +650,7 @@ func TestCorruptRecordIsDeadLettered(t *testing.T) {
 			require.NoError(t, err)
 			return len(dead) == 1 && strings.Contains(dead[0].LastError, "corrupt")
 		}, "corrupt record dead-lettered with the reason")
+		quiesced(t, b.q, 0)
 		r.none(t, 50*time.Millisecond)
 	})
 }
@@ -784,6 +809,7 @@ func TestFakeClockLongDelays(t *testing.T) {
 		// the old time, and the next would wait for the clock to move again.
 		clk.BlockUntilSleeping()
 		clk.Advance(30*time.Minute - time.Millisecond)
+		eventually(t, func() bool { return b.q.sched.Len() == 0 && b.q.starts.Len() == 1 }, "claimed ahead and held for its time")
 		r.none(t, 50*time.Millisecond)
 		clk.Advance(time.Millisecond)
 		j := r.next(t)
@@ -793,10 +819,12 @@ func TestFakeClockLongDelays(t *testing.T) {
 		awaitRetryArmed(t, b, "order", "o-1")
 		clk.BlockUntilSleeping()
 		clk.Advance(50*time.Minute - time.Millisecond)
+		eventually(t, func() bool { return b.q.sched.Len() == 0 && b.q.starts.Len() == 1 }, "claimed ahead and held for its time")
 		r.none(t, 50*time.Millisecond)
 		clk.Advance(time.Millisecond)
 		j = r.next(t)
 		require.Equal(t, 2, j.Attempt)
+		quiesced(t, b.q, 0)
 		r.none(t, 50*time.Millisecond)
 	})
 }
@@ -842,6 +870,7 @@ func TestSecondProcessTakesOver(t *testing.T) {
 		for range 5 {
 			require.True(t, strings.HasPrefix(r.next(t).ID, "late-"))
 		}
+		quiesced(t, second, 0)
 		r.none(t, 100*time.Millisecond)
 	})
 }

@@ -1,6 +1,7 @@
 package wheelq
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -329,16 +330,30 @@ func TestRecurringOncePerSlot(t *testing.T) {
 		return c
 	}
 	cs := []*child{start(), start(), start()}
-	time.Sleep(1500 * time.Millisecond)
+	// Slots run before the kill (the children may be slow to start).
+	eventually(t, func() bool {
+		data, _ := os.ReadFile(logPath)
+		return bytes.Count(data, []byte("\n")) >= 10
+	}, "slots run")
+	time.Sleep(500 * time.Millisecond) // pacing: slots go on running in all three
 	cs[0].kill()
 	killedPid := cs[0].cmd.Process.Pid
 	cs[0] = start()
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // pacing: the slots go on through the take-over and the new child's start
 	q, err := New(srv.Client(t), recurConfig())
 	require.NoError(t, err)
 	removed := time.Now()
 	require.NoError(t, q.RemoveRecurring(context.Background(), "beat"))
-	time.Sleep(time.Second)
+	// Every slot stored before the removal runs (none may be missing).
+	eventually(t, func() bool {
+		cs, err := q.Counts(context.Background())
+		var pending int64
+		for _, c := range cs {
+			pending += c.Pending
+		}
+		return err == nil && pending == 0
+	}, "the slots stored run")
+	time.Sleep(time.Until(removed.Add(time.Second))) // a slot stored after the removal would run now
 	for _, c := range cs {
 		c.kill()
 	}

@@ -35,7 +35,7 @@ func failoverUnderLoad(t *testing.T, replicas, acks int) (acked, lost int) {
 	ctx := context.Background()
 
 	stop := scheduleLoad(q, "fo", time.Hour, 0)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // pacing: load before the failover
 	set.Failover(t)
 	time.Sleep(2 * time.Second) // writes go on through the switch
 	ids, failed := stop()
@@ -190,7 +190,7 @@ func partitionedPrimary(t *testing.T, acks int) (acked, lost int) {
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 
 	stop := scheduleLoad(q, "pp", time.Hour, 0)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // pacing: load before the partition
 	old := proxy.Addr()
 	proxy.Blackhole(true)
 	require.Eventually(t, func() bool {
@@ -271,7 +271,7 @@ func scheduleLoad(q *Queue, topic string, after, pace time.Duration) (stop func(
 				ids = append(ids, id)
 				mu.Unlock()
 				if pace > 0 {
-					time.Sleep(pace)
+					time.Sleep(pace) // pacing: the rate asked for
 				}
 			}
 		})
