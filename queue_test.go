@@ -809,7 +809,7 @@ func TestFakeClockLongDelays(t *testing.T) {
 		// the old time, and the next would wait for the clock to move again.
 		clk.BlockUntilSleeping()
 		clk.Advance(30*time.Minute - time.Millisecond)
-		eventually(t, func() bool { return b.q.sched.Len() == 0 && b.q.starts.Len() == 1 }, "claimed ahead and held for its time")
+		eventually(t, func() bool { return b.q.sched.Len() == 0 && b.q.gate.len() == 1 }, "claimed ahead and held for its time")
 		r.none(t, 50*time.Millisecond)
 		clk.Advance(time.Millisecond)
 		j := r.next(t)
@@ -819,7 +819,7 @@ func TestFakeClockLongDelays(t *testing.T) {
 		awaitRetryArmed(t, b, "order", "o-1")
 		clk.BlockUntilSleeping()
 		clk.Advance(50*time.Minute - time.Millisecond)
-		eventually(t, func() bool { return b.q.sched.Len() == 0 && b.q.starts.Len() == 1 }, "claimed ahead and held for its time")
+		eventually(t, func() bool { return b.q.sched.Len() == 0 && b.q.gate.len() == 1 }, "claimed ahead and held for its time")
 		r.none(t, 50*time.Millisecond)
 		clk.Advance(time.Millisecond)
 		j = r.next(t)
