@@ -455,6 +455,10 @@ func (c *crashStore) FillRecur(ctx context.Context, p int, tok, name, spec strin
 	return guarded(c, func() ([]string, error) { return c.engineStore.FillRecur(ctx, p, tok, name, spec, floor, slots) })
 }
 
+func (c *crashStore) Pop(ctx context.Context, topics []string, max int, now int64, start int) (persist.TakeResult, error) {
+	return guarded(c, func() (persist.TakeResult, error) { return c.engineStore.Pop(ctx, topics, max, now, start) })
+}
+
 func (c *crashStore) Time(ctx context.Context) (time.Time, error) {
 	return guarded(c, func() (time.Time, error) { return c.engineStore.Time(ctx) })
 }

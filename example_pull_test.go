@@ -114,3 +114,50 @@ func ExampleQueue_AckAll() {
 	// acked: true true
 	// c again, attempt 1
 }
+
+// A consumer that may lose a job to its own crash (a cache refresh, a
+// best-effort notification) pops due jobs: each is finished in the same
+// Redis call that takes it, so there is nothing to ack.
+func ExampleQueue_Pop() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := wheelq.New(rdb, wheelq.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Pull("cache.refresh"); err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+	for _, id := range []string{"home", "prices"} {
+		if _, err := q.Schedule(ctx, "cache.refresh", []byte(id), wheelq.ID(id), wheelq.After(20*time.Millisecond)); err != nil {
+			panic(err)
+		}
+	}
+	var ids []string
+	for len(ids) < 2 {
+		js, err := q.Pop(ctx, []string{"cache.refresh"}, 10)
+		if err != nil {
+			panic(err)
+		}
+		for _, j := range js {
+			ids = append(ids, j.ID)
+		}
+		if len(js) == 0 {
+			time.Sleep(time.Millisecond) // nothing due yet: poll again
+		}
+	}
+	sort.Strings(ids)
+	info, err := q.Lookup(ctx, "cache.refresh", "home")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ids, info.State)
+	// Output:
+	// [home prices] done
+}

@@ -384,22 +384,8 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	case opts.TTR < MinTTR || opts.TTR > MaxTTR:
 		return nil, fmt.Errorf("%w: time-to-run %v: want %v to %v", ErrInvalidOption, opts.TTR, MinTTR, MaxTTR)
 	}
-	q.mu.Lock()
-	state := q.state
-	q.mu.Unlock()
-	if state == stateStarting {
-		// Start is making its round trips: wait for its outcome.
-		q.startMu.Lock()
-		q.mu.Lock()
-		state = q.state
-		q.mu.Unlock()
-		q.startMu.Unlock()
-	}
-	switch state {
-	case stateNew:
-		return nil, ErrNotStarted
-	case stateClosing, stateClosed:
-		return nil, ErrClosed
+	if err := q.pullReady(); err != nil {
+		return nil, err
 	}
 	ps := q.pull
 	topics := slices.Clone(opts.Topics)
@@ -488,6 +474,29 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// pullReady returns nil once the queue is started: ErrNotStarted before,
+// ErrClosed once Shutdown began. While Start makes its round trips it
+// waits for their outcome.
+func (q *Queue) pullReady() error {
+	q.mu.Lock()
+	state := q.state
+	q.mu.Unlock()
+	if state == stateStarting {
+		q.startMu.Lock()
+		q.mu.Lock()
+		state = q.state
+		q.mu.Unlock()
+		q.startMu.Unlock()
+	}
+	switch state {
+	case stateNew:
+		return ErrNotStarted
+	case stateClosing, stateClosed:
+		return ErrClosed
+	}
+	return nil
 }
 
 // takeGot returns what was handed to w, and empties it.
@@ -710,6 +719,114 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 		out = append(out, r)
 	}
 	return out, res.Stale, nil
+}
+
+// Pop takes up to max due jobs of topics, oldest first, and finishes
+// them in the same Redis call that takes them: each leaves the queue for
+// the run history as done, as an acked job does, before Pop returns it.
+// Delivery is at most once: a job popped is never handed out again,
+// whatever becomes of the caller (one that dies before it used the jobs
+// loses them); Reserve and Ack deliver at least once. A reserved job is
+// not popped, nor a paused topic's. Pop does not wait: with nothing due it
+// returns no jobs and a nil error, and it reads Redis only when jobs were
+// announced since the last look here (or a second has passed), as a
+// NoWait Reserve does. The queue must be started and the topics pulled;
+// errors are Reserve's. A job whose stored record cannot be decoded is
+// finished too: Pop then returns the others with an error wrapping
+// ErrCorrupt that names it.
+func (q *Queue) Pop(ctx context.Context, topics []string, max int) ([]Job, error) {
+	if err := checkCtx(ctx, "Pop"); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(topics) == 0:
+		return nil, fmt.Errorf("%w: Pop of no topic", ErrInvalidOption)
+	case max < 1 || max > MaxReserve:
+		return nil, fmt.Errorf("%w: Pop of %d jobs: want 1 to %d", ErrInvalidOption, max, MaxReserve)
+	}
+	if err := q.pullReady(); err != nil {
+		return nil, err
+	}
+	ps := q.pull
+	topics = slices.Clone(topics)
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	ps.mu.Lock()
+	may := false
+	gens := make([]uint64, len(topics))
+	for i, t := range topics {
+		if !ps.declared[t] {
+			ps.mu.Unlock()
+			if err := validTopic(t); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %q", ErrNotPulled, t)
+		}
+		gens[i] = ps.gen[t]
+		may = may || ps.gen[t] != ps.drained[t] || q.clock.Now().Sub(ps.looked[t]) >= pullRecheck
+	}
+	ps.seq++
+	seq := ps.seq
+	ps.mu.Unlock()
+	if !may {
+		return nil, nil
+	}
+	var out []Job
+	var corrupt []string
+	// Stale ready entries (cancelled or moved jobs) may keep a pop from
+	// max: it looks again, a few times at most.
+	for range 3 {
+		_, wall := wheel.Readings(q.clock)
+		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+		probe, err := q.reach.admit(q.clock)
+		if err != nil {
+			cancel()
+			return out, errs.Errorf("wheelq: pop: %w", err)
+		}
+		res, err := q.store.Pop(cctx, topics, max-len(out), wall.UnixMicro(), int(seq%uint64(q.cfg.Partitions)))
+		cancel()
+		q.reach.note(err, probe, q.clock)
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			return out, errs.Errorf("wheelq: pop: %w", uncertain(err))
+		}
+		now := q.clock.Now()
+		ps.mu.Lock()
+		for i, t := range topics {
+			ps.looked[t] = now
+			if len(res.Jobs) == 0 && res.Stale == 0 {
+				ps.drained[t] = gens[i] // the next look waits for an announcement
+			}
+		}
+		ps.mu.Unlock()
+		if len(out) == 0 && len(res.Jobs) == 0 && len(res.Paused) == len(topics) {
+			return nil, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
+		}
+		for _, j := range res.Jobs {
+			rec, err := persist.DecodeRecord(j.Record)
+			if err != nil {
+				q.log.Error("wheelq: pop: a corrupt job record was finished", "key", j.Key, "err", err)
+				corrupt = append(corrupt, j.Key)
+				continue
+			}
+			rec.Topic, rec.ID, _ = persist.SplitJobKey(j.Key)
+			q.cache.Remove(j.Key)
+			q.stats.succeeded.Add(1)
+			if obs := q.cfg.Observer; obs != nil {
+				obs.JobSucceeded(rec.Topic, 0)
+			}
+			out = append(out, q.reservation(j.Key, "", &rec, time.UnixMicro(j.Due), time.Time{}, false).Job)
+		}
+		if res.Stale == 0 || len(out)+len(corrupt) >= max {
+			break
+		}
+	}
+	if len(corrupt) > 0 {
+		return out, fmt.Errorf("%w: popped records that cannot be decoded: %v", ErrCorrupt, corrupt)
+	}
+	return out, nil
 }
 
 // Ack says the reserved job is done: it leaves the queue, into the run

@@ -751,3 +751,71 @@ func TestPullAckAll(t *testing.T) {
 	require.Equal(t, []error{nil}, b.q.AckAll(b.ctx, got[2].Receipt), "acked already: sent again")
 	require.Empty(t, b.q.AckAll(b.ctx))
 }
+
+// TestPop: Pop finishes the due jobs it takes in the same call (done in
+// the run history, counted, never handed out again), oldest first, up to
+// max; it skips a reserved job and a cancelled one, refuses bad input
+// with the sentinels Reserve uses, and answers a paused topic with
+// ErrPaused.
+func TestPop(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p", "o")
+	_, err := b.q.Pop(b.ctx, []string{"p"}, 0)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Pop(b.ctx, nil, 1)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = b.q.Pop(b.ctx, []string{"handled"}, 1)
+	require.ErrorIs(t, err, ErrNotPulled)
+	_, err = b.q.Pop(b.ctx, []string{"a/b"}, 1)
+	require.ErrorIs(t, err, ErrInvalidTopic)
+	unstarted := b.newQueue(t, Config{})
+	require.NoError(t, unstarted.Pull("p"))
+	_, err = unstarted.Pop(b.ctx, []string{"p"}, 1)
+	require.ErrorIs(t, err, ErrNotStarted)
+
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	for i := range 6 {
+		_, err := b.q.Schedule(b.ctx, "p", []byte(fmt.Sprint("pay", i)), ID(fmt.Sprint(i)), At(t0.Add(time.Duration(i)*time.Second)))
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool { return readyJobs(b, b.q, "p") == 6 }, "queued to the ready sets")
+	held := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}}) // "0", the oldest
+	require.Equal(t, "0", held[0].ID)
+	require.NoError(t, b.q.Cancel(b.ctx, "p", "2"))
+
+	got, err := b.q.Pop(b.ctx, []string{"p", "o"}, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "3"}, []string{got[0].ID, got[1].ID}, "oldest first; the reserved and the cancelled skipped")
+	require.Equal(t, "pay3", string(got[1].Payload))
+	require.Equal(t, 1, got[0].Attempt)
+	require.Equal(t, t0.Add(time.Second).UnixMicro(), got[0].Due.UnixMicro())
+	for _, id := range []string{"1", "3"} {
+		info, err := b.q.Lookup(b.ctx, "p", id)
+		require.NoError(t, err)
+		require.Equal(t, StateDone, info.State, id)
+		require.ErrorIs(t, b.q.Cancel(b.ctx, "p", id), ErrNotFound, "popped: finished")
+	}
+	st, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Succeeded)
+
+	require.NoError(t, b.q.Pause(b.ctx, "p"))
+	eventually(t, func() bool {
+		_, err := b.q.Pop(b.ctx, []string{"p"}, 10)
+		return errors.Is(err, ErrPaused)
+	}, "a paused topic's jobs are not popped")
+	require.NoError(t, b.q.Resume(b.ctx, "p"))
+	var rest []Job
+	eventually(t, func() bool {
+		got, err := b.q.Pop(b.ctx, []string{"p"}, 10)
+		require.NoError(t, err)
+		rest = append(rest, got...)
+		return len(rest) >= 2
+	}, "the rest popped after Resume")
+	require.Equal(t, []string{"4", "5"}, []string{rest[0].ID, rest[1].ID})
+	got, err = b.q.Pop(b.ctx, []string{"p"}, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing popped twice")
+	// The reservation made before the pops is still the consumer's.
+	require.NoError(t, b.q.Ack(b.ctx, held[0].Receipt))
+}

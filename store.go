@@ -34,6 +34,7 @@ type engineStore interface {
 	TopicModes(ctx context.Context) (map[string]string, error)
 	Due(ctx context.Context, tokens []string, now, ahead int64, jobs []persist.DueJob) ([]persist.DueResult, error)
 	Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (persist.TakeResult, error)
+	Pop(ctx context.Context, topics []string, max int, now int64, start int) (persist.TakeResult, error)
 	Resolve(ctx context.Context, now int64, ops []persist.ResolveOp) ([]byte, error)
 
 	// Per-topic limits (limits.go).

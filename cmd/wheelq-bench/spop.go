@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 
 func init() {
 	workloads = append(workloads,
-		workload{"resp-spop", "100,000 jobs already due, drained by one client asking for 1,000 at a time with SPOP (delayedqueue mode: reserve and ack before the reply); each call's time; vs the same drain in-process (Reserve of 1,000 without waiting, then AckAll) in the same run", runRESPSPop},
+		workload{"resp-spop", "100,000 jobs already due, drained by one client asking for 1,000 at a time with SPOP (delayedqueue mode: taken and finished in one Redis call before the reply); each call's time; vs the same drain in-process, by Reserve of 1,000 without waiting then AckAll, and by Pop of 1,000, in the same run", runRESPSPop},
 	)
 }
 
@@ -93,37 +94,51 @@ func runRESPSPop(ctx context.Context, cfg *config, emit func(result)) error {
 		return ds
 	}
 
-	// In-process: Reserve 1,000 without waiting, then ack them at once.
-	ns := namespace("spopq")
-	q, err := startPulling(ctx, br, ns)
-	if err != nil {
-		return err
+	// In-process, the same drain two ways: Reserve 1,000 without waiting
+	// then ack them at once (at least once), and Pop (at most once: taken
+	// and finished in one call, as SPOP does).
+	inProcess := []struct {
+		system string
+		take   func(q *wheelq.Queue) (int, error)
+	}{
+		{"wheelq in-process (Reserve 1,000 + AckAll)", func(q *wheelq.Queue) (int, error) {
+			rs, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"p"}, Max: 1000, NoWait: true})
+			receipts := make([]wheelq.Receipt, len(rs))
+			for i, r := range rs {
+				receipts[i] = r.Receipt
+			}
+			q.AckAll(ctx, receipts...)
+			return len(rs), err
+		}},
+		{"wheelq in-process (Pop 1,000)", func(q *wheelq.Queue) (int, error) {
+			js, err := q.Pop(ctx, []string{"p"}, 1000)
+			return len(js), err
+		}},
 	}
-	<-q.Ready()
-	failed := scheduleDue(ctx, q, "p", "j-", past())
-	if err := readyAll(ctx, br, ns, n); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	calls, got, err := drainCalls(ctx, n, func() (int, error) {
-		rs, err := q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{"p"}, Max: 1000, NoWait: true})
-		receipts := make([]wheelq.Receipt, len(rs))
-		for i, r := range rs {
-			receipts[i] = r.Receipt
+	var failed int64
+	for i, ip := range inProcess {
+		ns := namespace(fmt.Sprint("spopq", i))
+		q, err := startPulling(ctx, br, ns)
+		if err != nil {
+			return err
 		}
-		q.AckAll(ctx, receipts...)
-		return len(rs), err
-	})
-	el := time.Since(t0)
-	_ = q.Shutdown(ctx)
-	if err != nil {
-		return err
+		<-q.Ready()
+		failed = scheduleDue(ctx, q, "p", "j-", past())
+		if err := readyAll(ctx, br, ns, n); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		calls, got, err := drainCalls(ctx, n, func() (int, error) { return ip.take(q) })
+		el := time.Since(t0)
+		_ = q.Shutdown(ctx)
+		if err != nil {
+			return err
+		}
+		emit(callFigures(result{"workload": "resp-spop", "system": ip.system, "n": n, "schedule_errors": failed}, calls, got, el))
 	}
-	r := callFigures(result{"workload": "resp-spop", "system": "wheelq in-process (Reserve 1,000 + AckAll)", "n": n, "schedule_errors": failed}, calls, got, el)
-	emit(r)
 
 	// Over RESP, SPOP queue 1000, one client.
-	ns = namespace("spop")
+	ns := namespace("spop")
 	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0", "-set", "resp.delayedqueue=true")
 	if err != nil {
 		return err
@@ -140,16 +155,16 @@ func runRESPSPop(ctx context.Context, cfg *config, emit func(result)) error {
 	rdb := redis.NewClient(&redis.Options{Addr: s.resp, PoolSize: 1})
 	defer rdb.Close()
 	cpu0 := s.cpu()
-	t0 = time.Now()
-	calls, got, err = drainCalls(ctx, n, func() (int, error) {
+	t0 := time.Now()
+	calls, got, err := drainCalls(ctx, n, func() (int, error) {
 		v, err := rdb.SPopN(ctx, "p", 1000).Result()
 		return len(v), err
 	})
-	el = time.Since(t0)
+	el := time.Since(t0)
 	if err != nil {
 		return err
 	}
-	r = callFigures(result{"workload": "resp-spop", "system": "wheelq-server RESP SPOP", "n": n, "schedule_errors": failed}, calls, got, el)
+	r := callFigures(result{"workload": "resp-spop", "system": "wheelq-server RESP SPOP", "n": n, "schedule_errors": failed}, calls, got, el)
 	r["server_cpu_us_per_job"] = round((s.cpu() - cpu0) * 1e6 / float64(max(got, 1)))
 	emit(r)
 	return nil

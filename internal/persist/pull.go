@@ -293,6 +293,20 @@ type TakeResult struct {
 // partitions it holds are not pushed to their inbox (the caller arms
 // their deadlines itself).
 func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int) (TakeResult, error) {
+	return s.take1(ctx, topics, max, now, deadline, nonce, tok, start, "")
+}
+
+// Pop takes up to max due jobs of topics from the ready sets, oldest
+// first, as Take does, and finishes them in the same call: each leaves
+// the queue for the run history as done, as an ack leaves it, and its
+// Taken has no token. A job popped is never handed out again, whatever
+// becomes of the caller (at most once).
+func (s *Store) Pop(ctx context.Context, topics []string, max int, now int64, start int) (TakeResult, error) {
+	return s.take1(ctx, topics, max, now, 0, "", "", start, "p")
+}
+
+// take1 is Take, or Pop with mode "p".
+func (s *Store) take1(ctx context.Context, topics []string, max int, now, deadline int64, nonce, tok string, start int, mode string) (TakeResult, error) {
 	var res TakeResult
 	parts := make([]int, 0, len(s.parts))
 	for i := range s.parts {
@@ -310,15 +324,16 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 	}
 	args := make([][]any, len(calls))
 	for g, c := range calls {
-		keys := make([]any, 0, len(c.parts)*(6+len(topics)))
+		keys := make([]any, 0, len(c.parts)*(8+len(topics)))
 		for _, p := range c.parts {
 			k := s.parts[p]
-			keys = append(keys, k.Pending, k.Jobs, k.Running, k.Paused, k.Lease, k.Inbox)
+			keys = append(keys, k.Pending, k.Jobs, k.Running, k.Paused, k.Lease, k.Inbox, k.HistoryIdx, k.History)
 			for _, t := range topics {
 				keys = append(keys, k.Ready+t)
 			}
 		}
-		args[g] = evalArgs(s.take, keys, []any{now, c.max, deadline, nonce + strconv.Itoa(g) + ".", MaxClaimBytes, len(topics), tok})
+		args[g] = evalArgs(s.take, keys, []any{now, c.max, deadline, nonce + strconv.Itoa(g) + ".", MaxClaimBytes, len(topics), tok,
+			mode, s.histAge, s.histCount})
 	}
 	replies, err := s.runCalls(ctx, args)
 	if err != nil {

@@ -290,3 +290,91 @@ func TestDueSpansPartitions(t *testing.T) {
 	}
 	require.Len(t, seen, 4, "the jobs span every partition")
 }
+
+// TestPop: a pop takes due ready jobs oldest first, as a take does, and
+// finishes them in the same call: they leave the queue for the run
+// history as done, and no take or pop hands them out again; a reserved
+// job is not popped, nor a paused topic's. On a redis-server and on
+// miniredis.
+func TestPop(t *testing.T) {
+	t.Parallel()
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		popScript(t, setup(t, 1).rdb)
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		srv, err := redistest.StartMiniredis()
+		require.NoError(t, err)
+		t.Cleanup(srv.Close)
+		rdb := srv.NewClient()
+		t.Cleanup(func() { _ = rdb.Close() })
+		popScript(t, rdb)
+	})
+}
+
+func popScript(t *testing.T, rdb redis.UniversalClient) {
+	s, err := New(rdb, Options{Namespace: "pop", Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, s.Init(ctx))
+	held, _, err := s.Lease(ctx, 0, LeaseAcquire, "own", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	var ws []Write
+	var due []DueJob
+	for i := range 5 {
+		ws = append(ws, Write{Key: JobKey("p", fmt.Sprint(i)), Due: int64(1000 + i), Record: rec(fmt.Sprint("pay", i)), Replace: true})
+		due = append(due, DueJob{Key: JobKey("p", fmt.Sprint(i))})
+	}
+	_, err = s.Write(ctx, nil, ws)
+	require.NoError(t, err)
+	_, err = s.Due(ctx, []string{"own"}, 2000, 2000, due)
+	require.NoError(t, err)
+
+	// p/0 reserved by a take: not popped.
+	tr, err := s.Take(ctx, []string{"p"}, 1, 2000, 9000, "N", "", 0)
+	require.NoError(t, err)
+	require.Len(t, tr.Jobs, 1)
+	require.Equal(t, "p/0", tr.Jobs[0].Key)
+
+	pr, err := s.Pop(ctx, []string{"p"}, 2, 2000, 0)
+	require.NoError(t, err)
+	require.Len(t, pr.Jobs, 2)
+	require.Equal(t, []string{"p/1", "p/2"}, []string{pr.Jobs[0].Key, pr.Jobs[1].Key})
+	require.Empty(t, pr.Jobs[0].Token)
+	require.Equal(t, int64(1001), pr.Jobs[0].Due)
+	d, err := DecodeRecord(pr.Jobs[1].Record)
+	require.NoError(t, err)
+	require.Equal(t, "pay2", string(d.Payload))
+	for _, j := range pr.Jobs {
+		_, _, err := s.Get(ctx, j.Key)
+		require.ErrorIs(t, err, ErrNotFound, "popped: gone from the queue")
+		_, st, _, err := s.History(ctx, j.Key)
+		require.NoError(t, err)
+		require.Equal(t, Done, st, "popped: done in the run history")
+	}
+	// The reserved one is still reserved, the rest ready.
+	_, st, err := s.Get(ctx, "p/0")
+	require.NoError(t, err)
+	require.Equal(t, Reserved, st)
+
+	// Paused: nothing popped, and the topic said paused.
+	require.NoError(t, s.SetPaused(ctx, "p", true))
+	pr, err = s.Pop(ctx, []string{"p"}, 10, 2000, 0)
+	require.NoError(t, err)
+	require.Empty(t, pr.Jobs)
+	require.Equal(t, []string{"p"}, pr.Paused)
+	require.NoError(t, s.SetPaused(ctx, "p", false))
+
+	// The rest, once; then nothing.
+	pr, err = s.Pop(ctx, []string{"p"}, 10, 2000, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p/3", "p/4"}, []string{pr.Jobs[0].Key, pr.Jobs[1].Key})
+	pr, err = s.Pop(ctx, []string{"p"}, 10, 2000, 0)
+	require.NoError(t, err)
+	require.Empty(t, pr.Jobs)
+	tr, err = s.Take(ctx, []string{"p"}, 10, 2000, 9000, "M", "", 0)
+	require.NoError(t, err)
+	require.Empty(t, tr.Jobs)
+}

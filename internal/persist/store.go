@@ -174,7 +174,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		histAge:       opts.HistoryAge.Microseconds(),
 		histCount:     (opts.HistoryCount + opts.Partitions - 1) / opts.Partitions,
 	}
-	s.due, s.take, s.topics = redis.NewScript(dueLua), redis.NewScript(takeLua), redis.NewScript(topicsLua)
+	s.due, s.take, s.topics = redis.NewScript(dueLua), redis.NewScript(libLua+takeLua), redis.NewScript(topicsLua)
 	s.resolve = redis.NewScript(libLua + resolveLua)
 	s.deadCorrupt = redis.NewScript(deadCorruptLua)
 	s.repair = redis.NewScript(repairLua)

@@ -64,8 +64,8 @@ func cmdSAdd(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	return nil
 }
 
-// cmdSPop takes up to count due jobs of a queue and acks them before the
-// reply: at most once, as delayedqueue's. Without count it replies with a
+// cmdSPop takes up to count due jobs of a queue and finishes them in the
+// same Redis call, before the reply: at most once, as delayedqueue's. Without count it replies with a
 // payload or a null, as Redis's SPOP; with one, an array (empty if none
 // is due). It does not wait.
 func cmdSPop(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
@@ -83,56 +83,34 @@ func cmdSPop(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	if err := sess.p.Allow(auth.Consume, topic); err != nil {
 		return err
 	}
-	var got []*wheelq.Reservation
+	var got []wheelq.Job
 	if count > 0 {
 		ctx, cancel := s.ctx()
 		defer cancel()
 		var err error
-		got, err = s.q.Reserve(ctx, wheelq.ReserveOptions{Topics: []string{topic}, Max: int(count), NoWait: true})
-		if err != nil && len(got) == 0 {
-			return err
+		// Taken and finished in one Redis call (Queue.Pop): no job is
+		// both replied and kept, nor kept by a reply that never arrives.
+		got, err = s.q.Pop(ctx, []string{topic}, int(count))
+		if err != nil {
+			if len(got) == 0 {
+				return err
+			}
+			s.opts.Logger.Warn("wheelq server: SPOP", "err", err, "jobs", len(got))
 		}
-		got = s.ackAll(got)
 	}
 	if len(args) == 1 {
 		if len(got) == 0 {
 			sess.out(c).Null()
 		} else {
-			c.WriteBulk(got[0].Job.Payload)
+			c.WriteBulk(got[0].Payload)
 		}
 		return nil
 	}
 	c.WriteArray(len(got))
-	for _, r := range got {
-		c.WriteBulk(r.Job.Payload)
+	for _, j := range got {
+		c.WriteBulk(j.Payload)
 	}
 	return nil
-}
-
-// ackAll acks got (one round trip) and returns those acked; those it
-// could not ack are released (back at once) so that none is both replied
-// and kept.
-func (s *Server) ackAll(got []*wheelq.Reservation) []*wheelq.Reservation {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	rs := make([]wheelq.Receipt, len(got))
-	for i, r := range got {
-		rs[i] = r.Receipt
-	}
-	errs := s.q.AckAll(ctx, rs...)
-	acked, left := got[:0:0], []*wheelq.Reservation(nil)
-	for i, r := range got {
-		if errs[i] == nil {
-			acked = append(acked, r)
-		} else {
-			left = append(left, r)
-		}
-	}
-	if len(left) > 0 {
-		s.opts.Logger.Warn("wheelq server: SPOP could not ack every job taken; releasing the rest", "err", errs[slices.IndexFunc(errs, func(e error) bool { return e != nil })], "jobs", len(left))
-		s.release(left)
-	}
-	return acked
 }
 
 // compatCounts is the counts of the topics the connection may see.

@@ -1,12 +1,13 @@
--- take.lua: reserve up to a number of due jobs of some pulled topics
+-- take.lua: reserve (or pop) up to a number of due jobs of some pulled topics
 -- from the ready ZSETs of one or more partitions, oldest first (outside
 -- Redis Cluster one call covers every partition; in a cluster, one). Any
 -- process may call it: it is not fenced by a lease, since a reservation
 -- is fenced by its own token (resolve.lua) and lapses by its deadline
 -- (due.lua, run by the partition's owner).
 --
--- KEYS     groups of 6 + nt, one per partition: pending ZSET, jobs HASH,
+-- KEYS     groups of 8 + nt, one per partition: pending ZSET, jobs HASH,
 --          running HASH (marks), paused HASH, lease STRING, inbox LIST,
+--          history ZSET, history HASH (the run history: see finished),
 --          then the ready ZSET of each of the nt topics, in the order of
 --          ARGV's topics
 -- ARGV[1]  now, unix µs: only jobs due by then are taken
@@ -20,6 +21,11 @@
 -- ARGV[7]  the caller's lease token ("" if none): in a partition whose
 --          lease it holds, the caller arms the deadlines itself (no inbox
 --          push)
+-- ARGV[8]  "p" to pop: each job taken is finished at once (it leaves the
+--          queue for the run history as done, as an ack does) instead of
+--          reserved, and its token is ""; else ""
+-- ARGV[9]  the run history's retention: the most age, µs (pop)
+-- ARGV[10] and the most entries of the partition (0: no history) (pop)
 --
 -- A taken job is marked "~" .. token in running, its score becomes the
 -- deadline (the owner looks at it then: due.lua), it leaves its ready
@@ -34,9 +40,11 @@
 -- byte per topic, "1" where the topic is paused (its jobs are not taken),
 -- else "0", then "," and the number of stale entries removed (the caller
 -- looks again at once when they kept it from taking what it asked for).
+-- packed helpers: many(), cut() and finished() are lib.lua's.
 local now, max, deadline, nonce, budget, nt, tok =
   tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local stride = 6 + nt
+local pop, maxAge, maxCount = ARGV[8] == 'p', tonumber(ARGV[9]), tonumber(ARGV[10])
+local stride = 8 + nt
 -- Each ready ZSET is a stream read in chunks (ZRANGEBYSCORE with an
 -- offset, nothing removed meanwhile), merged by (due, key), so that the
 -- jobs taken are the oldest of all without reading max entries of every
@@ -52,7 +60,7 @@ local streams = {}
 -- partition's says it.
 local paused = {}
 for t = 1, nt do
-  paused[t] = redis.call('HEXISTS', KEYS[4], string.match(KEYS[6 + t], 'ready:(.*)$')) == 1
+  paused[t] = redis.call('HEXISTS', KEYS[4], string.match(KEYS[8 + t], 'ready:(.*)$')) == 1
 end
 for k = 1, #KEYS, stride do
   for t = 1, nt do
@@ -60,7 +68,7 @@ for k = 1, #KEYS, stride do
       pausedFlags[t] = '1'
     else
       pausedFlags[t] = pausedFlags[t] or '0'
-      streams[#streams + 1] = {k = k, key = KEYS[k + 5 + t], off = 0}
+      streams[#streams + 1] = {k = k, key = KEYS[k + 7 + t], off = 0}
     end
   end
 end
@@ -151,7 +159,7 @@ for k, p in pairs(parts) do
   p.recs = redis.call('HMGET', KEYS[k + 1], unpack(keys))
   p.marks = redis.call('HMGET', KEYS[k + 2], unpack(keys))
   p.i = 0
-  p.mark, p.zadd, p.inbox, p.zrem = {}, {}, {}, {}
+  p.mark, p.zadd, p.inbox, p.zrem, p.done, p.gone = {}, {}, {}, {}, {}, {}
 end
 for _, c in ipairs(cands) do
   local p = parts[c[3]]
@@ -170,12 +178,21 @@ for _, c in ipairs(cands) do
   if score and rv and tonumber(score) <= now and (not mark or mark == '!') then
     taken = taken + 1
     used = used + #rec
-    local token = rv .. nonce .. taken
-    p.mark[#p.mark + 1] = key
-    p.mark[#p.mark + 1] = '~' .. token
-    p.zadd[#p.zadd + 1] = deadline
-    p.zadd[#p.zadd + 1] = key
-    p.inbox[#p.inbox + 1] = key
+    local token = ''
+    if pop then
+      p.gone[#p.gone + 1] = key
+      if maxCount > 0 then
+        p.done[#p.done + 1] = key
+        p.done[#p.done + 1] = 'd' .. cut(rec)
+      end
+    else
+      token = rv .. nonce .. taken
+      p.mark[#p.mark + 1] = key
+      p.mark[#p.mark + 1] = '~' .. token
+      p.zadd[#p.zadd + 1] = deadline
+      p.zadd[#p.zadd + 1] = key
+      p.inbox[#p.inbox + 1] = key
+    end
     out[#out + 1] = key
     out[#out + 1] = token
     out[#out + 1] = score
@@ -187,6 +204,13 @@ end
 for k, p in pairs(parts) do
   for ready, keys in pairs(p.zrem) do
     redis.call('ZREM', ready, unpack(keys))
+  end
+  if #p.gone > 0 then
+    -- Popped: done, as resolve.lua's ack leaves a job.
+    many('HDEL', KEYS[k + 2], p.gone)
+    many('ZREM', KEYS[k], p.gone)
+    many('HDEL', KEYS[k + 1], p.gone)
+    finished(KEYS[k + 6], KEYS[k + 7], p.done, now, maxAge, maxCount)
   end
   if #p.mark > 0 then
     redis.call('HSET', KEYS[k + 2], unpack(p.mark))
