@@ -17,10 +17,51 @@ import (
 	"github.com/wheelq/wheelq/wheel"
 )
 
-// claimStage is what the claimers share: the fired jobs waiting to be
-// claimed, and the turn in which claimed batches are handed to the gate.
-type claimStage struct {
-	lead  time.Duration // ClaimLead: a job fires this long before its due time
+// claimDeps is what the claimers claim with, and the steps of the other
+// stages a claim takes.
+type claimDeps struct {
+	stageDeps
+	leases       claimLeases
+	gate         *startGate
+	settle       *settler
+	bursts       *burstLeads
+	lead         time.Duration   // Config.ClaimLead: a job fires this long before its due time
+	slack        time.Duration   // the claims' wheel's SchedulerConfig.Slack
+	runWhileDown bool            // Config.RunWhileRedisDown
+	stop         <-chan struct{} // closed at shutdown: the claimers return
+
+	// limits.go: whether any topic is limited, the admission of a batch,
+	// and the release of a job's permits.
+	limited func() bool
+	admit   func(batch []firedJob, slot *runctx.Slot) []firedJob
+	release func(key string)
+	// pull.go and handout.go: whether a job's topic is pulled, its task,
+	// and the reservation ahead of pulled jobs fired.
+	pulled    func(key string) bool
+	pullTask  func(key string, due time.Time, part int) *task
+	pullAhead func(ts []*task, slot *runctx.Slot)
+	// pause.go: a job of a paused topic parked (known paused: without
+	// Redis).
+	park              func(key string, dueUs int64)
+	parkIfKnownPaused func(key string, dueUs int64) bool
+	// arm puts a job in the wheel again; newTask makes a claimed job's
+	// task (the queue's pool).
+	arm     func(key string, dueUs int64, rec *persist.Record)
+	newTask func(key string, rec *persist.Record, due time.Time, part int, epoch uint64, verified bool) *task
+}
+
+// claimLeases is what a claim asks of the partitions' leases
+// (*recovery.Recoverer).
+type claimLeases interface {
+	LoadedUntil(p int) int64
+	Epoch(p int) uint64
+}
+
+// claimer is the claim stage: the fired jobs waiting to be claimed, the
+// claimers (dispatch) that claim them in batches, and the turn in which
+// claimed batches are handed to the start gate.
+type claimer struct {
+	claimDeps
 	mu    sync.Mutex
 	fired []firedJob    // guarded by mu
 	seq   uint64        // guarded by mu: the turn of the next batch taken off fired
@@ -139,6 +180,11 @@ const (
 	runAbandoned
 )
 
+// newClaimer returns the claim stage; the claimers start with dispatch.
+func newClaimer(d claimDeps) *claimer {
+	return &claimer{claimDeps: d, sig: make(chan struct{}, 1)}
+}
+
 // newTask returns the task of a claimed job, a recycled one when there is
 // one (see freeTask).
 func (q *Queue) newTask(key string, rec *persist.Record, due time.Time, part int, epoch uint64, verified bool) *task {
@@ -192,7 +238,7 @@ func (b *claimBufs) reset() {
 }
 
 // dispatch claims fired jobs in Redis and hands them to the workers.
-func (q *Queue) dispatch(slot *runctx.Slot) {
+func (c *claimer) dispatch(slot *runctx.Slot) {
 	var bufs claimBufs
 	var retry []firedJob
 	backoff := 10 * time.Millisecond
@@ -204,29 +250,29 @@ func (q *Queue) dispatch(slot *runctx.Slot) {
 	defer linger.Stop()
 	for {
 		select {
-		case <-q.claims.sig:
-			if d := q.claimLinger(); d > 0 {
+		case <-c.sig:
+			if d := c.claimLinger(); d > 0 {
 				linger.Reset(d)
 				select {
 				case <-linger.C:
-				case <-q.stopDispatch:
+				case <-c.stop:
 					return
 				}
 			}
 		case <-timer.C:
-		case <-q.stopDispatch:
+		case <-c.stop:
 			return
 		}
 		for {
-			batch, seq, more := q.claims.take(bufs.batch[:0], retry)
+			batch, seq, more := c.take(bufs.batch[:0], retry)
 			if len(batch) == 0 {
 				break
 			}
 			if more {
-				wake(q.claims.sig) // the other claimer takes the next batch
+				wake(c.sig) // the other claimer takes the next batch
 			}
 			bufs.batch = batch
-			retry = q.claimBatch(batch, &bufs, seq, slot)
+			retry = c.claimBatch(batch, &bufs, seq, slot)
 			bufs.reset()
 			if len(retry) > 0 {
 				timer.Reset(backoff)
@@ -246,12 +292,12 @@ func (q *Queue) dispatch(slot *runctx.Slot) {
 // queued job is still more than half the claim lead away from its due time.
 // Small claim batches cost a round trip each and a kilobyte of garbage per
 // job, and the collections of that garbage delay jobs that are starting.
-func (q *Queue) claimLinger() time.Duration {
-	queued, first := q.claims.first()
+func (c *claimer) claimLinger() time.Duration {
+	queued, first := c.first()
 	if queued == 0 {
 		return 0
 	}
-	return lingerFor(queued, first.Sub(q.clock.Now()), q.cfg.ClaimLead)
+	return lingerFor(queued, first.Sub(c.clock.Now()), c.lead)
 }
 
 // lingerFor is claimLinger's decision, for queued fired jobs the earliest
@@ -273,7 +319,7 @@ func lingerFor(queued int, untilDue, lead time.Duration) time.Duration {
 // their due time, in the batch's turn seq (see turn). It returns the jobs
 // to claim again later (Redis errors), in a slice of their own. It keeps
 // its slices in bufs, the dispatcher's, which resets them after.
-func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runctx.Slot) (retry []firedJob) {
+func (c *claimer) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *runctx.Slot) (retry []firedJob) {
 	toHold := bufs.tasks[:0]
 	var pulls []*task
 	defer func() {
@@ -281,72 +327,72 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		// turn), not before it: the claim of the batch's other jobs does
 		// not wait for that round trip.
 		if len(pulls) > 0 {
-			q.pullAhead(pulls, slot)
+			c.pullAhead(pulls, slot)
 		}
 	}()
 	defer func() { // on every return: the next batch waits for this one
-		q.claims.turns.wait(seq)
-		now, wall := wheel.Readings(q.clock)
+		c.turns.wait(seq)
+		now, wall := wheel.Readings(c.clock)
 		for _, t := range toHold {
-			q.gate.hold(t, now, wall)
+			c.gate.hold(t, now, wall)
 		}
-		q.claims.turns.pass()
+		c.turns.pass()
 		bufs.tasks = toHold
 	}()
-	if q.limits.enabled() {
-		if batch = q.admit(batch, slot); len(batch) == 0 {
+	if c.limited() {
+		if batch = c.admit(batch, slot); len(batch) == 0 {
 			return nil
 		}
 	}
 	fresh := bufs.owned[:0]
 	var pulledNow, pulledWall time.Time
 	for _, f := range batch {
-		p := q.store.PartitionOf(f.key)
-		if q.recov.LoadedUntil(p) == recovery.NotOwned {
-			q.releasePermit(f.key) // admitted, but its partition is gone: its next owner runs it
+		p := c.store.PartitionOf(f.key)
+		if c.leases.LoadedUntil(p) == recovery.NotOwned {
+			c.release(f.key) // admitted, but its partition is gone: its next owner runs it
 			continue
 		}
-		if q.pulledKey(f.key) {
+		if c.pulled(f.key) {
 			// A pulled topic's job is not claimed: at its time, the start
 			// gate hands it to the pull loop (pull.go), which hands it out.
 			if pulledNow.IsZero() {
-				pulledNow, pulledWall = wheel.Readings(q.clock)
+				pulledNow, pulledWall = wheel.Readings(c.clock)
 			}
 			// f.due is on the wheel's timeline, and before the job's
 			// time when it was armed with a burst's longer lead; the
 			// cached due time is exact but may be an earlier one (a
 			// reservation's deadline is armed without the cache).
 			due := pulledWall.Add(f.due.Sub(pulledNow))
-			if rec, ok := q.cache.Peek(f.key); ok && rec.Due.After(due) {
+			if rec, ok := c.cache.Peek(f.key); ok && rec.Due.After(due) {
 				due = rec.Due
 			}
-			pulls = append(pulls, q.newPullTask(f.key, due, p))
+			pulls = append(pulls, c.pullTask(f.key, due, p))
 			continue
 		}
 		fresh = append(fresh, f)
 	}
-	owned, busy := q.inflight.claim(fresh)
+	owned, busy := c.inflight.claim(fresh)
 	bufs.owned = owned
-	_, wall := wheel.Readings(q.clock)
+	_, wall := wheel.Readings(c.clock)
 	recheckUs := wall.Add(busyRecheck).UnixMicro()
 	for _, f := range busy {
 		// Armed again while a run of it is in progress here: look again
 		// once that run has settled.
-		q.stats.skipped.Add(1)
-		q.arm(f.key, recheckUs, nil)
+		c.stats.skipped.Add(1)
+		c.arm(f.key, recheckUs, nil)
 	}
 	if len(owned) == 0 {
 		return nil
 	}
 	notRun := func(key string) {
-		q.inflight.remove(key)
+		c.inflight.remove(key)
 	}
 	reqs := slices.Grow(bufs.reqs[:0], len(owned))[:len(owned)]
 	cached := slices.Grow(bufs.cached[:0], len(owned))[:len(owned)]
 	bufs.reqs, bufs.cached = reqs, cached
 	for i, f := range owned {
 		reqs[i].Key = f.key
-		if rec, ok := q.cache.Peek(f.key); ok {
+		if rec, ok := c.cache.Peek(f.key); ok {
 			cached[i] = rec
 			reqs[i].Rev, reqs[i].HaveRev = rec.Rev, true
 			if !rec.Due.IsZero() {
@@ -358,11 +404,11 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 	// epoch its claim was made in (see mayStart).
 	epochs := bufs.epochs[:0]
 	for _, f := range owned {
-		epochs = append(epochs, q.recov.Epoch(q.store.PartitionOf(f.key)))
+		epochs = append(epochs, c.leases.Epoch(c.store.PartitionOf(f.key)))
 	}
 	bufs.epochs = epochs
 	ctx, end := slot.Call()
-	res, err := q.store.Claim(ctx, q.fence, reqs, bufs.results)
+	res, err := c.store.Claim(ctx, c.fence, reqs, bufs.results)
 	end()
 	if err == nil {
 		bufs.results = res
@@ -376,20 +422,20 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 		return slices.Clone(owned)
 	}
 	if err != nil {
-		q.stats.redisErrors.Add(1)
-		if !q.cfg.RunWhileRedisDown {
+		c.stats.redisErrors.Add(1)
+		if !c.runWhileDown {
 			// No start without a confirmed claim: claim them again later.
-			q.log.Warn("wheelq: claim failed; claiming again", "err", err, "jobs", len(owned))
+			c.log.Warn("wheelq: claim failed; claiming again", "err", err, "jobs", len(owned))
 			for _, f := range owned {
 				notRun(f.key)
 			}
 			return slices.Clone(owned)
 		}
-		q.log.Warn("wheelq: claim failed; running cached jobs unverified (RunWhileRedisDown)", "err", err, "jobs", len(owned))
-		now, wall := wheel.Readings(q.clock)
+		c.log.Warn("wheelq: claim failed; running cached jobs unverified (RunWhileRedisDown)", "err", err, "jobs", len(owned))
+		now, wall := wheel.Readings(c.clock)
 		for i, f := range owned {
 			due := wall.Add(f.due.Sub(now)) // f.due is on the wheel's timeline
-			if q.parkIfKnownPaused(f.key, due.UnixMicro()) {
+			if c.parkIfKnownPaused(f.key, due.UnixMicro()) {
 				// Its topic is known here to be paused: armed again on
 				// resume (pause.go), which this process learns once Redis
 				// is back.
@@ -401,19 +447,19 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 				retry = append(retry, f)
 				continue
 			}
-			p := q.store.PartitionOf(f.key)
-			toHold = append(toHold, q.newTask(f.key, cached[i], due, p, epochs[i], false))
+			p := c.store.PartitionOf(f.key)
+			toHold = append(toHold, c.newTask(f.key, cached[i], due, p, epochs[i], false))
 		}
 		return retry
 	}
-	_, wall = wheel.Readings(q.clock)
+	_, wall = wheel.Readings(c.clock)
 	// A job whose stored due time is more than its claim lead away (the
 	// lead of a job in a burst is longer: burstLeads.most) is not due: it
 	// was rescheduled since it was armed, or the wall clock stepped back
 	// since. It is armed again at its stored time. One due sooner is held
 	// until then.
 	// The claims' wheel hands entries out up to its slack early (queue.go).
-	notDueUs := wall.Add(q.cfg.ClaimLead + q.fireSlack).UnixMicro()
+	notDueUs := wall.Add(c.lead + c.slack).UnixMicro()
 	var unclaim []persist.Outcome
 	var deferred []firedJob
 	for i, f := range owned {
@@ -422,7 +468,7 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			notRun(f.key)
 		}
 		if r.Paused {
-			q.park(f.key, r.Due) // its topic is paused: armed again on resume (pause.go)
+			c.park(f.key, r.Due) // its topic is paused: armed again on resume (pause.go)
 			continue
 		}
 		if r.Deferred {
@@ -431,52 +477,52 @@ func (q *Queue) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot *
 			continue
 		}
 		if r.Gone {
-			q.stats.skipped.Add(1)
-			q.cache.Remove(f.key)
+			c.stats.skipped.Add(1)
+			c.cache.Remove(f.key)
 			continue
 		}
 		if r.Busy {
 			// Claimed already: armed twice (by Schedule and by a scan), or
 			// rescheduled while running. Look again shortly: by then the
 			// run has settled, and the job is gone or due anew.
-			q.stats.skipped.Add(1)
-			q.arm(f.key, max(r.Due, recheckUs), nil)
+			c.stats.skipped.Add(1)
+			c.arm(f.key, max(r.Due, recheckUs), nil)
 			continue
 		}
-		if r.Due > notDueUs && (q.cfg.RunWhileRedisDown || r.Due > notDueUs+q.bursts.most(r.Due).Microseconds()) {
+		if r.Due > notDueUs && (c.runWhileDown || r.Due > notDueUs+c.bursts.most(r.Due).Microseconds()) {
 			unclaim = append(unclaim, persist.Outcome{Op: persist.Unclaim, Key: f.key})
-			q.arm(f.key, r.Due, nil)
+			c.arm(f.key, r.Due, nil)
 			continue
 		}
 		rec := cached[i]
 		if r.Record != nil {
 			dec, err := persist.DecodeRecord(r.Record)
 			if err != nil {
-				q.deadLetterCorrupt(f.key, r.Record, err) // leaves inflight once stored
+				c.settle.deadLetterCorrupt(f.key, r.Record, err) // leaves inflight once stored
 				continue
 			}
 			dec.Topic, dec.ID, _ = persist.SplitJobKey(f.key)
 			dec.Due = time.UnixMicro(r.Due)
 			rec = &dec
-			q.cache.Add(f.key, rec)
+			c.cache.Add(f.key, rec)
 		}
-		p := q.store.PartitionOf(f.key)
-		tk := q.newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true)
+		p := c.store.PartitionOf(f.key)
+		tk := c.newTask(f.key, rec, time.UnixMicro(r.Due), p, epochs[i], true)
 		tk.rerun = r.Rerun
 		toHold = append(toHold, tk)
 	}
 	if len(unclaim) > 0 {
-		_ = q.settles.Add(unclaim...)
+		c.settle.unclaimAll(unclaim)
 	}
-	q.claims.claimed(len(owned), len(deferred))
+	c.claimed(len(owned), len(deferred))
 	if len(deferred) > 0 {
-		q.claims.refire(deferred)
+		c.refire(deferred)
 	}
 	return nil
 }
 
 // batchLimitLocked returns the most jobs the next batch takes; c.mu held.
-func (c *claimStage) batchLimitLocked() int {
+func (c *claimer) batchLimitLocked() int {
 	if c.limit <= 0 {
 		return maxClaim
 	}
@@ -495,7 +541,7 @@ func nextBatchLimit(limit, sent, deferred int) int {
 
 // fire is the job wheel's callback: jobs fired ClaimLead before their
 // due time are queued to be claimed. It only queues, never blocks.
-func (c *claimStage) fire(batch []wheel.Fired) {
+func (c *claimer) fire(batch []wheel.Fired) {
 	c.mu.Lock()
 	for _, f := range batch {
 		c.fired = append(c.fired, firedJob{key: f.ID, due: f.Due.Add(c.lead)})
@@ -507,7 +553,7 @@ func (c *claimStage) fire(batch []wheel.Fired) {
 // take returns the next batch to claim, in buf: the jobs to claim again
 // (retry) first, then fired jobs up to the batch limit; its turn (see
 // turnstile), and whether fired jobs are left for another batch.
-func (c *claimStage) take(buf, retry []firedJob) (batch []firedJob, seq uint64, more bool) {
+func (c *claimer) take(buf, retry []firedJob) (batch []firedJob, seq uint64, more bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := max(0, min(len(c.fired), c.batchLimitLocked()-len(retry)))
@@ -530,7 +576,7 @@ func (c *claimStage) take(buf, retry []firedJob) (batch []firedJob, seq uint64, 
 
 // first returns how many fired jobs are queued, and the due time of the
 // first.
-func (c *claimStage) first() (queued int, due time.Time) {
+func (c *claimer) first() (queued int, due time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.fired) > 0 {
@@ -541,7 +587,7 @@ func (c *claimStage) first() (queued int, due time.Time) {
 
 // claimed sets the batch limit after a claim of sent jobs, deferred of
 // which were past its byte budget (see limit).
-func (c *claimStage) claimed(sent, deferred int) {
+func (c *claimer) claimed(sent, deferred int) {
 	c.mu.Lock()
 	c.limit = nextBatchLimit(c.batchLimitLocked(), sent, deferred)
 	c.mu.Unlock()
@@ -549,7 +595,7 @@ func (c *claimStage) claimed(sent, deferred int) {
 
 // refire puts fired jobs back at the front of the fired queue, to be
 // claimed at once (they are older than the jobs queued behind them).
-func (c *claimStage) refire(fs []firedJob) {
+func (c *claimer) refire(fs []firedJob) {
 	c.mu.Lock()
 	c.fired = append(slices.Clone(fs), c.fired...)
 	c.mu.Unlock()

@@ -28,8 +28,7 @@ type gateDeps struct {
 	clock wheel.Clock
 	work  chan *task      // the workers' channel, shared with them
 	stop  <-chan struct{} // closed at shutdown: the starter returns
-	// leases says whether a task's partition is still this process's; it
-	// is set after the recoverer is made (setLeases).
+	// leases says whether a task's partition is still this process's.
 	leases leaseView
 	// toPull takes pulled tasks whose time came (the pull stage).
 	toPull func([]*task)
@@ -75,9 +74,6 @@ func newStartGate(d gateDeps, cfg wheel.SchedulerConfig) (*startGate, error) {
 	}
 	return g, nil
 }
-
-// setLeases sets the view of the leases (made after the gate).
-func (g *startGate) setLeases(l leaseView) { g.d.leases = l }
 
 // len is the number of tasks in the gate's wheel.
 func (g *startGate) len() int { return g.wheel.Len() }

@@ -351,7 +351,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 				queued = append(queued, topic)
 			}
 		case persist.DueCorrupt:
-			q.deadLetterCorrupt(t.key, r.Record, persist.ErrCorrupt)
+			q.settle.deadLetterCorrupt(t.key, r.Record, persist.ErrCorrupt)
 		case persist.DueLapsed:
 			q.lapsed(t, r.Record)
 			continue // t is settled and freed there
@@ -364,7 +364,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 				ps.mu.Lock()
 				to[i].promised--
 				ps.mu.Unlock()
-				q.deadLetterCorrupt(t.key, r.Record, derr)
+				q.settle.deadLetterCorrupt(t.key, r.Record, derr)
 				break
 			}
 			if q.crashAt(crashpoint.AfterReserve, t.key) {
@@ -409,7 +409,7 @@ func (q *Queue) reservation(key, token string, rec *persist.Record, due, deadlin
 func (q *Queue) lapsed(t *task, raw []byte) {
 	rec, err := persist.DecodeRecord(raw)
 	if err != nil {
-		q.deadLetterCorrupt(t.key, raw, err)
+		q.settle.deadLetterCorrupt(t.key, raw, err)
 		q.freeTask(t)
 		return
 	}
@@ -420,6 +420,6 @@ func (q *Queue) lapsed(t *task, raw []byte) {
 	if obs := q.cfg.Observer; obs != nil {
 		obs.JobFailed(rec.Topic, 0, err)
 	}
-	q.settle(t, rec.Attempt+1, err)
+	q.settle.settle(t, rec.Attempt+1, err)
 	q.freeTask(t)
 }

@@ -219,7 +219,7 @@ func (q *Queue) cancelled(topic, key string, ch persist.Change) error {
 	q.cache.Remove(key)
 	if t, ok := q.gate.unhold(key); ok {
 		// Claimed here but not started: it never will.
-		q.unclaim(t)
+		q.settle.unclaim(t)
 		if ch == persist.ChangedWhileRunning {
 			ch = persist.Changed
 		}
@@ -282,7 +282,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		q.cache.Add(key, &r)
 	}
 	if t, ok := q.gate.unhold(key); ok {
-		q.unclaim(t) // claimed here but not started: it runs at the new time
+		q.settle.unclaim(t) // claimed here but not started: it runs at the new time
 		if ch == persist.ChangedWhileRunning {
 			ch = persist.Changed
 		}

@@ -278,14 +278,6 @@ func (q *Queue) observeDead(topic string) {
 	}
 }
 
-// observeDeadKey tells of a corrupt record dead-lettered, by its key.
-func (q *Queue) observeDeadKey(key string) {
-	if q.cfg.Observer != nil {
-		topic, _, _ := persist.SplitJobKey(key)
-		q.cfg.Observer.JobDead(topic)
-	}
-}
-
 // observeRun tells obs how a run that began at began (zero: no handler
 // ran) ended.
 func observeRun(obs Observer, topic string, began time.Time, err error) {

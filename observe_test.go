@@ -228,7 +228,7 @@ func benchmarkFire(b *testing.B, cfg Config) {
 	time.Sleep(time.Until(t0)) // the benchmark times the fire phase, from the first due time
 	b.ReportAllocs()
 	b.ResetTimer()
-	for handled.Load() < int64(b.N) || q.settles.Pending() > 0 {
+	for handled.Load() < int64(b.N) || q.settle.outcomes.Pending() > 0 {
 		time.Sleep(time.Millisecond) // a benchmark's poll (no signal for settles.Pending): within 1 ms of the end
 	}
 	b.StopTimer()

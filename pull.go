@@ -707,7 +707,7 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 		if err != nil {
 			// take.lua hands out only records that hold a revision; one
 			// that does not decode goes to the dead set.
-			q.deadLetterCorrupt(j.Key, j.Record, err)
+			q.settle.deadLetterCorrupt(j.Key, j.Record, err)
 			continue
 		}
 		rec.Topic, rec.ID, _ = persist.SplitJobKey(j.Key)

@@ -542,6 +542,28 @@ func TestPullOnEachDeployment(t *testing.T) {
 		r = reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})[0]
 		require.Equal(t, 2, r.Job.Attempt)
 		require.NoError(t, b.q.Ack(b.ctx, r.Receipt))
+		// Popped: oldest first across partitions, each once, done.
+		for i := range 6 {
+			_, err := b.q.Schedule(b.ctx, "p", nil, ID(fmt.Sprint("pop", i)), At(time.Now().Add(-time.Duration(6-i)*time.Second)))
+			require.NoError(t, err)
+		}
+		eventually(t, func() bool { return readyJobs(b, b.q, "p") == 6 }, "queued to the ready sets")
+		var popped []string
+		eventually(t, func() bool {
+			js, err := b.q.Pop(b.ctx, []string{"p"}, 4)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(js), 4)
+			for _, j := range js {
+				popped = append(popped, j.ID)
+			}
+			return len(popped) >= 6
+		}, "popped")
+		require.Equal(t, []string{"pop0", "pop1", "pop2", "pop3", "pop4", "pop5"}, popped)
+		for _, id := range popped {
+			info, err := b.q.Lookup(b.ctx, "p", id)
+			require.NoError(t, err)
+			require.Equal(t, StateDone, info.State, id)
+		}
 	})
 }
 

@@ -48,8 +48,10 @@ type Queue struct {
 	moves   *batch.Batcher[persist.Move, persist.Change] // reschedules
 	// resolves are the consumers' acks, nacks and touches (pull.go).
 	resolves *batch.Batcher[persist.ResolveOp, byte]
-	settles  *batch.Retrier[persist.Outcome]
-	fence    []string // our token for every partition: claims and settles are always fenced
+	// settle stores the outcomes of runs and dead-letters corrupt
+	// records (settle.go).
+	settle *settler
+	fence  []string // our token for every partition: claims and settles are always fenced
 
 	// startMu serializes Start and Shutdown's first step: Start holds it
 	// across the namespace's round trips (its layout and its topics'
@@ -70,7 +72,7 @@ type Queue struct {
 	// The stages, each with the lock that guards its fields. No two of
 	// these locks are held at once, and none across a round trip or a
 	// send that may block.
-	claims   claimStage  // claim.go: fired jobs waiting to be claimed
+	claims   *claimer    // claim.go: fired jobs waiting to be claimed
 	gate     *startGate  // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
 	limits   *limiter    // limits.go: per-topic limits
@@ -119,10 +121,6 @@ type Queue struct {
 	// (see checkLayout); layoutMu lets one caller check at a time.
 	layoutOK atomic.Bool
 	layoutMu sync.Mutex
-
-	// corrupts dead-letters jobs whose records cannot be decoded (see
-	// deadLetterCorrupt), retrying while Redis is down.
-	corrupts *batch.Retrier[corruptJob]
 }
 
 // New returns a queue on the Redis client rdb: a *redis.Client
@@ -174,7 +172,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		work:         make(chan *task, cfg.Concurrency),
 		stopDispatch: make(chan struct{}),
 	}
-	q.claims = claimStage{lead: cfg.ClaimLead, sig: make(chan struct{}, 1)}
 	q.inflight = inflightSet{keys: map[string]struct{}{}, left: q.releasePermit}
 	q.pull = newPullStage()
 	q.handlers.Store(&map[string]Handler{})
@@ -202,16 +199,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	fc := wc
 	fc.Slack = min(cfg.ClaimLead/5, time.Millisecond)
 	q.fireSlack = fc.Slack
-	if q.sched, err = wheel.NewScheduler(fc, q.claims.fire); err != nil {
-		return nil, err
-	}
-	q.gate, err = newStartGate(gateDeps{
-		clock: cfg.Clock, work: q.work, stop: q.stopDispatch,
-		toPull: q.pullArrive, unclaim: q.unclaim, drop: q.dropTask, logDebug: q.log.Debug,
-	}, wc)
-	if err != nil {
-		return nil, err
-	}
 	// The poller needs no precision: runtime timers cost it no file
 	// descriptor.
 	pollClock := cfg.Clock
@@ -241,11 +228,35 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q.gate.setLeases(q.recov)
 	// The round trips of the claimers, of the two retriers and of the
 	// pull loop.
 	q.calls = runctx.New(claimers+3, cfg.WriteTimeout, true)
 	bc := batch.Config{MaxBatch: cfg.MaxBatch, Timeout: cfg.WriteTimeout}
+	q.limits = newLimiter(batch.NewRetrier(bc, q.execReleases, func(err error, pending int) {
+		q.log.Warn("wheelq: limits: permits not yet given back, retrying (they lapse a lease after the last renewal)", "err", err, "pending", pending)
+	}))
+	sd := stageDeps{store: store, fence: q.fence, clock: cfg.Clock, log: cfg.Logger, cache: cache, stats: &q.stats, inflight: &q.inflight}
+	q.settle = newSettler(settleDeps{
+		stageDeps: sd, leases: q.recov, backoff: cfg.Backoff, obs: cfg.Observer,
+		arm: func(key string, dueUs int64) { q.arm(key, dueUs, nil) },
+	}, bc, q.calls.Slot(claimers).Call, q.calls.Slot(claimers+1).Call)
+	q.gate, err = newStartGate(gateDeps{
+		clock: cfg.Clock, work: q.work, stop: q.stopDispatch, leases: q.recov,
+		toPull: q.pullArrive, unclaim: q.settle.unclaim, drop: q.settle.drop, logDebug: q.log.Debug,
+	}, wc)
+	if err != nil {
+		return nil, err
+	}
+	q.claims = newClaimer(claimDeps{
+		stageDeps: sd, leases: q.recov, gate: q.gate, settle: q.settle, bursts: &q.bursts,
+		lead: cfg.ClaimLead, slack: q.fireSlack, runWhileDown: cfg.RunWhileRedisDown, stop: q.stopDispatch,
+		limited: q.limits.enabled, admit: q.admit, release: q.releasePermit,
+		pulled: q.pulledKey, pullTask: q.newPullTask, pullAhead: q.pullAhead,
+		park: q.park, parkIfKnownPaused: q.parkIfKnownPaused, arm: q.arm, newTask: q.newTask,
+	})
+	if q.sched, err = wheel.NewScheduler(fc, q.claims.fire); err != nil {
+		return nil, err
+	}
 	q.writes = batch.NewBatcher(bc, func(ctx context.Context, ws []persist.Write) ([]persist.WriteResult, error) {
 		return store.Write(ctx, q.recov.Tokens(), ws)
 	})
@@ -263,20 +274,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.resolves = batch.NewBatcher(rc, func(ctx context.Context, ops []persist.ResolveOp) ([]byte, error) {
 		_, wall := wheel.Readings(q.clock)
 		return store.Resolve(ctx, wall.UnixMicro(), ops)
-	})
-	sc := bc
-	sc.Linger = settleLinger
-	sc.CallContext = q.calls.Slot(claimers).Call
-	q.settles = batch.NewRetrier(sc, q.execSettle, func(err error, pending int) {
-		q.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
-	})
-	q.limits = newLimiter(batch.NewRetrier(bc, q.execReleases, func(err error, pending int) {
-		q.log.Warn("wheelq: limits: permits not yet given back, retrying (they lapse a lease after the last renewal)", "err", err, "pending", pending)
-	}))
-	cc := bc
-	cc.CallContext = q.calls.Slot(claimers + 1).Call
-	q.corrupts = batch.NewRetrier(cc, q.execCorrupt, func(err error, pending int) {
-		q.log.Warn("wheelq: corrupt records not yet dead-lettered, retrying", "err", err, "pending", pending)
 	})
 	return q, nil
 }
@@ -362,7 +359,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	// Two claimers: one builds and reads its round trip while Redis runs
 	// the other's, so a burst of due jobs keeps both busy.
 	for i := range claimers {
-		q.dispatchers.Go(func() { q.dispatch(q.calls.Slot(i)) })
+		q.dispatchers.Go(func() { q.claims.dispatch(q.calls.Slot(i)) })
 	}
 	go q.gate.starter()
 	go q.pullLoop(q.calls.Slot(claimers + 2))
@@ -495,7 +492,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 				release = append(release, releaseOp(t.res))
 				continue
 			}
-			q.unclaim(t)
+			q.settle.unclaim(t)
 		}
 		if len(release) > 0 {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -506,7 +503,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 			cancel()
 		}
 		for _, t := range waiting {
-			q.unclaim(t)
+			q.settle.unclaim(t)
 		}
 		// 4. Workers: nothing sends on work any more (a worker may still
 		//    take a task; so never block); tasks left in it are unclaimed,
@@ -515,7 +512,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		for {
 			select {
 			case t := <-q.work:
-				q.unclaim(t)
+				q.settle.unclaim(t)
 			default:
 				break drain
 			}
@@ -551,10 +548,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	}
 	// 5. Settling: the outcomes are stored (while the leases are still
 	//    held: they are fenced by them).
-	if err := q.corrupts.Stop(ctx); err != nil && len(errs) == 0 {
-		errs = append(errs, err)
-	}
-	if err := q.settles.Stop(ctx); err != nil && len(errs) == 0 {
+	if err := q.settle.stop(ctx); err != nil && len(errs) == 0 {
 		errs = append(errs, err)
 	}
 	if err := q.limits.stop(ctx); err != nil && len(errs) == 0 {

@@ -1,9 +1,9 @@
 package wheelq
 
-// Settling: outcomes of runs (ack, retry, dead-letter, unclaim) are
-// queued without waiting and stored by a batch.Retrier in shared round
-// trips, retried while Redis is down; the inflight set keeps a job from
-// running again here until its outcome is stored.
+// Settling: the settler queues outcomes of runs (ack, retry, dead-letter,
+// unclaim) without waiting and stores them by a batch.Retrier in shared
+// round trips, retried while Redis is down; the in-flight set keeps a job
+// from running again here until its outcome is stored.
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wheelq/wheelq/internal/batch"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -106,15 +107,54 @@ type corruptJob struct {
 	raw, rec []byte
 }
 
+// settleDeps is what the settler stores outcomes with, and whom it
+// tells.
+type settleDeps struct {
+	stageDeps
+	leases  interface{ Holds(p int) bool }             // outcomes of partitions held only
+	backoff func(attempt int, err error) time.Duration // Config.Backoff
+	obs     Observer                                   // nil: none
+	// arm arms a retry once it is stored (if this process owns its
+	// partition and it is due within the loaded window).
+	arm func(key string, dueUs int64)
+}
+
+// settler stores the outcomes of runs (ack, retry, dead-letter, unclaim)
+// in shared round trips, and dead-letters corrupt records, each through a
+// batch.Retrier that retries while Redis is down.
+type settler struct {
+	settleDeps
+	outcomes *batch.Retrier[persist.Outcome]
+	corrupts *batch.Retrier[corruptJob]
+}
+
+// newSettler returns a settler whose outcome batches wait settleLinger
+// for others; outcomeCall and corruptCall give each retrier's round trips
+// their context (batch.Config.CallContext).
+func newSettler(d settleDeps, bc batch.Config, outcomeCall, corruptCall func() (context.Context, func())) *settler {
+	s := &settler{settleDeps: d}
+	sc := bc
+	sc.Linger, sc.CallContext = settleLinger, outcomeCall
+	s.outcomes = batch.NewRetrier(sc, s.exec, func(err error, pending int) {
+		s.log.Warn("wheelq: outcomes not yet stored, retrying", "err", err, "pending", pending)
+	})
+	cc := bc
+	cc.CallContext = corruptCall
+	s.corrupts = batch.NewRetrier(cc, s.execCorrupt, func(err error, pending int) {
+		s.log.Warn("wheelq: corrupt records not yet dead-lettered, retrying", "err", err, "pending", pending)
+	})
+	return s
+}
+
 // settle queues the outcome of a run; the Retrier stores it, retrying
 // while Redis is down.
-func (q *Queue) settle(t *task, attempt int, err error) {
+func (s *settler) settle(t *task, attempt int, err error) {
 	o := persist.Outcome{Key: t.key, Rev: t.rec.Rev}
 	if err == nil { // the common case, before errors.As's targets escape
 		o.Op = persist.Ack
-		q.cache.Remove(t.key)
-		q.stats.succeeded.Add(1)
-		q.storeOutcome(o)
+		s.cache.Remove(t.key)
+		s.stats.succeeded.Add(1)
+		s.store1(o)
 		return
 	}
 	var perm *PermanentError
@@ -125,13 +165,15 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		rec := *t.rec
 		rec.Rev, rec.Attempt, rec.LastError = rand.Uint32(), attempt, truncate(err.Error(), 2048)
 		o.Record = rec.Encode()
-		q.cache.Remove(t.key)
-		q.stats.dead.Add(1)
-		q.observeDead(t.rec.Topic)
-		q.log.Warn("wheelq: job dead-lettered", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
+		s.cache.Remove(t.key)
+		s.stats.dead.Add(1)
+		if s.obs != nil {
+			s.obs.JobDead(t.rec.Topic)
+		}
+		s.log.Warn("wheelq: job dead-lettered", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
 			"max_attempts", t.rec.MaxAttempts, "err", err)
 	default:
-		delay := q.cfg.Backoff(attempt, err)
+		delay := s.backoff(attempt, err)
 		if errors.As(err, &retryErr) {
 			delay = retryErr.Delay
 		}
@@ -139,38 +181,44 @@ func (q *Queue) settle(t *task, attempt int, err error) {
 		rec := *t.rec
 		rec.Rev, rec.Attempt, rec.LastError = rand.Uint32(), attempt, truncate(err.Error(), 2048)
 		o.Record = rec.Encode()
-		_, wall := wheel.Readings(q.clock)
+		_, wall := wheel.Readings(s.clock)
 		o.Due = ceilMicro(wall.Add(delay))
 		rec.Due = time.UnixMicro(o.Due)
-		q.cache.Add(t.key, &rec)
-		q.stats.retried.Add(1)
-		q.observeRetried(t.rec.Topic, delay)
-		q.log.Warn("wheelq: job failed; retrying", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
+		s.cache.Add(t.key, &rec)
+		s.stats.retried.Add(1)
+		if s.obs != nil {
+			s.obs.JobRetried(t.rec.Topic, delay)
+		}
+		s.log.Warn("wheelq: job failed; retrying", "topic", t.rec.Topic, "id", t.rec.ID, "attempt", attempt,
 			"max_attempts", t.rec.MaxAttempts, "retry_in", delay, "err", err)
 	}
-	q.storeOutcome(o)
+	s.store1(o)
 }
 
-// storeOutcome queues o for the retrier that stores outcomes.
-func (q *Queue) storeOutcome(o persist.Outcome) {
-	if aerr := q.settles.Add(o); aerr != nil {
+// store1 queues o for the retrier that stores outcomes.
+func (s *settler) store1(o persist.Outcome) {
+	if aerr := s.outcomes.Add(o); aerr != nil {
 		// Only after a hard shutdown: the job stays pending and runs again.
-		q.log.Warn("wheelq: outcome dropped after shutdown; the job will run again", "key", o.Key)
+		s.log.Warn("wheelq: outcome dropped after shutdown; the job will run again", "key", o.Key)
 	}
 }
 
-// execSettle stores a batch of outcomes; retries are armed once stored.
-func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
+// unclaimAll queues the unclaims of jobs claimed but not to be run (not
+// due after all: armed again at their stored time).
+func (s *settler) unclaimAll(os []persist.Outcome) { _ = s.outcomes.Add(os...) }
+
+// exec stores a batch of outcomes; retries are armed once stored.
+func (s *settler) exec(ctx context.Context, os []persist.Outcome) error {
 	// Outcomes of partitions lost to another owner are dropped: that owner
 	// runs those jobs again (at-least-once). Shutdown stores the outcomes
 	// before it releases the leases, and a partition handed over keeps its
 	// lease until they are stored (Holds).
 	kept := os
 	for i, o := range os {
-		if !q.recov.Holds(q.store.PartitionOf(o.Key)) {
+		if !s.leases.Holds(s.store.PartitionOf(o.Key)) {
 			kept = slices.Clip(os[:i:i]) // copy on the first drop
 			for _, o := range os[i+1:] {
-				if q.recov.Holds(q.store.PartitionOf(o.Key)) {
+				if s.leases.Holds(s.store.PartitionOf(o.Key)) {
 					kept = append(kept, o)
 				}
 			}
@@ -180,72 +228,89 @@ func (q *Queue) execSettle(ctx context.Context, os []persist.Outcome) error {
 	var applied []bool
 	if len(kept) > 0 {
 		var err error
-		_, wall := wheel.Readings(q.clock)
-		applied, err = q.store.Settle(ctx, q.fence, wall.UnixMicro(), kept)
+		_, wall := wheel.Readings(s.clock)
+		applied, err = s.store.Settle(ctx, s.fence, wall.UnixMicro(), kept)
 		if err != nil {
-			q.stats.redisErrors.Add(1)
+			s.stats.redisErrors.Add(1)
 			return err
 		}
 	}
-	q.inflight.settled(os)
+	s.inflight.settled(os)
 	for i, o := range kept {
 		if applied[i] && o.Op == persist.Retry {
-			q.arm(o.Key, o.Due, nil)
+			s.arm(o.Key, o.Due)
 		}
 	}
 	return nil
 }
 
 // unclaim gives back the claim of a task that will not run here.
-func (q *Queue) unclaim(t *task) {
+func (s *settler) unclaim(t *task) {
 	if !t.verified {
-		q.inflight.remove(t.key)
+		s.inflight.remove(t.key)
 		return
 	}
-	_ = q.settles.Add(persist.Outcome{Op: persist.Unclaim, Key: t.key})
+	_ = s.outcomes.Add(persist.Outcome{Op: persist.Unclaim, Key: t.key})
 }
 
-// dropTask forgets a claimed task that will not start here because its
+// drop forgets a claimed task that will not start here because its
 // partition is no longer (surely) this process's. Nothing is sent to
 // Redis: the partition's next owner clears the claim marks when it takes
 // the partition over.
-func (q *Queue) dropTask(t *task) {
-	q.stats.dropped.Add(1)
-	q.inflight.remove(t.key)
+func (s *settler) drop(t *task) {
+	s.stats.dropped.Add(1)
+	s.inflight.remove(t.key)
 }
 
 // deadLetterCorrupt moves a job whose record cannot be decoded to the
 // dead-letter set, keeping the raw bytes as its payload and the cause as
 // its last error. The move is guarded by the whole raw record (which may be
 // too short to hold a revision), and leaves inflight once stored.
-func (q *Queue) deadLetterCorrupt(key string, raw []byte, cause error) {
-	q.log.Error("wheelq: corrupt job record, dead-lettering it", "key", key, "err", cause)
+func (s *settler) deadLetterCorrupt(key string, raw []byte, cause error) {
+	s.log.Error("wheelq: corrupt job record, dead-lettering it", "key", key, "err", cause)
 	rec := persist.Record{Rev: rand.Uint32(), LastError: cause.Error(), Payload: raw}
-	_ = q.corrupts.Add(corruptJob{key: key, raw: raw, rec: rec.Encode()})
-	q.stats.dead.Add(1)
-	q.observeDeadKey(key)
+	_ = s.corrupts.Add(corruptJob{key: key, raw: raw, rec: rec.Encode()})
+	s.stats.dead.Add(1)
+	if s.obs != nil {
+		topic, _, _ := persist.SplitJobKey(key)
+		s.obs.JobDead(topic)
+	}
 }
 
 // execCorrupt stores a batch of deadLetterCorrupt's jobs, one script call
 // each (corrupt records are rare). A job of a partition lost to another
 // owner is left to that owner, whose claim finds it corrupt too.
-func (q *Queue) execCorrupt(ctx context.Context, cs []corruptJob) error {
-	_, wall := wheel.Readings(q.clock) // the dead set's score: a wall reading
+func (s *settler) execCorrupt(ctx context.Context, cs []corruptJob) error {
+	_, wall := wheel.Readings(s.clock) // the dead set's score: a wall reading
 	now := wall.UnixMicro()
 	for _, c := range cs {
-		p := q.store.PartitionOf(c.key)
-		if q.recov.Holds(p) {
-			_, err := q.store.DeadLetterCorrupt(ctx, q.fence[p], c.key, c.raw, c.rec, now)
+		p := s.store.PartitionOf(c.key)
+		if s.leases.Holds(p) {
+			_, err := s.store.DeadLetterCorrupt(ctx, s.fence[p], c.key, c.raw, c.rec, now)
 			if err != nil && !errors.Is(err, persist.ErrFenced) {
 				// The batch is retried whole; the ones done already find
 				// their record changed and are left alone.
-				q.stats.redisErrors.Add(1)
+				s.stats.redisErrors.Add(1)
 				return err
 			}
 		}
-		q.inflight.remove(c.key)
+		s.inflight.remove(c.key)
 	}
 	return nil
+}
+
+// pending is the number of outcomes and corrupt records not yet stored.
+func (s *settler) pending() int { return s.outcomes.Pending() + s.corrupts.Pending() }
+
+// stop stores what is queued (corrupt records, then outcomes), retrying
+// until ctx ends, and stops both retriers; it returns the first error.
+func (s *settler) stop(ctx context.Context) error {
+	cerr := s.corrupts.Stop(ctx)
+	oerr := s.outcomes.Stop(ctx)
+	if cerr != nil {
+		return cerr
+	}
+	return oerr
 }
 
 func truncate(s string, n int) string {

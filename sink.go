@@ -38,7 +38,7 @@ func (s sink) Arm(es []persist.Entry) {
 func (s sink) Release(p int) {
 	drop := s.q.gate.release(p)
 	for _, t := range drop {
-		s.q.dropTask(t)
+		s.q.settle.drop(t)
 	}
 	if len(drop) > 0 {
 		s.q.log.Info("wheelq: partition released; its claimed jobs that had not started go to its next owner", "partition", p, "jobs", len(drop))

@@ -112,7 +112,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		InMemory:         q.sched.Len() + q.gate.len(),
 		Running:          int(q.running.Load()),
 		Stuck:            int(q.stuck.Load()),
-		UnstoredOutcomes: q.settles.Pending() + q.corrupts.Pending(),
+		UnstoredOutcomes: q.settle.pending(),
 		OwnedPartitions:  q.recov.Owned(),
 		Members:          q.recov.Members(),
 		Armed:            q.recov.Armed(),

@@ -2,10 +2,12 @@ package wheelq
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/recovery"
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // engineStore is what the engine needs of the Redis store: the seam at
@@ -61,6 +63,20 @@ type engineStore interface {
 }
 
 var _ engineStore = (*persist.Store)(nil)
+
+// stageDeps is what the stages that act on jobs in Redis share (the
+// claimer and the settler): the store, the queue's lease token per
+// partition (its fence), its clock, logger, record cache, counters and
+// in-flight set.
+type stageDeps struct {
+	store    engineStore
+	fence    []string
+	clock    wheel.Clock
+	log      *slog.Logger
+	cache    *recordCache
+	stats    *counters
+	inflight *inflightSet
+}
 
 // testHooks are set only by this package's tests (Config.test).
 type testHooks struct {

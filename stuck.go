@@ -116,7 +116,7 @@ func (q *Queue) abandonStuck() {
 		if obs := q.cfg.Observer; obs != nil {
 			observeRun(obs, r.job.Topic, time.Now().Add(-q.runningFor(r)), ErrHandlerStuck)
 		}
-		q.settle(r.t, r.attempt, ErrHandlerStuck)
+		q.settle.settle(r.t, r.attempt, ErrHandlerStuck)
 		q.freeTask(r.t)
 	}
 }

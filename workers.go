@@ -97,7 +97,7 @@ func (q *Queue) run(t *task, slot *runctx.Slot, cur *atomic.Pointer[jobRun]) {
 	if obs != nil {
 		observeRun(obs, job.Topic, began, err)
 	}
-	q.settle(t, attempt, err)
+	q.settle.settle(t, attempt, err)
 	q.freeTask(t)
 }
 

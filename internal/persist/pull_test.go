@@ -22,9 +22,15 @@ import (
 // miniredis's Lua once handed out one job five times in one take.
 func TestPullScripts(t *testing.T) {
 	t.Parallel()
+	onRedisAndMiniredis(t, pullScripts)
+}
+
+// onRedisAndMiniredis runs f on a redis-server and on miniredis (the
+// embedded Redis of a newcomer's first run), in parallel subtests.
+func onRedisAndMiniredis(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
-		pullScripts(t, setup(t, 1).rdb)
+		f(t, setup(t, 1).rdb)
 	})
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
@@ -33,25 +39,34 @@ func TestPullScripts(t *testing.T) {
 		t.Cleanup(srv.Close)
 		rdb := srv.NewClient()
 		t.Cleanup(func() { _ = rdb.Close() })
-		pullScripts(t, rdb)
+		f(t, rdb)
 	})
 }
 
-func pullScripts(t *testing.T, rdb redis.UniversalClient) {
-	// With a run history (a replayed ack is told by it).
-	s, err := New(rdb, Options{Namespace: "h", Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
+// ownedStore returns a store of one partition on namespace ns, with a
+// run history, whose lease the token "own" holds.
+func ownedStore(t *testing.T, rdb redis.UniversalClient, ns string) *Store {
+	t.Helper()
+	s, err := New(rdb, Options{Namespace: ns, Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, s.Init(ctx))
 	held, _, err := s.Lease(ctx, 0, LeaseAcquire, "own", time.Minute)
 	require.NoError(t, err)
 	require.True(t, held)
+	return s
+}
+
+func pullScripts(t *testing.T, rdb redis.UniversalClient) {
+	// With a run history (a replayed ack is told by it).
+	s := ownedStore(t, rdb, "h")
+	ctx := context.Background()
 	var ws []Write
 	for i := range 4 {
 		ws = append(ws, Write{Key: JobKey("p", fmt.Sprint(i)), Due: int64(1000 + i), Record: rec(fmt.Sprint("pay", i)), Replace: true})
 	}
 	ws = append(ws, Write{Key: JobKey("p", "later"), Due: 5000, Record: rec("later"), Replace: true})
-	_, err = s.Write(ctx, nil, ws)
+	_, err := s.Write(ctx, nil, ws)
 	require.NoError(t, err)
 
 	// Fenced: another token changes nothing.
@@ -298,36 +313,19 @@ func TestDueSpansPartitions(t *testing.T) {
 // miniredis.
 func TestPop(t *testing.T) {
 	t.Parallel()
-	t.Run("redis-server", func(t *testing.T) {
-		t.Parallel()
-		popScript(t, setup(t, 1).rdb)
-	})
-	t.Run("miniredis", func(t *testing.T) {
-		t.Parallel()
-		srv, err := redistest.StartMiniredis()
-		require.NoError(t, err)
-		t.Cleanup(srv.Close)
-		rdb := srv.NewClient()
-		t.Cleanup(func() { _ = rdb.Close() })
-		popScript(t, rdb)
-	})
+	onRedisAndMiniredis(t, popScript)
 }
 
 func popScript(t *testing.T, rdb redis.UniversalClient) {
-	s, err := New(rdb, Options{Namespace: "pop", Partitions: 1, HistoryCount: 100, HistoryAge: time.Hour})
-	require.NoError(t, err)
+	s := ownedStore(t, rdb, "pop")
 	ctx := context.Background()
-	require.NoError(t, s.Init(ctx))
-	held, _, err := s.Lease(ctx, 0, LeaseAcquire, "own", time.Minute)
-	require.NoError(t, err)
-	require.True(t, held)
 	var ws []Write
 	var due []DueJob
 	for i := range 5 {
 		ws = append(ws, Write{Key: JobKey("p", fmt.Sprint(i)), Due: int64(1000 + i), Record: rec(fmt.Sprint("pay", i)), Replace: true})
 		due = append(due, DueJob{Key: JobKey("p", fmt.Sprint(i))})
 	}
-	_, err = s.Write(ctx, nil, ws)
+	_, err := s.Write(ctx, nil, ws)
 	require.NoError(t, err)
 	_, err = s.Due(ctx, []string{"own"}, 2000, 2000, due)
 	require.NoError(t, err)
