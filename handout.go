@@ -338,7 +338,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 			// time.
 			q.arm(t.key, r.Score, nil)
 		case persist.DuePaused:
-			q.park(t.key, r.Score)
+			q.pauses.park(t.key, r.Score)
 		case persist.DueBusy:
 			q.stats.skipped.Add(1)
 			q.arm(t.key, max(r.Score, recheck), nil)

@@ -13,6 +13,7 @@ package wheelq
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -36,8 +37,29 @@ const resumePage = 2000
 // (a subscription broken meanwhile).
 const pauseRecheck = time.Second
 
-// pauseStage holds the jobs claimed while their topic was paused.
-type pauseStage struct {
+// pauseDeps is what the pause stage reads and arms with, and the pull
+// stage's steps its watcher takes (the namespace's events carry both).
+type pauseDeps struct {
+	store        engineStore
+	leases       interface{ LoadedUntil(p int) int64 }
+	clock        wheel.Clock
+	log          *slog.Logger
+	partitions   int
+	writeTimeout time.Duration
+	runWhileDown bool // Config.RunWhileRedisDown: keep the known-paused set
+	// armAt arms a job of a resumed topic again.
+	armAt func(key string, dueUs int64, now, wall time.Time)
+	// announced wakes the Reserves of topics whose jobs were queued;
+	// readTopicModes reads the namespace's pulled topics again.
+	announced      func(topics ...string)
+	readTopicModes func(ctx context.Context) error
+}
+
+// pauser is the pause stage: the jobs claimed while their topic was
+// paused, parked until it is resumed, and the watcher that learns of
+// pauses and resumes.
+type pauser struct {
+	pauseDeps
 	mu     sync.Mutex
 	parked map[string]map[string]int64 // guarded by mu: topic -> job key -> due (unix µs)
 	n      int                         // guarded by mu: jobs in parked
@@ -68,19 +90,18 @@ type pauseStage struct {
 // pausedHere returns the topics this process knows to be paused (sorted):
 // those whose jobs it parked or left in Redis for want of room, and those
 // it keeps track of with RunWhileRedisDown.
-func (q *Queue) pausedHere() []string {
-	s := &q.pauses
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (ps *pauser) pausedHere() []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	var out []string
-	for _, set := range []map[string]bool{s.overflow, s.known} {
+	for _, set := range []map[string]bool{ps.overflow, ps.known} {
 		for t, on := range set {
 			if on && !slices.Contains(out, t) {
 				out = append(out, t)
 			}
 		}
 	}
-	for t := range s.parked {
+	for t := range ps.parked {
 		if !slices.Contains(out, t) {
 			out = append(out, t)
 		}
@@ -133,7 +154,7 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 		// Known here at once, whatever the write's outcome: a pause
 		// that failed half-way holds here while Redis is unreachable,
 		// until a read of Redis says otherwise.
-		q.notePaused(topic, true)
+		q.pauses.notePaused(topic, true)
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
@@ -141,19 +162,18 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 		return errs.Errorf("wheelq: %s %s: %w", op, topic, err)
 	}
 	if !paused {
-		q.notePaused(topic, false)
+		q.pauses.notePaused(topic, false)
 	}
 	return nil
 }
 
 // notePaused records that topic was paused or resumed (by this process,
 // or by a message from another) in the known-paused set, with
-// RunWhileRedisDown (see pauseStage.known).
-func (q *Queue) notePaused(topic string, paused bool) {
-	if !q.cfg.RunWhileRedisDown {
+// RunWhileRedisDown (see pauser.known).
+func (ps *pauser) notePaused(topic string, paused bool) {
+	if !ps.runWhileDown {
 		return
 	}
-	ps := &q.pauses
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.knownGen++
@@ -171,15 +191,14 @@ func (q *Queue) notePaused(topic string, paused bool) {
 // RunWhileRedisDown, makes them the known-paused set: the whole of it,
 // unless a Pause, a Resume or a message changed it while the read was on
 // its way (then the read only adds to it; the next read settles it).
-func (q *Queue) readPaused(ctx context.Context) ([]string, error) {
-	ps := &q.pauses
+func (ps *pauser) readPaused(ctx context.Context) ([]string, error) {
 	ps.mu.Lock()
 	gen := ps.knownGen
 	ps.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	paused, err := q.store.PausedTopics(ctx)
+	ctx, cancel := context.WithTimeout(ctx, ps.writeTimeout)
+	paused, err := ps.store.PausedTopics(ctx)
 	cancel()
-	if err != nil || !q.cfg.RunWhileRedisDown {
+	if err != nil || !ps.runWhileDown {
 		return paused, err
 	}
 	ps.mu.Lock()
@@ -202,9 +221,8 @@ func (q *Queue) readPaused(ctx context.Context) ([]string, error) {
 // reports whether it did. due is the job's due time (unix µs). Like any
 // parked job it is armed again when the topic is resumed, which this
 // process learns once Redis is reachable again.
-func (q *Queue) parkIfKnownPaused(key string, due int64) bool {
+func (ps *pauser) parkIfKnownPaused(key string, due int64) bool {
 	topic, _, _ := strings.Cut(key, persist.KeySep)
-	ps := &q.pauses
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if !ps.known[topic] && ps.parked[topic] == nil && !ps.overflow[topic] {
@@ -234,9 +252,8 @@ func (q *Queue) Paused(ctx context.Context) ([]string, error) {
 
 // park keeps a job that was claimed while its topic was paused (due: its
 // stored due time, unix µs), to arm it again on resume.
-func (q *Queue) park(key string, due int64) {
+func (ps *pauser) park(key string, due int64) {
 	topic, _, _ := strings.Cut(key, persist.KeySep)
-	ps := &q.pauses
 	ps.mu.Lock()
 	ps.parkLocked(topic, key, due)
 	ps.mu.Unlock()
@@ -248,9 +265,8 @@ func (q *Queue) park(key string, due int64) {
 // claimed to be parked, a round trip for nothing (and the sweep would arm
 // every overdue job of a long pause again every pass). A topic resumed
 // since is unparked by the watcher, with this job.
-func (q *Queue) parkIfPaused(key string, due int64) bool {
+func (ps *pauser) parkIfPaused(key string, due int64) bool {
 	topic, _, _ := strings.Cut(key, persist.KeySep)
-	ps := &q.pauses
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.parked[topic] == nil && !ps.overflow[topic] {
@@ -262,7 +278,7 @@ func (q *Queue) parkIfPaused(key string, due int64) bool {
 
 // parkLocked keeps key (of topic, due at due) parked, or notes the topic's
 // overflow when the bound is reached. ps.mu is held.
-func (ps *pauseStage) parkLocked(topic, key string, due int64) {
+func (ps *pauser) parkLocked(topic, key string, due int64) {
 	if ps.parked == nil {
 		ps.parked, ps.overflow = map[string]map[string]int64{}, map[string]bool{}
 	}
@@ -281,10 +297,9 @@ func (ps *pauseStage) parkLocked(topic, key string, due int64) {
 	m[key] = due
 }
 
-// startPauseWatch starts the goroutine that re-arms parked jobs on resume
-// (Start calls it; stopPauseWatch stops it).
-func (q *Queue) startPauseWatch() {
-	ps := &q.pauses
+// start starts the watcher, the goroutine that re-arms parked jobs on
+// resume (Start calls it; stop stops it).
+func (ps *pauser) start() {
 	ps.resumed = make(chan string, 64)
 	ps.topics = make(chan struct{}, 1)
 	ps.done = make(chan struct{})
@@ -292,34 +307,33 @@ func (q *Queue) startPauseWatch() {
 	ps.cancel = cancel
 	go func() {
 		defer close(ps.done)
-		q.watchPauses(ctx)
+		ps.watch(ctx)
 	}()
 }
 
-// stopPauseWatch stops the watcher and waits for it.
-func (q *Queue) stopPauseWatch() {
-	if q.pauses.cancel != nil {
-		q.pauses.cancel()
-		<-q.pauses.done
+// stop stops the watcher and waits for it.
+func (ps *pauser) stop() {
+	if ps.cancel != nil {
+		ps.cancel()
+		<-ps.done
 	}
 }
 
-// watchPauses runs until ctx ends: it subscribes to pause changes (again
+// watch runs until ctx ends: it subscribes to pause changes (again
 // after a broken subscription), and re-arms the parked jobs of a topic
 // resumed, told by the subscription or, every pauseRecheck while jobs are
 // parked, by the paused topics read from Redis. With RunWhileRedisDown it
 // also keeps the known-paused set: from the messages (both ways), and
 // from a read of Redis every pauseRecheck whether jobs are parked or not.
-func (q *Queue) watchPauses(ctx context.Context) {
-	ps := &q.pauses
+func (ps *pauser) watch(ctx context.Context) {
 	var subs sync.WaitGroup
 	defer subs.Wait()
 	subs.Go(func() {
 		for ctx.Err() == nil {
-			err := q.store.WatchEvents(ctx, func(op, topic string) {
+			err := ps.store.WatchEvents(ctx, func(op, topic string) {
 				switch op {
 				case "ready": // jobs of a pulled topic queued (pull.go)
-					q.announced(topic)
+					ps.announced(topic)
 					return
 				case "topics": // a topic's mode recorded or forgotten
 					select {
@@ -332,7 +346,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 					return
 				}
 				paused := op == "pause"
-				q.notePaused(topic, paused)
+				ps.notePaused(topic, paused)
 				if !paused {
 					select {
 					case ps.resumed <- topic:
@@ -341,7 +355,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 				}
 			})
 			if err != nil && ctx.Err() == nil {
-				q.log.Warn("wheelq: pause subscription broken; resubscribing", "err", err)
+				ps.log.Warn("wheelq: pause subscription broken; resubscribing", "err", err)
 			}
 			select {
 			case <-ctx.Done():
@@ -357,28 +371,28 @@ func (q *Queue) watchPauses(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case topic := <-ps.resumed:
-			q.unpark(ctx, topic)
+			ps.unpark(ctx, topic)
 		case <-ps.topics:
-			if q.readTopicModes(ctx) == nil {
+			if ps.readTopicModes(ctx) == nil {
 				modesRead = time.Now()
 			}
 		case <-tick.C:
 			// The namespace's pulled topics, now and then (a message may
 			// be missed, and a mode deleted by hand announces nothing).
-			if time.Since(modesRead) >= pullTopicsRecheck && q.readTopicModes(ctx) == nil {
+			if time.Since(modesRead) >= pullTopicsRecheck && ps.readTopicModes(ctx) == nil {
 				modesRead = time.Now()
 			}
-			topics := q.parkedTopics()
-			if len(topics) == 0 && !q.cfg.RunWhileRedisDown {
+			topics := ps.parkedTopics()
+			if len(topics) == 0 && !ps.runWhileDown {
 				continue // with RunWhileRedisDown, the read keeps the known-paused set
 			}
-			paused, err := q.readPaused(ctx)
+			paused, err := ps.readPaused(ctx)
 			if err != nil {
 				continue // Redis unreachable: parked jobs wait, the next tick looks again
 			}
 			for _, t := range topics {
 				if _, still := slices.BinarySearch(paused, t); !still {
-					q.unpark(ctx, t)
+					ps.unpark(ctx, t)
 				}
 			}
 		}
@@ -387,8 +401,7 @@ func (q *Queue) watchPauses(ctx context.Context) {
 
 // parkedTopics returns the topics with jobs parked (or not parked for
 // want of room).
-func (q *Queue) parkedTopics() []string {
-	ps := &q.pauses
+func (ps *pauser) parkedTopics() []string {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var out []string
@@ -408,8 +421,7 @@ func (q *Queue) parkedTopics() []string {
 // within the loaded window of every owned partition from Redis instead
 // (unparkFromRedis). A job of a topic paused again meanwhile is parked
 // again by its claim.
-func (q *Queue) unpark(ctx context.Context, topic string) {
-	ps := &q.pauses
+func (ps *pauser) unpark(ctx context.Context, topic string) {
 	ps.mu.Lock()
 	m, over := ps.parked[topic], ps.overflow[topic]
 	delete(ps.parked, topic)
@@ -419,7 +431,7 @@ func (q *Queue) unpark(ctx context.Context, topic string) {
 	ps.mu.Unlock()
 	if over {
 		// The parked ones are pending in Redis too, and read with the rest.
-		q.unparkFromRedis(ctx, topic, page)
+		ps.unparkFromRedis(ctx, topic, page)
 		return
 	}
 	es := make([]persist.Entry, 0, len(m))
@@ -428,7 +440,7 @@ func (q *Queue) unpark(ctx context.Context, topic string) {
 	}
 	slices.SortFunc(es, func(a, b persist.Entry) int { return posOf(a).compare(posOf(b)) })
 	for _, e := range es {
-		q.armUnparked(e)
+		ps.armUnparked(e)
 	}
 }
 
@@ -451,10 +463,10 @@ type resumeScan struct {
 // would run partition by partition: each page's fire at once, before the
 // next partition's is read. A partition whose read fails is left out
 // (the sweep re-arms its overdue jobs in a while).
-func (q *Queue) unparkFromRedis(ctx context.Context, topic string, page int) {
+func (ps *pauser) unparkFromRedis(ctx context.Context, topic string, page int) {
 	var scans []*resumeScan
-	for p := range q.cfg.Partitions {
-		if until := q.recov.LoadedUntil(p); until != recovery.NotOwned {
+	for p := range ps.partitions {
+		if until := ps.leases.LoadedUntil(p); until != recovery.NotOwned {
 			scans = append(scans, &resumeScan{p: p, until: until})
 		}
 	}
@@ -467,7 +479,7 @@ func (q *Queue) unparkFromRedis(ctx context.Context, topic string, page int) {
 		var first *resumeScan
 		live := scans[:0]
 		for _, s := range scans {
-			if !q.refill(ctx, s, prefix, chunk) {
+			if !ps.refill(ctx, s, prefix, chunk) {
 				continue // read whole, or failed
 			}
 			live = append(live, s)
@@ -479,7 +491,7 @@ func (q *Queue) unparkFromRedis(ctx context.Context, topic string, page int) {
 		if first == nil {
 			return
 		}
-		q.armUnparked(first.buf[0])
+		ps.armUnparked(first.buf[0])
 		first.buf = first.buf[1:]
 	}
 }
@@ -487,14 +499,14 @@ func (q *Queue) unparkFromRedis(ctx context.Context, topic string, page int) {
 // refill reads s's next entries whose key begins with prefix, chunk
 // entries at a time, when it has none left, until some are found or the
 // window is read whole; it reports whether s has entries left.
-func (q *Queue) refill(ctx context.Context, s *resumeScan, prefix string, chunk int) bool {
+func (ps *pauser) refill(ctx context.Context, s *resumeScan, prefix string, chunk int) bool {
 	for len(s.buf) == 0 && !s.cur.Done && ctx.Err() == nil {
-		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		es, next, err := q.store.RangeWindow(cctx, s.p, false, -1<<62, s.until, s.cur, chunk)
+		cctx, cancel := context.WithTimeout(ctx, ps.writeTimeout)
+		es, next, err := ps.store.RangeWindow(cctx, s.p, false, -1<<62, s.until, s.cur, chunk)
 		cancel()
 		if err != nil {
 			// The sweep re-arms overdue jobs in a while anyway.
-			q.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", strings.TrimSuffix(prefix, persist.KeySep), "partition", s.p, "err", err)
+			ps.log.Warn("wheelq: resume: reading a paused topic's jobs", "topic", strings.TrimSuffix(prefix, persist.KeySep), "partition", s.p, "err", err)
 			return false
 		}
 		s.buf = slices.DeleteFunc(es, func(e persist.Entry) bool { return !strings.HasPrefix(e.Key, prefix) })
@@ -505,9 +517,9 @@ func (q *Queue) refill(ctx context.Context, s *resumeScan, prefix string, chunk 
 
 // armUnparked arms a job of a resumed topic, if its partition is still
 // owned here and the job due within its loaded window.
-func (q *Queue) armUnparked(e persist.Entry) {
-	if q.recov.LoadedUntil(q.store.PartitionOf(e.Key)) >= e.Due {
-		now, wall := wheel.Readings(q.clock)
-		q.armAt(e.Key, max(e.Due, 0), now, wall)
+func (ps *pauser) armUnparked(e persist.Entry) {
+	if ps.leases.LoadedUntil(ps.store.PartitionOf(e.Key)) >= e.Due {
+		now, wall := wheel.Readings(ps.clock)
+		ps.armAt(e.Key, max(e.Due, 0), now, wall)
 	}
 }

@@ -237,7 +237,7 @@ func TestArmParksJobsOfPausedTopic(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	now := time.Now().UnixMicro()
-	b.q.park("mail/1", now) // as a claim answered "paused"
+	b.q.pauses.park("mail/1", now) // as a claim answered "paused"
 	armed := b.q.sched.Len()
 	sink{b.q}.Arm([]persist.Entry{{Key: "mail/2", Due: now}, {Key: "other/3", Due: now + time.Hour.Microseconds()}})
 	require.Equal(t, armed+1, b.q.sched.Len(), "only the other topic's job is armed")
@@ -335,7 +335,7 @@ func TestPauseHoldsWhileRedisDown(t *testing.T) {
 }
 
 // knowsPaused reports whether q knows topic to be paused (its
-// pauseStage.known).
+// pauser.known).
 func knowsPaused(q *Queue, topic string) bool {
 	q.pauses.mu.Lock()
 	defer q.pauses.mu.Unlock()
@@ -349,12 +349,12 @@ func TestParkIfKnownPaused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{RunWhileRedisDown: true})
 	now := time.Now().UnixMicro()
-	b.q.park("mail/1", now) // as a claim answered "paused"
-	b.q.notePaused("sms", true)
-	require.True(t, b.q.parkIfKnownPaused("mail/2", now))
-	require.True(t, b.q.parkIfKnownPaused("sms/1", now))
-	require.False(t, b.q.parkIfKnownPaused("other/1", now))
-	b.q.notePaused("sms", false)
+	b.q.pauses.park("mail/1", now) // as a claim answered "paused"
+	b.q.pauses.notePaused("sms", true)
+	require.True(t, b.q.pauses.parkIfKnownPaused("mail/2", now))
+	require.True(t, b.q.pauses.parkIfKnownPaused("sms/1", now))
+	require.False(t, b.q.pauses.parkIfKnownPaused("other/1", now))
+	b.q.pauses.notePaused("sms", false)
 	require.False(t, knowsPaused(b.q, "sms"))
 	b.q.pauses.mu.Lock()
 	defer b.q.pauses.mu.Unlock()

@@ -76,7 +76,7 @@ type Queue struct {
 	gate     *startGate  // gate.go: claimed tasks waiting for their time
 	inflight inflightSet // settle.go: jobs whose outcome is not yet stored
 	limits   *limiter    // limits.go: per-topic limits
-	pauses   pauseStage  // pause.go: jobs of paused topics, parked
+	pauses   *pauser     // pause.go: jobs of paused topics, parked
 	pull     *pullStage  // pull.go: blocked Reserves, due jobs of pulled topics
 	// lock is this process's lock file (lockfile_unix.go): set by Start
 	// before the recoverer starts, released by Shutdown after it stopped.
@@ -222,7 +222,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		Clock:         pollClock,
 		Logger:        cfg.Logger,
 		SweepInterval: cfg.test.sweepInterval,
-		PausedTopics:  q.pausedHere,
+		PausedTopics:  func() []string { return q.pauses.pausedHere() },
 		DeadTokens:    q.goneTokens,
 	})
 	if err != nil {
@@ -247,12 +247,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.pauses = &pauser{pauseDeps: pauseDeps{
+		store: store, leases: q.recov, clock: cfg.Clock, log: cfg.Logger, partitions: cfg.Partitions,
+		writeTimeout: cfg.WriteTimeout, runWhileDown: cfg.RunWhileRedisDown,
+		armAt: q.armAt, announced: q.announced, readTopicModes: q.readTopicModes,
+	}}
 	q.claims = newClaimer(claimDeps{
 		stageDeps: sd, leases: q.recov, gate: q.gate, settle: q.settle, bursts: &q.bursts,
 		lead: cfg.ClaimLead, slack: q.fireSlack, runWhileDown: cfg.RunWhileRedisDown, stop: q.stopDispatch,
 		limited: q.limits.enabled, admit: q.admit, release: q.releasePermit,
 		pulled: q.pulledKey, pullTask: q.newPullTask, pullAhead: q.pullAhead,
-		park: q.park, parkIfKnownPaused: q.parkIfKnownPaused, arm: q.arm, newTask: q.newTask,
+		park: q.pauses.park, parkIfKnownPaused: q.pauses.parkIfKnownPaused, arm: q.arm, newTask: q.newTask,
 	})
 	if q.sched, err = wheel.NewScheduler(fc, q.claims.fire); err != nil {
 		return nil, err
@@ -344,12 +349,12 @@ func (q *Queue) Start(ctx context.Context) error {
 	if q.cfg.RunWhileRedisDown {
 		// The paused topics, known before any job is armed: a claim that
 		// cannot reach Redis parks their jobs (pause.go).
-		if _, err := q.readPaused(ctx); err != nil {
+		if _, err := q.pauses.readPaused(ctx); err != nil {
 			q.log.Warn("wheelq: start: reading the paused topics; the watcher reads them again", "err", err)
 		}
 	}
 	q.takeLock()
-	q.startPauseWatch()
+	q.pauses.start()
 	q.sched.Start()
 	q.gate.wheel.Start()
 	q.runs.Start()
@@ -481,7 +486,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		//    renewal, are unclaimed (queued to settling).
 		close(q.stopDispatch)
 		q.dispatchers.Wait()
-		q.stopPauseWatch()
+		q.pauses.stop()
 		q.pull.waitStopped() // the pull loop holds tasks in the gate: it goes first
 		held, waiting := q.gate.empty()
 		var release []persist.ResolveOp

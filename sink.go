@@ -20,7 +20,7 @@ func (s sink) Arm(es []persist.Entry) {
 		if q.crashAt(crashpoint.MidReload, e.Key) {
 			return
 		}
-		if q.parkIfPaused(e.Key, e.Due) {
+		if q.pauses.parkIfPaused(e.Key, e.Due) {
 			continue
 		}
 		// A score before the epoch (stored by an older version) is
