@@ -131,29 +131,6 @@ type NackOptions struct {
 
 // pullStage holds the consumers blocked in Reserve and the jobs of pulled
 // topics whose time has come.
-// newPullStage returns an empty pull stage, its nonces' prefix drawn at
-// random.
-func newPullStage() *pullStage {
-	var nb [6]byte
-	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())
-	binary.LittleEndian.PutUint16(nb[4:], uint16(rand.Uint32()))
-	ps := &pullStage{
-		declared: map[string]bool{}, byTopic: map[string][]*pullWaiter{}, looked: map[string]time.Time{},
-		gen: map[string]uint64{}, drained: map[string]uint64{},
-		nonce: base64.RawURLEncoding.EncodeToString(nb[:]) + ".",
-		sig:   make(chan struct{}, 1), done: make(chan struct{}),
-	}
-	ps.known.Store(&map[string]bool{})
-	return ps
-}
-
-// isDeclared reports whether this queue pulls topic (Pull).
-func (ps *pullStage) isDeclared(topic string) bool {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	return ps.declared[topic]
-}
-
 type pullStage struct {
 	mu       sync.Mutex
 	declared map[string]bool // guarded by mu: topics this queue pulls (Pull)
@@ -203,6 +180,29 @@ type pullStage struct {
 	// for one job at one revision can be alike (a prefix of the member
 	// id was not: "worker-1" and "worker-2").
 	nonce string
+}
+
+// newPullStage returns an empty pull stage, its nonces' prefix drawn at
+// random.
+func newPullStage() *pullStage {
+	var nb [6]byte
+	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())
+	binary.LittleEndian.PutUint16(nb[4:], uint16(rand.Uint32()))
+	ps := &pullStage{
+		declared: map[string]bool{}, byTopic: map[string][]*pullWaiter{}, looked: map[string]time.Time{},
+		gen: map[string]uint64{}, drained: map[string]uint64{},
+		nonce: base64.RawURLEncoding.EncodeToString(nb[:]) + ".",
+		sig:   make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	ps.known.Store(&map[string]bool{})
+	return ps
+}
+
+// isDeclared reports whether this queue pulls topic (Pull).
+func (ps *pullStage) isDeclared(topic string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.declared[topic]
 }
 
 // spareJob is a reservation waiting here for a Reserve (see spare).

@@ -723,13 +723,26 @@ func TestReplicaAcksCluster(t *testing.T) {
 		}
 		n += len(ws)
 		var res []WriteResult
+		retried := false
 		require.Eventually(t, func() bool { // after a failover, the old primary resyncs before it acknowledges
 			res, err = s.Write(ctx, nil, ws)
-			return !errors.Is(err, ErrNotReplicated)
+			if errors.Is(err, ErrNotReplicated) {
+				retried = true // applied, but not acknowledged in time (a busy machine, a fresh replica)
+				return false
+			}
+			return true
 		}, 20*time.Second, 50*time.Millisecond)
 		require.NoError(t, err, what)
 		for i, r := range res {
-			require.Equal(t, Stored, r, "%s: write %d", what, i)
+			switch {
+			case !retried:
+				require.Equal(t, Stored, r, "%s: write %d", what, i)
+			case ws[i].Replace:
+				// The attempt that was not acknowledged may have stored it.
+				require.Contains(t, []WriteResult{Stored, Replaced}, r, "%s: write %d, sent again", what, i)
+			default:
+				require.Contains(t, []WriteResult{Stored, Duplicate}, r, "%s: write %d, sent again", what, i)
+			}
 		}
 		keys := make([]string, len(ws))
 		for i, w := range ws {
