@@ -209,9 +209,15 @@ func TestDeclareTopics(t *testing.T) {
 // partitions (outside a cluster, one call), and acking them (Resolve).
 // Compare with BenchmarkClaimSettle's per-job figures.
 func BenchmarkTake(b *testing.B) {
+	for _, batch := range []int{100, 800} {
+		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) { benchTake(b, batch) })
+	}
+}
+
+// benchTake takes batch due jobs of 16 partitions at a time and acks them.
+func benchTake(b *testing.B, batch int) {
 	bb := setup(b, 16)
 	ctx, s := bb.ctx, bb.store
-	const batch = 100
 	n := b.N * batch
 	var ws []Write
 	for i := range n {
