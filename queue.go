@@ -593,7 +593,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 // takeLock makes and locks this process's lock file (see lockfile_unix.go).
 // Not with an InstanceID (a former
 // incarnation's leases are taken over by that) or LockDir "-". Start
-// calls it, with q.mu held, before the recoverer starts.
+// calls it, with startMu held, before the recoverer starts.
 func (q *Queue) takeLock() {
 	if q.cfg.InstanceID != "" || q.cfg.LockDir == "-" {
 		return
