@@ -2,12 +2,43 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/wheelq/wheelq"
 )
+
+// serveChild is the body of a worker process of a childTeam workload: spec
+// is env's value, "addr|namespace|log path". It makes a queue on the
+// namespace with the default Config and hands it, with the log opened
+// for appending, to run, which registers what the process does and
+// starts the queue; the process then runs until killed. A bad spec or an
+// error of run ends it with a message.
+func serveChild(env, spec string, run func(ctx context.Context, q *wheelq.Queue, log *os.File) error) {
+	parts := strings.SplitN(spec, "|", 3)
+	if len(parts) != 3 {
+		fmt.Fprintf(os.Stderr, "wheelq-bench: bad %s %q\n", env, spec)
+		os.Exit(2)
+	}
+	f, err := os.OpenFile(parts[2], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		var q *wheelq.Queue
+		q, err = wheelq.New(redis.NewClient(&redis.Options{Addr: parts[0]}), wheelq.Config{Namespace: parts[1]})
+		if err == nil {
+			err = run(context.Background(), q, f)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
+		os.Exit(1)
+	}
+	select {} // until killed
+}
 
 // childTeam is n worker processes of a workload (started with env:
 // envRecurChild, envLimitChild) on a fresh redis-server and a namespace of

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/wheelq/wheelq"
 )
 
@@ -29,36 +27,21 @@ func init() {
 const envLimitChild = "WHEELQ_BENCH_LIMIT_CHILD"
 
 func limitChild(spec string) {
-	parts := strings.SplitN(spec, "|", 3)
-	if len(parts) != 3 {
-		fmt.Fprintf(os.Stderr, "wheelq-bench: bad %s %q\n", envLimitChild, spec)
-		os.Exit(2)
-	}
-	f, err := os.OpenFile(parts[2], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err == nil {
-		var q *wheelq.Queue
-		q, err = wheelq.New(redis.NewClient(&redis.Options{Addr: parts[0]}), wheelq.Config{Namespace: parts[1]})
-		if err == nil {
-			h := func(hold time.Duration) wheelq.Handler {
-				return wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
-					start := time.Now()
-					time.Sleep(hold)
-					_, err := fmt.Fprintf(f, "%s %d %d\n", j.Topic, start.UnixMicro(), time.Now().UnixMicro())
-					return err
-				})
-			}
-			_ = q.Handle("cap", h(50*time.Millisecond))
-			_ = q.Handle("rate", h(0))
-			_ = q.Limit("cap", wheelq.Limit{GlobalConcurrency: 3})
-			_ = q.Limit("rate", wheelq.Limit{Rate: 200})
-			err = q.Start(context.Background())
+	serveChild(envLimitChild, spec, func(ctx context.Context, q *wheelq.Queue, log *os.File) error {
+		h := func(hold time.Duration) wheelq.Handler {
+			return wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+				start := time.Now()
+				time.Sleep(hold)
+				_, err := fmt.Fprintf(log, "%s %d %d\n", j.Topic, start.UnixMicro(), time.Now().UnixMicro())
+				return err
+			})
 		}
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
-		os.Exit(1)
-	}
-	select {} // until killed
+		_ = q.Handle("cap", h(50*time.Millisecond))
+		_ = q.Handle("rate", h(0))
+		_ = q.Limit("cap", wheelq.Limit{GlobalConcurrency: 3})
+		_ = q.Limit("rate", wheelq.Limit{Rate: 200})
+		return q.Start(ctx)
+	})
 }
 
 type span struct{ start, end int64 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/wheelq/wheelq"
 )
 
@@ -30,33 +28,18 @@ const envRecurChild = "WHEELQ_BENCH_RECUR_CHILD"
 var benchBeat = wheelq.Recurring{Name: "beat", Topic: "beat", Cron: "@every 1s"}
 
 func recurChild(spec string) {
-	parts := strings.SplitN(spec, "|", 3)
-	if len(parts) != 3 {
-		fmt.Fprintf(os.Stderr, "wheelq-bench: bad %s %q\n", envRecurChild, spec)
-		os.Exit(2)
-	}
-	f, err := os.OpenFile(parts[2], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err == nil {
-		var q *wheelq.Queue
-		q, err = wheelq.New(redis.NewClient(&redis.Options{Addr: parts[0]}), wheelq.Config{Namespace: parts[1]})
-		if err == nil {
-			h := wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
-				_, err := fmt.Fprintf(f, "%s %s %d %d %d\n", j.Topic, j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), os.Getpid())
-				return err
-			})
-			_ = q.Handle("beat", h)
-			_ = q.Handle("plain", h)
-			ctx := context.Background()
-			if err = q.Start(ctx); err == nil {
-				err = q.DeclareRecurring(ctx, benchBeat)
-			}
+	serveChild(envRecurChild, spec, func(ctx context.Context, q *wheelq.Queue, log *os.File) error {
+		h := wheelq.HandlerFunc(func(_ context.Context, j *wheelq.Job) error {
+			_, err := fmt.Fprintf(log, "%s %s %d %d %d\n", j.Topic, j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), os.Getpid())
+			return err
+		})
+		_ = q.Handle("beat", h)
+		_ = q.Handle("plain", h)
+		if err := q.Start(ctx); err != nil {
+			return err
 		}
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wheelq-bench:", err)
-		os.Exit(1)
-	}
-	select {} // until killed
+		return q.DeclareRecurring(ctx, benchBeat)
+	})
 }
 
 func runRecurring(ctx context.Context, cfg *config, emit func(result)) error {
