@@ -198,6 +198,25 @@ func newPullStage() *pullStage {
 	return ps
 }
 
+// pulledTopics returns topics sorted, without repeats, or an error: a
+// topic this queue does not pull (ErrNotPulled, or ErrInvalidTopic for a
+// name no topic may have). The declared topics change only before
+// Start, so the answer holds while Reserve and Pop use it.
+func (ps *pullStage) pulledTopics(topics []string) ([]string, error) {
+	topics = slices.Compact(slices.Sorted(slices.Values(topics)))
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, t := range topics {
+		if !ps.declared[t] {
+			if err := validTopic(t); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %q", ErrNotPulled, t)
+		}
+	}
+	return topics, nil
+}
+
 // isDeclared reports whether this queue pulls topic (Pull).
 func (ps *pullStage) isDeclared(topic string) bool {
 	ps.mu.Lock()
@@ -387,20 +406,12 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	if err := q.pullReady(); err != nil {
 		return nil, err
 	}
-	ps := q.pull
-	topics := slices.Clone(opts.Topics)
-	slices.Sort(topics)
-	topics = slices.Compact(topics)
-	ps.mu.Lock()
-	for _, t := range topics {
-		if !ps.declared[t] {
-			ps.mu.Unlock()
-			if err := validTopic(t); err != nil {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %q", ErrNotPulled, t)
-		}
+	topics, err := q.pull.pulledTopics(opts.Topics)
+	if err != nil {
+		return nil, err
 	}
+	ps := q.pull
+	ps.mu.Lock()
 	w := &pullWaiter{topics: topics, max: opts.Max, ttr: opts.TTR, sig: make(chan struct{}, 1)}
 	for _, t := range topics {
 		ps.byTopic[t] = append(ps.byTopic[t], w)
@@ -669,32 +680,11 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 	nonce := base64.RawURLEncoding.EncodeToString(b[:]) + "."
 	_, wall := wheel.Readings(q.clock)
 	deadline := wall.Add(w.ttr)
-	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-	defer cancel()
-	probe, err := q.reach.admit(q.clock)
+	res, err := q.readReady(ctx, "reserve", w.topics, gens, func(ctx context.Context) (persist.TakeResult, error) {
+		return q.store.Take(ctx, w.topics, n, wall.UnixMicro(), deadline.UnixMicro(), nonce, q.fence[0], int(seq%uint64(q.cfg.Partitions)))
+	})
 	if err != nil {
-		return nil, 0, errs.Errorf("wheelq: reserve: %w", err)
-	}
-	res, err := q.store.Take(cctx, w.topics, n, wall.UnixMicro(), deadline.UnixMicro(), nonce, q.fence[0], int(seq%uint64(q.cfg.Partitions)))
-	q.reach.note(err, probe, q.clock)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
-		return nil, 0, errs.Errorf("wheelq: reserve: %w", uncertain(err))
-	}
-	if len(res.Jobs) == 0 && res.Stale == 0 {
-		// Every ready set of these topics was empty (as of the take): the
-		// next look waits for an announcement. (A take that found fewer
-		// than it asked for may have stopped at its byte budget.)
-		ps.mu.Lock()
-		for i, t := range w.topics {
-			ps.drained[t] = gens[i]
-		}
-		ps.mu.Unlock()
-	}
-	if len(res.Jobs) == 0 && len(res.Paused) == len(w.topics) {
-		return nil, 0, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
+		return nil, 0, err
 	}
 	out := make([]*Reservation, 0, len(res.Jobs))
 	_, after := wheel.Readings(q.clock)
@@ -747,21 +737,15 @@ func (q *Queue) Pop(ctx context.Context, topics []string, max int) ([]Job, error
 	if err := q.pullReady(); err != nil {
 		return nil, err
 	}
+	topics, err := q.pull.pulledTopics(topics)
+	if err != nil {
+		return nil, err
+	}
 	ps := q.pull
-	topics = slices.Clone(topics)
-	slices.Sort(topics)
-	topics = slices.Compact(topics)
 	ps.mu.Lock()
 	may := false
 	gens := make([]uint64, len(topics))
 	for i, t := range topics {
-		if !ps.declared[t] {
-			ps.mu.Unlock()
-			if err := validTopic(t); err != nil {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %q", ErrNotPulled, t)
-		}
 		gens[i] = ps.gen[t]
 		may = may || ps.gen[t] != ps.drained[t] || q.clock.Now().Sub(ps.looked[t]) >= pullRecheck
 	}
@@ -777,33 +761,21 @@ func (q *Queue) Pop(ctx context.Context, topics []string, max int) ([]Job, error
 	// max: it looks again, a few times at most.
 	for range 3 {
 		_, wall := wheel.Readings(q.clock)
-		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		probe, err := q.reach.admit(q.clock)
-		if err != nil {
-			cancel()
-			return out, errs.Errorf("wheelq: pop: %w", err)
+		res, err := q.readReady(ctx, "pop", topics, gens, func(ctx context.Context) (persist.TakeResult, error) {
+			return q.store.Pop(ctx, topics, max-len(out), wall.UnixMicro(), int(seq%uint64(q.cfg.Partitions)))
+		})
+		if errors.Is(err, ErrPaused) && len(out) > 0 {
+			break // paused since the jobs popped already
 		}
-		res, err := q.store.Pop(cctx, topics, max-len(out), wall.UnixMicro(), int(seq%uint64(q.cfg.Partitions)))
-		cancel()
-		q.reach.note(err, probe, q.clock)
 		if err != nil {
-			if ctx.Err() != nil {
-				return out, ctx.Err()
-			}
-			return out, errs.Errorf("wheelq: pop: %w", uncertain(err))
+			return out, err
 		}
 		now := q.clock.Now()
 		ps.mu.Lock()
-		for i, t := range topics {
+		for _, t := range topics {
 			ps.looked[t] = now
-			if len(res.Jobs) == 0 && res.Stale == 0 {
-				ps.drained[t] = gens[i] // the next look waits for an announcement
-			}
 		}
 		ps.mu.Unlock()
-		if len(out) == 0 && len(res.Jobs) == 0 && len(res.Paused) == len(topics) {
-			return nil, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
-		}
 		for _, j := range res.Jobs {
 			rec, err := persist.DecodeRecord(j.Record)
 			if err != nil {
@@ -827,6 +799,44 @@ func (q *Queue) Pop(ctx context.Context, topics []string, max int) ([]Job, error
 		return out, fmt.Errorf("%w: popped records that cannot be decoded: %v", ErrCorrupt, corrupt)
 	}
 	return out, nil
+}
+
+// readReady makes a round trip to the ready sets of topics (call: a take
+// or a pop, given a context bounded by WriteTimeout), fails fast while
+// Redis is known unreachable, and notes the outcome: when every ready set
+// was empty, the topics are drained as of gens (their announcement counts
+// when the call began), so that the next look waits for an announcement.
+// A call that found every topic paused, and took nothing, is ErrPaused.
+func (q *Queue) readReady(ctx context.Context, op string, topics []string, gens []uint64,
+	call func(ctx context.Context) (persist.TakeResult, error)) (persist.TakeResult, error) {
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return persist.TakeResult{}, errs.Errorf("wheelq: %s: %w", op, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	res, err := call(cctx)
+	cancel()
+	q.reach.note(err, probe, q.clock)
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		return res, errs.Errorf("wheelq: %s: %w", op, uncertain(err))
+	}
+	if len(res.Jobs) == 0 && res.Stale == 0 {
+		// (A call that found fewer than it asked for may have stopped at
+		// its byte budget: not drained.)
+		ps := q.pull
+		ps.mu.Lock()
+		for i, t := range topics {
+			ps.drained[t] = gens[i]
+		}
+		ps.mu.Unlock()
+	}
+	if len(res.Jobs) == 0 && len(res.Paused) == len(topics) {
+		return res, fmt.Errorf("%w: %v", ErrPaused, res.Paused)
+	}
+	return res, nil
 }
 
 // Ack says the reserved job is done: it leaves the queue, into the run
