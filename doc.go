@@ -22,7 +22,8 @@
 //
 // Delivery is at-least-once. Schedule returns nil only after Redis
 // acknowledged the job; from then on it leaves Redis only when its handler
-// returned nil, when it was dead-lettered, or when it was cancelled. A
+// returned nil, when it was dead-lettered, or when it was cancelled (or
+// a consumer acked it, or took it with Pop: see Pulled topics). A
 // process killed at any instant loses nothing: a process that starts (or
 // takes over the dead one's partitions: at once on the same host, by its
 // lock file, see Config.LockDir; elsewhere after Config.LeaseTTL) runs
@@ -113,7 +114,10 @@
 // consumer has asked for wait in Redis, in due order, costing no memory
 // in any process, and Reserve in any process of the namespace takes them,
 // oldest first. Reservations live in Redis, not in a process: a consumer
-// may ack through any process, and a process that dies loses none. A
+// may ack through any process, and a process that dies loses none. Pop is
+// the exception a consumer chooses: it finishes the due jobs it takes in
+// the same Redis call, so each is delivered at most once (a consumer that
+// dies after Pop returned loses them). A
 // topic is consumed one way in a namespace: Start refuses a topic recorded
 // the other way (ErrTopicMode).
 //
