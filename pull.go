@@ -721,9 +721,13 @@ func (q *Queue) take(ctx context.Context, w *pullWaiter, n int) ([]*Reservation,
 // returns no jobs and a nil error, and it reads Redis only when jobs were
 // announced since the last look here (or a second has passed), as a
 // NoWait Reserve does. The queue must be started and the topics pulled;
-// errors are Reserve's. A job whose stored record cannot be decoded is
-// finished too: Pop then returns the others with an error wrapping
-// ErrCorrupt that names it.
+// errors are Reserve's. Pop returns jobs only once Redis (and, with
+// Config.ReplicaAcks, its replicas: so a failover cannot hand them out
+// again) has them finished; an error wrapping ErrOutcomeUnknown (a reply
+// lost, replicas late) may have finished jobs it did not return, and
+// they are not handed out again. A job whose stored record cannot be
+// decoded is finished too: Pop then returns the others with an error
+// wrapping ErrCorrupt that names it.
 func (q *Queue) Pop(ctx context.Context, topics []string, max int) ([]Job, error) {
 	if err := checkCtx(ctx, "Pop"); err != nil {
 		return nil, err

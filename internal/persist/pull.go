@@ -300,7 +300,9 @@ func (s *Store) Take(ctx context.Context, topics []string, max int, now, deadlin
 // first, as Take does, and finishes them in the same call: each leaves
 // the queue for the run history as done, as an ack leaves it, and its
 // Taken has no token. A job popped is never handed out again, whatever
-// becomes of the caller (at most once).
+// becomes of the caller (at most once). With Options.ReplicaAcks it
+// returns them only once replicas acknowledged the call, else fails with
+// ErrNotReplicated (the jobs may be finished all the same).
 func (s *Store) Pop(ctx context.Context, topics []string, max int, now int64, start int) (TakeResult, error) {
 	return s.take1(ctx, topics, max, now, 0, "", "", start, "p")
 }
@@ -335,7 +337,16 @@ func (s *Store) take1(ctx context.Context, topics []string, max int, now, deadli
 		args[g] = evalArgs(s.take, keys, []any{now, c.max, deadline, nonce + strconv.Itoa(g) + ".", MaxClaimBytes, len(topics), tok,
 			mode, s.histAge, s.histCount})
 	}
-	replies, err := s.runCalls(ctx, args)
+	run := s.runCalls
+	if mode == "p" {
+		// A pop finishes its jobs: they are returned only once replicas
+		// have the finish (Options.ReplicaAcks), as a write's, so that a
+		// failover cannot hand them out again. Not acknowledged in time,
+		// it fails with ErrNotReplicated: the jobs may be finished all the
+		// same (at most once).
+		run = s.runWrites
+	}
+	replies, err := run(ctx, args)
 	if err != nil {
 		return res, err
 	}

@@ -694,6 +694,19 @@ func TestReplicaAcks(t *testing.T) {
 	require.Equal(t, Pending, st, "the primary applied it")
 	_, err = two.RescheduleMany(ctx, nil, []Move{{Key: "t/c", Due: 9, Rev: 2}})
 	require.ErrorIs(t, err, ErrNotReplicated)
+
+	// A pop finishes jobs: it too returns them only once replicas have the
+	// finish (else a failover could hand them out again).
+	for _, k := range []string{"p/x", "p/y"} {
+		_, err = one.Write(ctx, nil, []Write{{Key: k, Due: 5, Record: rec("")}})
+		require.NoError(t, err)
+		require.NoError(t, rdb.ZAdd(ctx, one.ReadyKey(one.PartitionOf(k), "p"), redis.Z{Score: 5, Member: k}).Err())
+	}
+	_, err = two.Pop(ctx, []string{"p"}, 1, 100, 0)
+	require.ErrorIs(t, err, ErrNotReplicated, "one replica of two")
+	pr, err := one.Pop(ctx, []string{"p"}, 5, 100, 0)
+	require.NoError(t, err, "the replica acknowledged")
+	require.Len(t, pr.Jobs, 1, "the other was popped by the call not acknowledged")
 }
 
 // TestReplicaAcksCluster: on a real Cluster (three primaries with a
