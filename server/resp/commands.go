@@ -502,21 +502,28 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
 	defer cancel()
-	stop := func() bool { return false }
+	went := func() bool { return false }
+	stop := went
 	if a.Block > 0 {
 		// Answer what was pipelined before, then block, watching for the
 		// client's leaving.
 		if err := redcon.BaseWriter(c).Flush(); err != nil {
 			return c.Close()
 		}
-		stop = watchPeer(c.NetConn(), cancel)
+		went, stop = watchPeer(c.NetConn(), cancel)
 	}
 	got, err := s.q.Reserve(ctx, a.Opts)
-	if stop() {
-		// The client went away while blocked: what came for it goes back
-		// at once rather than lapsing at its time-to-run.
-		s.release(got)
-		return c.Close()
+	if went() || len(got) == 0 {
+		if stop() {
+			// The client went away while blocked: what came for it goes
+			// back at once rather than lapsing at its time-to-run.
+			s.release(got)
+			return c.Close()
+		}
+	} else {
+		// The watch ends once the reply is out: ending it first (a wake
+		// of its goroutine, and a wait for it) delayed every reply.
+		defer stop()
 	}
 	if len(got) == 0 {
 		if err != nil && ctx.Err() == nil {
@@ -566,6 +573,10 @@ func receipt(sess *session, args [][]byte) (wheelq.Receipt, error) {
 }
 
 func cmdAck(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if more := leadingAcks(c.PeekPipeline()); more > 0 {
+		ackPipelined(s, c, sess, args, more)
+		return nil
+	}
 	r, err := receipt(sess, args)
 	if err != nil {
 		return err
@@ -577,6 +588,64 @@ func cmdAck(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	c.WriteString("OK")
 	return nil
+}
+
+// leadingAcks counts the WQ.ACKs (of the right arity) at the head of
+// cmds, at most wheelq.MaxReserve.
+func leadingAcks(cmds []redcon.Command) int {
+	n := 0
+	for _, cmd := range cmds {
+		if n == wheelq.MaxReserve || len(cmd.Args) != 4 || !strings.EqualFold(string(cmd.Args[0]), "wq.ack") {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// ackPipelined acks the WQ.ACK of args and the more WQ.ACKs pipelined
+// right after it in one round trip (AckAll): one at a time, each waited
+// for the round trip of the one before. It answers each in order, then
+// serves the commands pipelined after them as usual.
+func ackPipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more int) {
+	cmds := c.ReadPipeline()
+	all := make([][][]byte, 0, 1+more)
+	all = append(all, args)
+	for _, cmd := range cmds[:more] {
+		all = append(all, cmd.Args[1:])
+	}
+	errs := make([]error, len(all))
+	rs := make([]wheelq.Receipt, 0, len(all))
+	idx := make([]int, 0, len(all))
+	for i, a := range all {
+		if i > 0 && sess.lim != nil {
+			sess.lim.dispatched()
+		}
+		r, err := receipt(sess, a)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		rs = append(rs, r)
+		idx = append(idx, i)
+	}
+	if len(rs) > 0 {
+		ctx, cancel := s.ctx()
+		for k, err := range s.q.AckAll(ctx, rs...) {
+			errs[idx[k]] = err
+		}
+		cancel()
+	}
+	for _, err := range errs {
+		if err != nil {
+			s.writeErr(c, err)
+		} else {
+			c.WriteString("OK")
+		}
+	}
+	for _, cmd := range cmds[more:] {
+		s.serve(c, cmd)
+	}
 }
 
 func cmdNack(s *Server, c redcon.Conn, sess *session, args [][]byte) error {

@@ -11,23 +11,25 @@ import (
 )
 
 // watchPeer watches nc, while a command blocks, for its peer closing the
-// connection (or resetting it): then it calls gone. stop ends the watch
-// and says whether the peer went. It peeks at the socket (MSG_PEEK), so
+// connection (or resetting it): then it calls gone. went says whether
+// the peer went, without ending the watch; stop ends the watch (before
+// redcon reads the connection again) and says whether the peer went. It peeks at the socket (MSG_PEEK), so
 // it consumes nothing: should the client send more (pipelined commands),
 // the watch ends there, not knowing. nc is the connection redcon reads:
 // a limitedConn over a TCP or TLS connection.
-func watchPeer(nc net.Conn, gone func()) (stop func() bool) {
+func watchPeer(nc net.Conn, gone func()) (went, stop func() bool) {
+	no := func() bool { return false }
 	sc := rawConn(nc)
 	if sc == nil {
-		return func() bool { return false }
+		return no, no
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return func() bool { return false }
+		return no, no
 	}
 	// redcon's idle deadline, set for its last read, would end the watch.
 	_ = nc.SetReadDeadline(time.Time{})
-	var went atomic.Bool
+	var left atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -38,17 +40,17 @@ func watchPeer(nc net.Conn, gone func()) (stop func() bool) {
 			case err == syscall.EAGAIN || err == syscall.EINTR:
 				return false // nothing yet: wait until readable
 			case err != nil || n == 0:
-				went.Store(true) // reset, or the end of the stream
+				left.Store(true) // reset, or the end of the stream
 				gone()
 			}
 			return true
 		})
 	}()
-	return func() bool {
+	return left.Load, func() bool {
 		_ = nc.SetReadDeadline(time.Now()) // ends a wait in rc.Read
 		<-done
 		_ = nc.SetReadDeadline(time.Time{}) // redcon sets its own before reading
-		return went.Load()
+		return left.Load()
 	}
 }
 

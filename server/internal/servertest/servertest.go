@@ -20,6 +20,9 @@ type Addrs struct {
 	HTTP string
 	// RESP is the RESP front end's host:port, if cfg.RESP.Addr was set.
 	RESP string
+	// Redis is the redis-server's host:port (for a test's own reads of
+	// it: INFO, say).
+	Redis string
 }
 
 // Start runs a server on loopback ports of its own and a redis-server of
@@ -48,7 +51,7 @@ func Start(t testing.TB, edit func(*config.Config)) Addrs {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	var a Addrs
+	a := Addrs{Redis: rs.Addr}
 	select {
 	case h := <-httpc:
 		a.HTTP = "http://" + h

@@ -1,0 +1,84 @@
+package resp_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/internal/servertest"
+)
+
+// TestPipelinedAcksShareARoundTrip: WQ.ACKs pipelined in one write are
+// acked together, in a round trip or two to Redis, not one each (each
+// waiting for the one before); every command of the pipeline is answered
+// in order, a bad receipt among them with its own error, the commands
+// after them as usual.
+func TestPipelinedAcksShareARoundTrip(t *testing.T) {
+	t.Parallel()
+	a := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.Queue.Pull = []string{"acks"}
+	})
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
+	defer rdb.Close()
+	const n = 100
+	for i := range n {
+		require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "acks", "p", "ID", fmt.Sprint("j", i)).Err())
+	}
+	var got [][]any
+	for len(got) < n {
+		res, err := rdb.Do(ctx, "WQ.RESERVE", "COUNT", n, "BLOCK", 5000, "TOPICS", "acks").Slice()
+		require.NoError(t, err)
+		for _, j := range res {
+			got = append(got, j.([]any))
+		}
+	}
+	redisCli := redis.NewClient(&redis.Options{Addr: a.Redis})
+	defer redisCli.Close()
+	calls := func() int {
+		info, err := redisCli.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		for _, l := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_evalsha:calls="); ok {
+				v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return v
+			}
+		}
+		return 0
+	}
+	before := calls()
+	pipe := rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for i, j := range got {
+		token := j[2]
+		if i == 50 {
+			token = "not-the-token"
+		}
+		cmds = append(cmds, pipe.Do(ctx, "WQ.ACK", j[0], j[1], token))
+	}
+	ping := pipe.Ping(ctx)
+	again := pipe.Do(ctx, "WQ.ACK", got[0][0], got[0][1], got[0][2]) // sent again after it applied
+	_, _ = pipe.Exec(ctx)
+	scripts := calls() - before
+	for i, c := range cmds {
+		if i == 50 {
+			require.ErrorContains(t, c.Err(), "RESERVATIONLOST ", "ack %d", i)
+			continue
+		}
+		require.NoError(t, c.Err(), "ack %d", i)
+		require.Equal(t, "OK", c.Val(), "ack %d", i)
+	}
+	require.NoError(t, ping.Err())
+	require.NoError(t, again.Err(), "an ack sent again is recognised")
+	// One at a time, the 100 acks made 100 round trips at least; a few
+	// more calls may be the queue's own (leases, due jobs).
+	require.Less(t, scripts, 20, "Redis scripts run for %d pipelined acks", n+1)
+	t.Logf("Redis scripts run for %d pipelined acks: %d", n+1, scripts)
+}
