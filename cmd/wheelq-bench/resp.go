@@ -30,12 +30,6 @@ func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error 
 	defer br.close()
 	payload := bytes.Repeat([]byte("x"), 64)
 	const conns = 32
-	lib, err := libraryRate(ctx, br, "resp-schedule", n, conns, payload, emit)
-	if err != nil {
-		return err
-	}
-	var next, failed atomic.Int64
-	var wg sync.WaitGroup
 	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", namespace("resp"), "-set", "resp.addr=127.0.0.1:0")
 	if err != nil {
 		return err
@@ -43,33 +37,39 @@ func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error 
 	defer s.stop()
 	rdb := redis.NewClient(&redis.Options{Addr: s.resp, PoolSize: conns})
 	defer rdb.Close()
-	for _, depth := range []int{64, 1} {
-		next.Store(0)
-		failed.Store(0)
-		batches := n / depth
-		cpu0 := s.cpu()
-		t0 := time.Now()
-		for range conns {
-			wg.Go(func() {
-				for k := next.Add(1) - 1; k < int64(batches); k = next.Add(1) - 1 {
-					pipe := rdb.Pipeline()
-					for i := range depth {
-						pipe.Do(ctx, "WQ.SCHEDULE", "t", payload, "ID", fmt.Sprint("d", depth, "-", k, "-", i), "DELAY", 3600000)
-					}
-					cmds, _ := pipe.Exec(ctx)
-					for _, c := range cmds {
-						if c.Err() != nil {
-							failed.Add(1)
+	return withLibraryBaseline(ctx, br, "resp-schedule", n, conns, payload, emit, func() ([]rateRun, error) {
+		var runs []rateRun
+		var next, failed atomic.Int64
+		var wg sync.WaitGroup
+		for _, depth := range []int{64, 1} {
+			next.Store(0)
+			failed.Store(0)
+			batches := n / depth
+			cpu0 := s.cpu()
+			t0 := time.Now()
+			for range conns {
+				wg.Go(func() {
+					for k := next.Add(1) - 1; k < int64(batches); k = next.Add(1) - 1 {
+						pipe := rdb.Pipeline()
+						for i := range depth {
+							pipe.Do(ctx, "WQ.SCHEDULE", "t", payload, "ID", fmt.Sprint("d", depth, "-", k, "-", i), "DELAY", 3600000)
+						}
+						cmds, _ := pipe.Exec(ctx)
+						for _, c := range cmds {
+							if c.Err() != nil {
+								failed.Add(1)
+							}
 						}
 					}
-				}
-			})
+				})
+			}
+			wg.Wait()
+			took, cpu := time.Since(t0), s.cpu()-cpu0
+			runs = append(runs, rateRun{result{"workload": "resp-schedule", "system": "wheelq-server RESP", "connections": conns, "pipeline": depth},
+				batches * depth, took, cpu, failed.Load()})
 		}
-		wg.Wait()
-		emit(rateResult(result{"workload": "resp-schedule", "system": "wheelq-server RESP", "connections": conns, "pipeline": depth},
-			batches*depth, time.Since(t0), lib, s.cpu()-cpu0, failed.Load()))
-	}
-	return nil
+		return runs, nil
+	})
 }
 
 func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
@@ -107,8 +107,21 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 		cw.Go(func() {
 			defer rc.Close()
 			defer ac.Close()
-			var acks sync.WaitGroup
-			defer acks.Wait()
+			// Acks pipelined on a connection of their own, in batches
+			// (batchAcker), while the client is back in WQ.RESERVE.
+			ack, acked := batchAcker(func(batch []receipt) {
+				pipe := ac.Pipeline()
+				for _, r := range batch {
+					pipe.Do(ctx, "WQ.ACK", r.Topic, r.ID, r.Token)
+				}
+				cmds, _ := pipe.Exec(context.WithoutCancel(cctx))
+				for _, c := range cmds {
+					if c.Err() != nil {
+						ackFailed.Add(1)
+					}
+				}
+			})
+			defer acked()
 			for cctx.Err() == nil {
 				res, err := rc.Do(cctx, "WQ.RESERVE", "COUNT", 100, "BLOCK", 2000, "TOPICS", "p").Slice()
 				at := time.Now()
@@ -116,7 +129,6 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 					continue
 				}
 				ps := cur.Load()
-				pipe := ac.Pipeline()
 				for _, j := range res {
 					f, _ := j.([]any)
 					if len(f) < 3 {
@@ -129,16 +141,10 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 							ps.lat.record(i, ps.wanted[i], at)
 						}
 					}
-					pipe.Do(ctx, "WQ.ACK", f[0], f[1], f[2])
+					topic, _ := f[0].(string)
+					token, _ := f[2].(string)
+					ack(receipt{Topic: topic, ID: id, Token: token})
 				}
-				acks.Go(func() {
-					cmds, _ := pipe.Exec(context.WithoutCancel(cctx))
-					for _, c := range cmds {
-						if c.Err() != nil {
-							ackFailed.Add(1)
-						}
-					}
-				})
 			}
 		})
 	}

@@ -145,14 +145,28 @@ func (s *wheelqServer) stop() {
 
 // post sends a JSON body and decodes the reply into out (if not nil).
 func post(c *http.Client, url string, body, out any) error {
+	_, err := postAt(c, url, body, out)
+	return err
+}
+
+// postAt is post, also returning when the reply's head arrived (before
+// its body is read and decoded): a long poll's delivery time.
+func postAt(c *http.Client, url string, body, out any) (time.Time, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	resp, err := c.Post(url, "application/json", bytes.NewReader(b))
+	at := time.Now()
 	if err != nil {
-		return err
+		return at, err
 	}
+	return at, readReply(resp, out)
+}
+
+// readReply reads resp's body into out (unless nil), or returns its
+// status and body as an error.
+func readReply(resp *http.Response, out any) error {
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -173,9 +187,9 @@ func httpClient(conns int) *http.Client {
 
 // libraryRate schedules n jobs (payload, due in an hour) with the
 // library's Schedule from goroutines, on a namespace of their own: the
-// baseline of the server's workloads. It emits the result and returns
-// the jobs/s.
-func libraryRate(ctx context.Context, br *benchRedis, workload string, n, goroutines int, payload []byte, emit func(result)) (float64, error) {
+// baseline of the server's workloads. It emits the result (labelled
+// with pass) and returns the jobs/s.
+func libraryRate(ctx context.Context, br *benchRedis, workload, pass string, n, goroutines int, payload []byte, emit func(result)) (float64, error) {
 	q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: namespace("lib")})
 	if err != nil {
 		return 0, err
@@ -195,8 +209,46 @@ func libraryRate(ctx context.Context, br *benchRedis, workload string, n, gorout
 	}
 	wg.Wait()
 	lib := float64(n) / time.Since(t0).Seconds()
-	emit(result{"workload": workload, "system": "library Schedule", "n": n, "goroutines": goroutines, "jobs_per_s": round(lib), "errors": failed.Load()})
+	emit(result{"workload": workload, "system": "library Schedule", "pass": pass, "n": n, "goroutines": goroutines, "jobs_per_s": round(lib), "errors": failed.Load()})
 	return lib, nil
+}
+
+// rateRun is one measured pass of a front end, emitted once the
+// baseline is known.
+type rateRun struct {
+	r      result
+	n      int
+	took   time.Duration
+	cpu    float64
+	failed int64
+}
+
+// withLibraryBaseline runs a front end's passes between two passes of
+// the library's Schedule (after a warm-up pass, reported and not used)
+// and emits each run with its ratio to their mean: neither a cold first
+// pass nor a machine that got busier halfway favours one side.
+func withLibraryBaseline(ctx context.Context, br *benchRedis, workload string, n, goroutines int, payload []byte, emit func(result), passes func() ([]rateRun, error)) error {
+	if _, err := libraryRate(ctx, br, workload, "warm-up (not used)", n, goroutines, payload, emit); err != nil {
+		return err
+	}
+	before, err := libraryRate(ctx, br, workload, "before", n, goroutines, payload, emit)
+	if err != nil {
+		return err
+	}
+	runs, err := passes()
+	if err != nil {
+		return err
+	}
+	after, err := libraryRate(ctx, br, workload, "after", n, goroutines, payload, emit)
+	if err != nil {
+		return err
+	}
+	lib := (before + after) / 2
+	for _, run := range runs {
+		run.r["library_jobs_per_s"] = round(lib)
+		emit(rateResult(run.r, run.n, run.took, lib, run.cpu, run.failed))
+	}
+	return nil
 }
 
 // runServerSchedule: the library's Schedule from 32 goroutines (the
@@ -212,54 +264,107 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 	payload := bytes.Repeat([]byte("x"), 64)
 	const conns = 32
 
-	lib, err := libraryRate(ctx, br, "server-schedule", n, conns, payload, emit)
-	if err != nil {
-		return err
-	}
-	var next, failed atomic.Int64
-	var wg sync.WaitGroup
-
 	ns := namespace("srv")
 	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	c := httpClient(conns)
-	for _, batch := range []int{1, 100} {
-		next.Store(0)
-		failed.Store(0)
-		reqs := n / batch
-		cpu0 := s.cpu()
-		t0 := time.Now()
-		for range conns {
-			wg.Go(func() {
-				for k := next.Add(1) - 1; k < int64(reqs); k = next.Add(1) - 1 {
-					var err error
-					if batch == 1 {
-						err = post(c, s.url+"/v1/jobs/t", map[string]any{"id": fmt.Sprint("b1-", k), "payload": string(payload), "delay_ms": 3600e3}, nil)
-					} else {
-						jobs := make([]map[string]any, batch)
-						for i := range jobs {
-							jobs[i] = map[string]any{"topic": "t", "id": fmt.Sprint("b", batch, "-", k, "-", i), "payload": string(payload), "delay_ms": 3600e3}
+	return withLibraryBaseline(ctx, br, "server-schedule", n, conns, payload, emit, func() ([]rateRun, error) {
+		var runs []rateRun
+		var next, failed atomic.Int64
+		var wg sync.WaitGroup
+		c := httpClient(conns)
+		for _, pass := range []struct {
+			batch int
+			lean  bool
+		}{{1, false}, {1, true}, {100, false}} {
+			batch := pass.batch
+			next.Store(0)
+			failed.Store(0)
+			reqs := n / batch
+			cpu0 := s.cpu()
+			t0 := time.Now()
+			for ci := range conns {
+				wg.Go(func() {
+					if pass.lean {
+						failed.Add(leanSchedule(s.url, fmt.Sprint("lean", ci, "-"), payload, &next, int64(reqs)))
+						return
+					}
+					for k := next.Add(1) - 1; k < int64(reqs); k = next.Add(1) - 1 {
+						var err error
+						if batch == 1 {
+							err = post(c, s.url+"/v1/jobs/t", map[string]any{"id": fmt.Sprint("b1-", k), "payload": string(payload), "delay_ms": 3600e3}, nil)
+						} else {
+							jobs := make([]map[string]any, batch)
+							for i := range jobs {
+								jobs[i] = map[string]any{"topic": "t", "id": fmt.Sprint("b", batch, "-", k, "-", i), "payload": string(payload), "delay_ms": 3600e3}
+							}
+							var out struct{ Failed int }
+							err = post(c, s.url+"/v1/batch", map[string]any{"jobs": jobs}, &out)
+							if err == nil && out.Failed > 0 {
+								failed.Add(int64(out.Failed))
+							}
 						}
-						var out struct{ Failed int }
-						err = post(c, s.url+"/v1/batch", map[string]any{"jobs": jobs}, &out)
-						if err == nil && out.Failed > 0 {
-							failed.Add(int64(out.Failed))
+						if err != nil {
+							failed.Add(int64(batch))
 						}
 					}
-					if err != nil {
-						failed.Add(int64(batch))
-					}
-				}
-			})
+				})
+			}
+			wg.Wait()
+			took, cpu := time.Since(t0), s.cpu()-cpu0
+			client := "net/http"
+			if pass.lean {
+				client = "lean (one goroutine per connection, no Transport)"
+			}
+			runs = append(runs, rateRun{result{"workload": "server-schedule", "system": "wheelq-server HTTP", "client": client, "connections": conns, "batch": batch},
+				reqs * batch, took, cpu, failed.Load()})
 		}
-		wg.Wait()
-		emit(rateResult(result{"workload": "server-schedule", "system": "wheelq-server HTTP", "connections": conns, "batch": batch},
-			reqs*batch, time.Since(t0), lib, s.cpu()-cpu0, failed.Load()))
+		return runs, nil
+	})
+}
+
+// leanSchedule posts one job per request on a keep-alive connection of
+// its own until next reaches reqs, and returns how many failed. It writes
+// each request itself and reads the reply with http.ReadResponse: no
+// Transport, with its two goroutines and their hand-offs per request.
+// This is a load generator's shape (wrk's): on 2 shared cores the
+// clients' own CPU is otherwise a large share of what the server's
+// figure measures, where the library's baseline has no client at all.
+func leanSchedule(base, prefix string, payload []byte, next *atomic.Int64, reqs int64) int64 {
+	host := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		return reqs / 32
 	}
-	return nil
+	defer conn.Close()
+	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	var failed int64
+	var body []byte
+	for k := next.Add(1) - 1; k < reqs; k = next.Add(1) - 1 {
+		body = append(body[:0], `{"id":"`...)
+		body = append(body, prefix...)
+		body = strconv.AppendInt(body, k, 10)
+		body = append(body, `","payload":"`...)
+		body = append(body, payload...) // ASCII: a JSON string as it is
+		body = append(body, `","delay_ms":3600000}`...)
+		fmt.Fprintf(w, "POST /v1/jobs/t HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", host, len(body))
+		_, _ = w.Write(body)
+		if err := w.Flush(); err != nil {
+			return failed + 1
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			return failed + 1
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			failed++
+		}
+	}
+	return failed
 }
 
 // runServerReserve: 8 HTTP clients blocked in reserve on a pulled topic,
@@ -297,7 +402,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		lat := newLateness(n)
 		wanted := make([]time.Time, n)
 		cctx, stop := context.WithCancel(ctx)
-		var cw, acks sync.WaitGroup
+		var cw sync.WaitGroup
 		var ackFailed atomic.Int64
 		prefix := fmt.Sprint("i", idle, pass.stream, "-")
 		record := func(id string, at time.Time) {
@@ -311,31 +416,25 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 				continue
 			}
 			// Each client: its own connection for reserve, another for
-			// its acks, one batch ack per reply, sent in the background
-			// while it is back in reserve.
-			rc, ac := httpClient(1), httpClient(1)
+			// its acks (httpAcker), sent in the background while it is
+			// back in reserve; a job is delivered when the reply's head
+			// arrived.
+			rc := httpClient(1)
 			cw.Go(func() {
+				ack, acked := httpAcker(s.url, &ackFailed)
+				defer acked()
 				for cctx.Err() == nil {
 					var out struct {
-						Jobs []struct{ Topic, ID, Token string }
+						Jobs []receipt
 					}
-					err := post(rc, s.url+"/v1/reserve", map[string]any{"topics": []string{"p"}, "max": 100, "wait_ms": 2000}, &out)
-					at := time.Now()
+					at, err := postAt(rc, s.url+"/v1/reserve", map[string]any{"topics": []string{"p"}, "max": 100, "wait_ms": 2000}, &out)
 					if err != nil {
 						time.Sleep(10 * time.Millisecond)
 						continue
 					}
 					for _, j := range out.Jobs {
 						record(j.ID, at)
-					}
-					if len(out.Jobs) > 0 {
-						acks.Go(func() {
-							var res struct{ Failed int64 }
-							if err := post(ac, s.url+"/v1/ack", map[string]any{"receipts": out.Jobs}, &res); err != nil {
-								ackFailed.Add(int64(len(out.Jobs)))
-							}
-							ackFailed.Add(res.Failed)
-						})
+						ack(j)
 					}
 				}
 			})
@@ -347,7 +446,6 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		waitAll(ctx, lat, t0.Add(10*time.Second))
 		stop()
 		cw.Wait()
-		acks.Wait()
 		stopIdle()
 		system := "wheelq-server HTTP reserve (long polls)"
 		if pass.stream {
@@ -365,37 +463,57 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 	return runPull(ctx, cfg, emit)
 }
 
-// streamConsumer reads a reserve stream until ctx ends (opening another
-// when one ends), calling record with each job's id and arrival, and acks
-// what it got in batches on a connection of its own.
-func streamConsumer(ctx context.Context, url string, record func(string, time.Time), ackFailed *atomic.Int64) {
-	type receipt struct{ Topic, ID, Token string }
+// receipt is a reserved job as a consumer acks it.
+type receipt struct{ Topic, ID, Token string }
+
+// httpAcker acks receipts over HTTP on a connection of its own, in
+// batches: what came while the last POST /v1/ack was out goes in the
+// next one (up to 100), as a consumer taking thousands of jobs a second
+// would ack. done waits for every ack sent.
+func httpAcker(url string, ackFailed *atomic.Int64) (ack func(receipt), done func()) {
+	c := httpClient(1)
+	return batchAcker(func(batch []receipt) {
+		var res struct{ Failed int64 }
+		if err := post(c, url+"/v1/ack", map[string]any{"receipts": batch}, &res); err != nil {
+			ackFailed.Add(int64(len(batch)))
+		}
+		ackFailed.Add(res.Failed)
+	})
+}
+
+// batchAcker runs send, from a goroutine of its own, on batches of the
+// receipts given to ack: the first waiting, then whatever else is (up
+// to 100). done waits for it to send every receipt given.
+func batchAcker(send func([]receipt)) (ack func(receipt), done func()) {
 	got := make(chan receipt, 1000)
-	ac := httpClient(1)
-	var acks sync.WaitGroup
-	acks.Go(func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		for r := range got {
 			batch := []receipt{r}
+		more:
 			for len(batch) < 100 {
 				select {
 				case r, ok := <-got:
 					if !ok {
-						break
+						break more
 					}
 					batch = append(batch, r)
-					continue
 				default:
+					break more
 				}
-				break
 			}
-			var res struct{ Failed int64 }
-			if err := post(ac, url+"/v1/ack", map[string]any{"receipts": batch}, &res); err != nil {
-				ackFailed.Add(int64(len(batch)))
-			}
-			ackFailed.Add(res.Failed)
+			send(batch)
 		}
 	})
-	defer func() { close(got); acks.Wait() }()
+	return func(r receipt) { got <- r }, func() { close(got); wg.Wait() }
+}
+
+// streamConsumer reads a reserve stream until ctx ends (opening another
+// when one ends), calling record with each job's id and arrival, and acks
+// what it got in batches on a connection of its own.
+func streamConsumer(ctx context.Context, url string, record func(string, time.Time), ackFailed *atomic.Int64) {
+	ack, acked := httpAcker(url, ackFailed)
+	defer acked()
 	c := httpClient(1)
 	for ctx.Err() == nil {
 		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/reserve/stream",
@@ -411,7 +529,7 @@ func streamConsumer(ctx context.Context, url string, record func(string, time.Ti
 				break
 			}
 			record(j.ID, time.Now())
-			got <- j
+			ack(j)
 		}
 		resp.Body.Close()
 	}
