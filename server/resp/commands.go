@@ -247,6 +247,7 @@ func cmdCommand(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 // ScheduleArgs are WQ.SCHEDULE's parsed arguments.
 type ScheduleArgs struct {
 	Topic   string
+	ID      string // the ID option's, "" without one
 	Payload []byte
 	Opts    []wheelq.Option
 }
@@ -276,7 +277,8 @@ func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
 		}
 		switch opt {
 		case "ID":
-			a.Opts = append(a.Opts, wheelq.ID(string(args[i+1])))
+			a.ID = string(args[i+1])
+			a.Opts = append(a.Opts, wheelq.ID(a.ID))
 		case "DELAY", "AT":
 			if when {
 				return a, invalid("syntax error: DELAY or AT, once")
@@ -316,6 +318,10 @@ func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
 }
 
 func cmdSchedule(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if more := s.leading(c.PeekPipeline(), "wq.schedule", wheelq.MaxBatchJobs-1); more > 0 {
+		schedulePipelined(s, c, sess, args, more)
+		return nil
+	}
 	a, err := ParseSchedule(args)
 	if err != nil {
 		return err
@@ -331,6 +337,72 @@ func cmdSchedule(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	c.WriteBulkString(id)
 	return nil
+}
+
+// schedulePipelined schedules the WQ.SCHEDULE of args and the more
+// WQ.SCHEDULEs pipelined right after it together (ScheduleBatch: a round
+// trip, not one each), and answers each in order, as if run one at a
+// time: a job whose id came before it in the pipeline goes in the next
+// batch, so that it meets the earlier one as it would have. Then it
+// serves the commands pipelined after them as usual.
+func schedulePipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more int) {
+	cmds := c.ReadPipeline()
+	all := pipelinedArgs(args, cmds[:more])
+	ids := make([]string, len(all))
+	errs := make([]error, len(all))
+	var batch []wheelq.BatchJob
+	var idx []int
+	inBatch := map[string]bool{}
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := s.ctx()
+		out, err := s.q.ScheduleBatch(ctx, batch)
+		cancel()
+		for k, i := range idx {
+			if err != nil {
+				errs[i] = err
+			} else {
+				ids[i], errs[i] = out[k].ID, out[k].Err
+			}
+		}
+		batch, idx = batch[:0], idx[:0]
+		clear(inBatch)
+	}
+	for i, a := range all {
+		if i > 0 && sess.lim != nil {
+			sess.lim.dispatched()
+		}
+		sa, err := ParseSchedule(a)
+		if err == nil {
+			err = sess.p.Allow(auth.Produce, sa.Topic)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if sa.ID != "" {
+			key := sa.Topic + "\x00" + sa.ID
+			if inBatch[key] {
+				flush()
+			}
+			inBatch[key] = true
+		}
+		batch = append(batch, wheelq.BatchJob{Topic: sa.Topic, Payload: sa.Payload, Options: sa.Opts})
+		idx = append(idx, i)
+	}
+	flush()
+	for i, err := range errs {
+		if err != nil {
+			s.writeErr(c, err)
+		} else {
+			c.WriteBulkString(ids[i])
+		}
+	}
+	for _, cmd := range cmds[more:] {
+		s.serve(c, cmd)
+	}
 }
 
 func cmdCancel(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
@@ -573,7 +645,7 @@ func receipt(sess *session, args [][]byte) (wheelq.Receipt, error) {
 }
 
 func cmdAck(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
-	if more := leadingAcks(c.PeekPipeline()); more > 0 {
+	if more := s.leading(c.PeekPipeline(), "wq.ack", wheelq.MaxReserve-1); more > 0 {
 		ackPipelined(s, c, sess, args, more)
 		return nil
 	}
@@ -590,17 +662,32 @@ func cmdAck(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	return nil
 }
 
-// leadingAcks counts the WQ.ACKs (of the right arity) at the head of
-// cmds, at most wheelq.MaxReserve.
-func leadingAcks(cmds []redcon.Command) int {
+// leading counts the commands named name (in lower case), of a right
+// arity, at the head of cmds: at most max. Pipelined after a command of
+// that name, they are run with it in one round trip (schedulePipelined,
+// ackPipelined).
+func (s *Server) leading(cmds []redcon.Command, name string, max int) int {
+	sp := s.cmds[name]
 	n := 0
 	for _, cmd := range cmds {
-		if n == wheelq.MaxReserve || len(cmd.Args) != 4 || !strings.EqualFold(string(cmd.Args[0]), "wq.ack") {
+		k := len(cmd.Args)
+		if n == max || (sp.arity > 0 && k != sp.arity) || (sp.arity < 0 && k < -sp.arity) ||
+			!strings.EqualFold(string(cmd.Args[0]), name) {
 			break
 		}
 		n++
 	}
 	return n
+}
+
+// pipelinedArgs is args then each of cmds' arguments after its name.
+func pipelinedArgs(args [][]byte, cmds []redcon.Command) [][][]byte {
+	all := make([][][]byte, 0, 1+len(cmds))
+	all = append(all, args)
+	for _, cmd := range cmds {
+		all = append(all, cmd.Args[1:])
+	}
+	return all
 }
 
 // ackPipelined acks the WQ.ACK of args and the more WQ.ACKs pipelined
@@ -609,11 +696,7 @@ func leadingAcks(cmds []redcon.Command) int {
 // serves the commands pipelined after them as usual.
 func ackPipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more int) {
 	cmds := c.ReadPipeline()
-	all := make([][][]byte, 0, 1+more)
-	all = append(all, args)
-	for _, cmd := range cmds[:more] {
-		all = append(all, cmd.Args[1:])
-	}
+	all := pipelinedArgs(args, cmds[:more])
 	errs := make([]error, len(all))
 	rs := make([]wheelq.Receipt, 0, len(all))
 	idx := make([]int, 0, len(all))

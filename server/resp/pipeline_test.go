@@ -82,3 +82,82 @@ func TestPipelinedAcksShareARoundTrip(t *testing.T) {
 	require.Less(t, scripts, 20, "Redis scripts run for %d pipelined acks", n+1)
 	t.Logf("Redis scripts run for %d pipelined acks: %d", n+1, scripts)
 }
+
+// TestPipelinedSchedulesShareARoundTrip: WQ.SCHEDULEs pipelined in one
+// write are written together (ScheduleBatch), not one round trip each,
+// and answered in order as if one at a time: a bad one gets its error,
+// an id named twice gets DUPLICATE the second time (REPLACE replaces),
+// each job is stored with its own payload.
+func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
+	t.Parallel()
+	a := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+	})
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
+	defer rdb.Close()
+	redisCli := redis.NewClient(&redis.Options{Addr: a.Redis})
+	defer redisCli.Close()
+	calls := func() int {
+		info, err := redisCli.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		total := 0
+		for _, l := range strings.Split(info, "\n") {
+			l = strings.TrimSpace(l)
+			for _, cmd := range []string{"evalsha", "exec"} { // a write's round trip
+				if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+					v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					total += v
+				}
+			}
+		}
+		return total
+	}
+	const n = 200
+	before := calls()
+	pipe := rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for i := range n {
+		switch i {
+		case 7:
+			cmds = append(cmds, pipe.Do(ctx, "WQ.SCHEDULE", "t", "bad", "DELAY", "soon"))
+		case 9:
+			cmds = append(cmds, pipe.Do(ctx, "WQ.SCHEDULE", "t", "again", "ID", "j3", "DELAY", 3600000))
+		case 11:
+			cmds = append(cmds, pipe.Do(ctx, "WQ.SCHEDULE", "t", "replaced", "ID", "j4", "DELAY", 3600000, "REPLACE"))
+		default:
+			cmds = append(cmds, pipe.Do(ctx, "WQ.SCHEDULE", "t", fmt.Sprint("p", i), "ID", fmt.Sprint("j", i), "DELAY", 3600000))
+		}
+	}
+	ping := pipe.Ping(ctx)
+	_, _ = pipe.Exec(ctx)
+	writes := calls() - before
+	for i, c := range cmds {
+		switch i {
+		case 7:
+			require.ErrorContains(t, c.Err(), "ERR ", "job %d", i)
+		case 9:
+			require.ErrorContains(t, c.Err(), "DUPLICATE ", "job %d: j3 was scheduled before it in the pipeline", i)
+		case 11:
+			require.NoError(t, c.Err(), "job %d", i)
+			require.Equal(t, "j4", c.Val())
+		default:
+			require.NoError(t, c.Err(), "job %d", i)
+			require.Equal(t, fmt.Sprint("j", i), c.Val(), "job %d", i)
+		}
+	}
+	require.NoError(t, ping.Err())
+	for _, id := range []string{"j0", "j3", "j4", "j199"} {
+		res, err := rdb.Do(ctx, "WQ.GET", "t", id).Result()
+		require.NoError(t, err, id)
+		want := "p" + id[1:]
+		if id == "j4" {
+			want = "replaced"
+		}
+		require.Contains(t, fmt.Sprint(res), want, id)
+	}
+	// One at a time, each WQ.SCHEDULE waited for the round trip of the
+	// one before: 200 writes at least.
+	require.Less(t, writes, n/2, "Redis writes for %d pipelined WQ.SCHEDULEs", n)
+	t.Logf("Redis writes for %d pipelined WQ.SCHEDULEs: %d", n, writes)
+}
