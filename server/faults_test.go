@@ -1,0 +1,236 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/faultproxy"
+	"github.com/wheelq/wheelq/internal/redistest"
+)
+
+// history is what a fault test's consumers saw of the jobs scheduled:
+// each job's due time and whether it was acked, and every hand-out.
+type history struct {
+	mu    sync.Mutex
+	due   map[string]time.Time // acknowledged schedules
+	acked map[string]bool
+	early []string
+	outs  int
+}
+
+func newHistory() *history {
+	return &history{due: map[string]time.Time{}, acked: map[string]bool{}}
+}
+
+// schedule schedules n pulled jobs through srv, due over [0, spread)
+// from now, recording those acknowledged (201) with the due time taken
+// before the request.
+func (h *history) schedule(t *testing.T, srv *proc, prefix string, n int, spread time.Duration) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	for i := range n {
+		id := fmt.Sprint(prefix, i)
+		delay := spread * time.Duration(i) / time.Duration(n)
+		at := time.Now().Add(delay)
+		body, _ := json.Marshal(map[string]any{"id": id, "payload": id, "delay_ms": delay.Milliseconds()})
+		resp, err := c.Post(srv.URL+"/v1/jobs/orders", "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode, "schedule %s", id)
+		h.mu.Lock()
+		h.due[id] = at // the server reads its clock after: the due is no earlier
+		h.mu.Unlock()
+	}
+}
+
+// consume reserves and acks through srv until stop is closed, recording
+// every hand-out; a request that fails (a stopped or cut-off server) is
+// tried again after a pause.
+func (h *history) consume(srv *proc, stop <-chan struct{}) {
+	c := &http.Client{Timeout: 3 * time.Second}
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		req, _ := json.Marshal(map[string]any{"topics": []string{"orders"}, "max": 20, "wait_ms": 500, "ttr_ms": 3000})
+		resp, err := c.Post(srv.URL+"/v1/reserve", "application/json", bytes.NewReader(req))
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		var out struct {
+			Jobs []struct{ ID, Token string }
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || json.Unmarshal(b, &out) != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		now := time.Now()
+		for _, j := range out.Jobs {
+			h.mu.Lock()
+			h.outs++
+			if d, ok := h.due[j.ID]; ok && now.Before(d) {
+				h.early = append(h.early, fmt.Sprintf("%s %v early", j.ID, d.Sub(now)))
+			}
+			h.mu.Unlock()
+			ack, _ := json.Marshal(map[string]string{"token": j.Token})
+			r, err := c.Post(srv.URL+"/v1/jobs/orders/"+j.ID+"/ack", "application/json", bytes.NewReader(ack))
+			if err != nil {
+				continue // lapses at its time-to-run and comes back
+			}
+			r.Body.Close()
+			if r.StatusCode == http.StatusNoContent {
+				h.mu.Lock()
+				h.acked[j.ID] = true
+				h.mu.Unlock()
+			}
+		}
+	}
+}
+
+// waitAllAcked fails the test unless every acknowledged schedule is
+// acked within d, and checks that none was handed out early.
+func (h *history) waitAllAcked(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		h.mu.Lock()
+		missing := 0
+		for id := range h.due {
+			if !h.acked[id] {
+				missing++
+			}
+		}
+		early := append([]string(nil), h.early...)
+		n := len(h.due)
+		h.mu.Unlock()
+		require.Empty(t, early, "handed out before their due time")
+		if missing == 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d acknowledged jobs never acked within %v", missing, n, d)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServerPaused: of two servers on one namespace, one is stopped with
+// SIGSTOP past its lease while jobs come due. The other takes its
+// partitions over and hands their jobs out: nothing acknowledged is lost,
+// nothing is handed out early. Resumed, the stopped server serves again
+// (its stale claims fenced) and its own consumers get jobs.
+func TestServerPaused(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	args := []string{"-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "orders", "-set", "log.access=false"}
+	a := startServer(t, nil, args...)
+	b := startServer(t, nil, args...)
+	h := newHistory()
+	stop := make(chan struct{})
+	var cw sync.WaitGroup
+	defer func() { close(stop); cw.Wait() }()
+	for range 2 {
+		cw.Go(func() { h.consume(b, stop) })
+	}
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
+	h.schedule(t, b, "p", 200, 2*time.Second)
+	// The lease (10 s) lapses while a is stopped: b takes a's partitions
+	// and their jobs, without a.
+	h.waitAllAcked(t, wait)
+	t.Logf("all %d acked %v after a stopped", len(h.due), time.Since(stopped).Round(time.Millisecond))
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	for range 2 {
+		cw.Go(func() { h.consume(a, stop) })
+	}
+	h.schedule(t, a, "q", 200, time.Second)
+	h.schedule(t, b, "r", 200, time.Second)
+	h.waitAllAcked(t, wait)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t.Logf("%d jobs, %d hand-outs", len(h.due), h.outs)
+}
+
+// TestServerCutOffFromRedis: one of two servers loses its link to Redis
+// (a partition: bytes dropped both ways, connections left open). Its
+// requests fail with 503 and the unavailable code (or outcome_unknown for
+// a write in flight), never hang past its timeout; the other server takes
+// its partitions over and hands out every job due meanwhile. Healed, the
+// cut-off server schedules and serves again. Nothing acknowledged is
+// lost; nothing is handed out early.
+func TestServerCutOffFromRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	px := faultproxy.Start(t, rs.Addr)
+	base := []string{"-addr", "127.0.0.1:0", "-pull", "orders", "-set", "log.access=false"}
+	a := startServer(t, nil, append(base, "-redis-url", "redis://"+px.Addr()+"/0")...)
+	b := startServer(t, nil, append(base, "-redis-url", redisURL(rs))...)
+	h := newHistory()
+	stop := make(chan struct{})
+	var cw sync.WaitGroup
+	defer func() { close(stop); cw.Wait() }()
+	for range 2 {
+		cw.Go(func() { h.consume(b, stop) })
+	}
+
+	px.Blackhole(true)
+	cut := time.Now()
+	h.schedule(t, b, "p", 200, 2*time.Second)
+	// The first write through a meets the cut: 504 outcome_unknown (it
+	// may have been applied) or 503 unavailable, within the request's
+	// timeout; once a knows Redis is out of reach, at once with 503.
+	var took [2]time.Duration
+	for i, want := range []map[int]string{
+		{http.StatusGatewayTimeout: "outcome_unknown", http.StatusServiceUnavailable: "unavailable"},
+		{http.StatusServiceUnavailable: "unavailable"},
+	} {
+		var e struct {
+			Error struct{ Code string }
+		}
+		start := time.Now()
+		st := call(t, "POST", a.URL+"/v1/jobs/orders", "", map[string]any{"id": fmt.Sprint("through-a", i), "payload": "x"}, &e)
+		took[i] = time.Since(start)
+		require.Contains(t, want, st, "write %d through the cut-off server: %d %+v", i, st, e)
+		require.Equal(t, want[st], e.Error.Code, "write %d", i)
+	}
+	require.Less(t, took[0], 15*time.Second, "the first answered within its timeout")
+	require.Less(t, took[1], time.Second, "the second answered at once")
+	h.waitAllAcked(t, wait)
+	t.Logf("all %d acked %v after the cut; a's refusals took %v and %v", len(h.due), time.Since(cut).Round(time.Millisecond),
+		took[0].Round(time.Millisecond), took[1].Round(time.Millisecond))
+
+	px.Blackhole(false)
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := http.Get(a.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "a not ready again within %v of the heal", wait)
+		time.Sleep(50 * time.Millisecond)
+	}
+	for range 2 {
+		cw.Go(func() { h.consume(a, stop) })
+	}
+	h.schedule(t, a, "q", 200, time.Second)
+	h.waitAllAcked(t, wait)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t.Logf("%d jobs, %d hand-outs", len(h.due), h.outs)
+}
