@@ -154,8 +154,10 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 		ps.wanted = dues(t0, k, time.Second, 3*time.Second)
 		cur.Store(ps)
 		failed := scheduleDue(ctx, q, "p", ps.prefix, ps.wanted)
+		cpu0 := s.cpu() // after the scheduling: what the deliveries cost
 		waitAll(ctx, ps.lat, t0.Add(10*time.Second))
 		r := ps.lat.result("resp-reserve", "wheelq-server RESP WQ.RESERVE", k)
+		r["server_cpu_us_per_job"] = round((s.cpu() - cpu0) * 1e6 / float64(k))
 		r["jobs_per_s"] = k / 2
 		r["schedule_errors"] = failed
 		r["ack_errors"] = ackFailed.Load()
