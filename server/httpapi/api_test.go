@@ -249,6 +249,17 @@ func TestJobLifecycle(t *testing.T) {
 	require.Equal(t, []int{201, 409, 400, 201}, []int{br.Results[0].Status, br.Results[1].Status, br.Results[2].Status, br.Results[3].Status})
 	require.Equal(t, apierr.Duplicate, br.Results[1].Error.Code)
 	require.Equal(t, 2, br.Failed)
+	// One id twice with replace: the later replaces the earlier, as one
+	// at a time.
+	e.ok(200, "POST", "/v1/batch", map[string]any{"jobs": []map[string]any{
+		{"topic": "mail", "id": "b5", "payload": "first", "delay_ms": 3600e3},
+		{"topic": "mail", "id": "b5", "payload": "second", "delay_ms": 3600e3, "on_duplicate": "replace"},
+	}}, &br)
+	require.Equal(t, []int{201, 201}, []int{br.Results[0].Status, br.Results[1].Status})
+	var b5 map[string]any
+	e.ok(200, "GET", "/v1/jobs/mail/b5", nil, &b5)
+	require.Equal(t, "second", b5["payload"])
+	e.ok(204, "DELETE", "/v1/jobs/mail/b5", nil, nil)
 
 	var list httpapi.ListResponse
 	e.ok(200, "GET", "/v1/jobs?topic=sms&limit=1", nil, &list)

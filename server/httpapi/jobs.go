@@ -11,7 +11,6 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
-	"github.com/wheelq/wheelq/server/internal/fanout"
 )
 
 func (a *API) schedule(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
@@ -50,6 +49,65 @@ func (a *API) scheduleOne(ctx context.Context, topic string, req *ScheduleReques
 	return res
 }
 
+// scheduleMany schedules the jobs at the indices idx of jobs with
+// ScheduleBatch, and sets their results in out: as if scheduled one at a
+// time, in order (a job whose id came earlier in the list goes in a later
+// call, so that it meets that job: a duplicate, or its replacement), in
+// one round trip for the rest.
+func (a *API) scheduleMany(ctx context.Context, jobs []BatchJob, idx []int, out []BatchResult) {
+	var batch []wheelq.BatchJob
+	var at []int
+	seen := map[[2]string]bool{}
+	now := time.Now()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		res, err := a.q.ScheduleBatch(ctx, batch)
+		for k, i := range at {
+			j := &jobs[i]
+			r := BatchResult{Topic: j.Topic}
+			e := err
+			if e == nil {
+				r.ID, e = res[k].ID, res[k].Err
+			}
+			if e == nil {
+				due := j.due(now).Round(time.Microsecond)
+				r.Status, r.Due = http.StatusCreated, &due
+			} else {
+				r.Error, r.ID = a.public(e), j.ID
+				r.Status = r.Error.Code.Status()
+			}
+			out[i] = r
+		}
+		batch, at = batch[:0], at[:0]
+		clear(seen)
+		now = time.Now()
+	}
+	for _, i := range idx {
+		j := &jobs[i]
+		payload, opts, err := j.options()
+		if err != nil {
+			e := a.public(err)
+			out[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
+			continue
+		}
+		if len(batch) == wheelq.MaxBatchJobs {
+			flush()
+		}
+		if j.ID != "" {
+			k := [2]string{j.Topic, j.ID}
+			if seen[k] {
+				flush()
+			}
+			seen[k] = true
+		}
+		batch = append(batch, wheelq.BatchJob{Topic: j.Topic, Payload: payload, Options: opts})
+		at = append(at, i)
+	}
+	flush()
+}
+
 // checkBatch checks the size of a batch of n items: 1 to MaxBatch.
 func (a *API) checkBatch(n int, what string) error {
 	switch {
@@ -60,10 +118,6 @@ func (a *API) checkBatch(n int, what string) error {
 	}
 	return nil
 }
-
-// batchWorkers is how many of a batch's jobs are scheduled at once: they
-// share Redis round trips (group commit).
-const batchWorkers = 256
 
 func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	var req BatchRequest
@@ -76,34 +130,17 @@ func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 	ctx, cancel := a.ctx(r)
 	defer cancel()
 	out := BatchResponse{Results: make([]BatchResult, len(req.Jobs))}
-	// Jobs with one id go in their order (the first stored, a later one a
-	// duplicate or its replacement), the others all at once.
-	var groups [][]int
-	byKey := map[[2]string]int{}
-	for i, j := range req.Jobs {
-		if j.ID == "" {
-			groups = append(groups, []int{i})
+	var jobs []int // allowed, in order
+	for i := range req.Jobs {
+		j := &req.Jobs[i]
+		if err := p.Allow(auth.Produce, j.Topic); err != nil {
+			e := apierr.From(err)
+			out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
 			continue
 		}
-		k := [2]string{j.Topic, j.ID}
-		if g, ok := byKey[k]; ok {
-			groups[g] = append(groups[g], i)
-			continue
-		}
-		byKey[k] = len(groups)
-		groups = append(groups, []int{i})
+		jobs = append(jobs, i)
 	}
-	a.each(len(groups), func(g int) {
-		for _, i := range groups[g] {
-			j := &req.Jobs[i]
-			if err := p.Allow(auth.Produce, j.Topic); err != nil {
-				e := apierr.From(err)
-				out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
-				continue
-			}
-			out.Results[i] = a.scheduleOne(ctx, j.Topic, &j.ScheduleRequest)
-		}
-	})
+	a.scheduleMany(ctx, req.Jobs, jobs, out.Results)
 	for _, res := range out.Results {
 		if res.Error != nil {
 			out.Failed++
@@ -239,10 +276,6 @@ func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal
 	}
 	return http.StatusOK, out, nil
 }
-
-// each runs f(0..n-1) on up to batchWorkers goroutines: the calls share
-// Redis round trips (group commit).
-func (a *API) each(n int, f func(i int)) { fanout.Each(n, batchWorkers, f) }
 
 // public is err as a client sees it: an internal error's detail is
 // logged, not sent.

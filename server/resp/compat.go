@@ -10,7 +10,6 @@ import (
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/auth"
-	"github.com/wheelq/wheelq/server/internal/fanout"
 )
 
 // The delayedqueue compatibility mode (Options.DelayedQueue): the Redis
@@ -26,41 +25,81 @@ func compatTable(t map[string]spec) {
 	t["del"] = spec{-2, false, cmdDel, "DEL queue [queue ...] (delayedqueue mode: cancels every pending job)"}
 }
 
-// compatWorkers is how many of one command's jobs are scheduled, acked or
-// released at once: they share round trips.
-const compatWorkers = 64
-
 // cmdSAdd schedules each payload after its delay; replies with how many.
+// The SADDs pipelined right after it go to Redis with it and are
+// answered in order.
 func cmdSAdd(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
-	topic := string(args[0])
-	pairs := args[1:]
-	if len(pairs)%2 != 0 {
-		return invalid("syntax error: SADD queue payload delay-ms [payload delay-ms ...]")
+	more := s.leading(c.PeekPipeline(), "sadd", wheelq.MaxBatchJobs-1)
+	var cmds []redcon.Command
+	if more > 0 {
+		cmds = c.ReadPipeline()
 	}
-	if err := sess.p.Allow(auth.Produce, topic); err != nil {
-		return err
+	all := pipelinedArgs(args, cmds[:more])
+	// Each command's jobs, all commands' in one list: ScheduleBatch in as
+	// few calls as it takes (no ids, so no order among them to keep).
+	type sadd struct {
+		err         error
+		first, jobs int
 	}
-	delays := make([]time.Duration, len(pairs)/2)
-	for i := range delays {
-		n, err := num(pairs[2*i+1], "delay", 0, maxMS)
-		if err != nil {
-			return err
+	adds := make([]sadd, len(all))
+	var jobs []wheelq.BatchJob
+	for k, a := range all {
+		if k > 0 && sess.lim != nil {
+			sess.lim.dispatched()
 		}
-		delays[i] = time.Duration(n) * time.Millisecond
+		topic, pairs := string(a[0]), a[1:]
+		ad := &adds[k]
+		if len(pairs)%2 != 0 {
+			ad.err = invalid("syntax error: SADD queue payload delay-ms [payload delay-ms ...]")
+			continue
+		}
+		if ad.err = sess.p.Allow(auth.Produce, topic); ad.err != nil {
+			continue
+		}
+		var js []wheelq.BatchJob
+		for i := 0; i < len(pairs) && ad.err == nil; i += 2 {
+			var n int64
+			if n, ad.err = num(pairs[i+1], "delay", 0, maxMS); ad.err == nil {
+				js = append(js, wheelq.BatchJob{Topic: topic, Payload: pairs[i], Options: []wheelq.Option{wheelq.After(time.Duration(n) * time.Millisecond)}})
+			}
+		}
+		if ad.err == nil {
+			ad.first, ad.jobs = len(jobs), len(js)
+			jobs = append(jobs, js...)
+		}
 	}
+	errs := make([]error, len(jobs))
 	ctx, cancel := s.ctx()
 	defer cancel()
-	errs := make([]error, len(delays))
-	fanout.Each(len(delays), compatWorkers, func(i int) {
-		_, errs[i] = s.q.Schedule(ctx, topic, pairs[2*i], wheelq.After(delays[i]))
-	})
-	// The first error stands for the command; those before it are stored.
-	for _, err := range errs {
-		if err != nil {
-			return err
+	for from := 0; from < len(jobs); from += wheelq.MaxBatchJobs {
+		part := jobs[from:min(from+wheelq.MaxBatchJobs, len(jobs))]
+		res, err := s.q.ScheduleBatch(ctx, part)
+		for i := range part {
+			if err != nil {
+				errs[from+i] = err
+			} else {
+				errs[from+i] = res[i].Err
+			}
 		}
 	}
-	c.WriteInt(len(delays))
+	for _, ad := range adds {
+		// The first error stands for the command; its other jobs are
+		// stored or not, each on its own.
+		err := ad.err
+		for _, e := range errs[ad.first : ad.first+ad.jobs] {
+			if err == nil {
+				err = e
+			}
+		}
+		if err != nil {
+			s.writeErr(c, err)
+		} else {
+			c.WriteInt(ad.jobs)
+		}
+	}
+	for _, cmd := range cmds[more:] {
+		s.serve(c, cmd)
+	}
 	return nil
 }
 

@@ -96,23 +96,7 @@ func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
 	defer rdb.Close()
-	redisCli := redis.NewClient(&redis.Options{Addr: a.Redis})
-	defer redisCli.Close()
-	calls := func() int {
-		info, err := redisCli.Info(ctx, "commandstats").Result()
-		require.NoError(t, err)
-		total := 0
-		for _, l := range strings.Split(info, "\n") {
-			l = strings.TrimSpace(l)
-			for _, cmd := range []string{"evalsha", "exec"} { // a write's round trip
-				if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
-					v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-					total += v
-				}
-			}
-		}
-		return total
-	}
+	calls := writeCalls(t, a.Redis)
 	const n = 200
 	before := calls()
 	pipe := rdb.Pipeline()
@@ -160,4 +144,75 @@ func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
 	// one before: 200 writes at least.
 	require.Less(t, writes, n/2, "Redis writes for %d pipelined WQ.SCHEDULEs", n)
 	t.Logf("Redis writes for %d pipelined WQ.SCHEDULEs: %d", n, writes)
+}
+
+// writeCalls returns a function that counts the write round trips
+// (EVALSHA and EXEC calls) the redis-server at addr has served so far.
+func writeCalls(t *testing.T, addr string) func() int {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	return func() int {
+		info, err := rdb.Info(context.Background(), "commandstats").Result()
+		require.NoError(t, err)
+		total := 0
+		for _, l := range strings.Split(info, "\n") {
+			l = strings.TrimSpace(l)
+			for _, cmd := range []string{"evalsha", "exec"} {
+				if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+					v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					total += v
+				}
+			}
+		}
+		return total
+	}
+}
+
+// TestPipelinedSAddsShareARoundTrip: delayedqueue's SADDs pipelined in one
+// write are scheduled together, not one round trip each, and answered in
+// order: each with its count, a bad one with its error.
+func TestPipelinedSAddsShareARoundTrip(t *testing.T) {
+	t.Parallel()
+	a := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.RESP.DelayedQueue = true
+		c.Queue.Pull = []string{"q"}
+	})
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
+	defer rdb.Close()
+	calls := writeCalls(t, a.Redis)
+	const n = 100
+	before := calls()
+	pipe := rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for i := range n {
+		switch i {
+		case 5:
+			cmds = append(cmds, pipe.Do(ctx, "SADD", "q", "a", "10", "b")) // odd: a syntax error
+		case 6:
+			cmds = append(cmds, pipe.Do(ctx, "SADD", "q", "a", "60000", "b", "60000", "c", "60000"))
+		default:
+			cmds = append(cmds, pipe.Do(ctx, "SADD", "q", fmt.Sprint("p", i), 60000))
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	writes := calls() - before
+	for i, c := range cmds {
+		switch i {
+		case 5:
+			require.ErrorContains(t, c.Err(), "ERR syntax error", "SADD %d", i)
+		case 6:
+			require.NoError(t, c.Err())
+			require.EqualValues(t, 3, c.Val())
+		default:
+			require.NoError(t, c.Err(), "SADD %d", i)
+			require.EqualValues(t, 1, c.Val(), "SADD %d", i)
+		}
+	}
+	card, err := rdb.Do(ctx, "SCARD", "q").Int()
+	require.NoError(t, err)
+	require.Equal(t, n-2+3, card, "every job stored")
+	require.Less(t, writes, n/2, "Redis writes for %d pipelined SADDs", n)
+	t.Logf("Redis writes for %d pipelined SADDs: %d", n, writes)
 }
