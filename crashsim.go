@@ -280,6 +280,13 @@ func (c *crashStore) Records(ctx context.Context, p int, keys []string) ([][]byt
 	return c.engineStore.Records(ctx, p, keys)
 }
 
+func (c *crashStore) Ping(ctx context.Context) error {
+	if err := c.dead(); err != nil {
+		return err
+	}
+	return c.engineStore.Ping(ctx)
+}
+
 func (c *crashStore) Counts(ctx context.Context) (pending, dead int64, err error) {
 	if err := c.dead(); err != nil {
 		return 0, 0, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,6 +139,30 @@ func ExampleQueue_Reschedule() {
 	// Output:
 	// <nil>
 	// pending 22h0m0s
+}
+
+// A readiness check: ready while Redis answers. A Ping that got an answer
+// also lets the queue's writes through at once after Redis was found
+// unreachable (they fail fast with ErrUnavailable meanwhile).
+func ExampleQueue_Ping() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	q, _ := wheelq.New(rdb, wheelq.Config{})
+	defer q.Shutdown(ctx)
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		if err := q.Ping(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	}
+	rec := httptest.NewRecorder()
+	ready(rec, httptest.NewRequest("GET", "/readyz", nil))
+	fmt.Print(rec.Code, " ", rec.Body)
+	// Output:
+	// 200 ready
 }
 
 // A campaign's reminders go in one call: one round trip per thousand jobs,

@@ -1,6 +1,7 @@
 package wheelq
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/wheelq/wheelq/internal/breaker"
@@ -33,4 +34,24 @@ func (r *reach) note(err error, probe bool, clock wheel.Clock) {
 		return // nothing to record: no clock read
 	}
 	r.b.Note(err, probe, clock.Now())
+}
+
+// Ping checks that Redis answers, through the queue's client: nil, or an
+// error wrapping ErrUnavailable when Redis could not be reached (ctx's
+// error when it ended first). Its answer also tells the queue: while Redis
+// is taken to be unreachable, the calls that change jobs fail at once with
+// ErrUnavailable and one of them goes through every 250 ms to find out
+// whether it is back; a Ping that got an answer lets them all through at
+// once. Made for readiness checks, so that a process reported ready takes
+// writes.
+func (q *Queue) Ping(ctx context.Context) error {
+	if err := checkCtx(ctx, "Ping"); err != nil {
+		return err
+	}
+	err := q.store.Ping(ctx)
+	q.reach.note(err, false, q.clock)
+	if err != nil && breaker.IsConnErr(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }

@@ -708,6 +708,32 @@ func TestFailFastWhileRedisDown(t *testing.T) {
 	}, "Schedule works again once Redis is back")
 }
 
+// TestPingReopensWrites: once a write found Redis unreachable, writes
+// fail at once until one of them, let through every breaker.ProbeEvery,
+// finds it back; a server's readiness check pinged Redis on its own and
+// said ready while the writes sent to it were refused (seen under load:
+// TestServerCutOffFromRedis's first schedule after /readyz said 200 got
+// 503). The queue's Ping now reopens them at once. The clock stands still
+// here, so no write is let through to probe.
+func TestPingReopensWrites(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	clk := wheel.NewFakeClock(time.Now())
+	q := b.newQueue(t, Config{Clock: clk})
+	srv.Kill()
+	_, err := q.Schedule(b.ctx, "f", nil)
+	require.Error(t, err, "Redis is down")
+	require.ErrorIs(t, q.Ping(b.ctx), ErrUnavailable)
+	require.NoError(t, srv.Restart())
+	_, err = q.Schedule(b.ctx, "f", nil)
+	require.ErrorIs(t, err, ErrUnavailable, "no probe is due yet: the writes still fail at once")
+	require.NoError(t, q.Ping(b.ctx))
+	_, err = q.Schedule(b.ctx, "f", nil)
+	require.NoError(t, err, "open again after the Ping")
+}
+
 // TestOverdueIsVisible: jobs that should have run but sit
 // in a partition no process runs were invisible (the worker's Stats showed
 // nothing). Stats now reads, across partitions, how many pending jobs are

@@ -19,6 +19,7 @@ type engineStore interface {
 	inspectorStore
 
 	Init(ctx context.Context) error
+	Ping(ctx context.Context) error
 	PartitionOf(key string) int
 	Keys(p int) persist.Keys
 

@@ -244,7 +244,10 @@ func (s *Server) ready(ctx context.Context) string {
 			return "loading the partitions' jobs"
 		}
 	}
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	// The queue's Ping, not the client's: one that gets an answer also
+	// reopens the queue's writes, which fail fast while Redis is taken to
+	// be unreachable, so that a server said ready takes writes.
+	if err := s.q.Ping(ctx); err != nil {
 		return "redis unreachable: " + err.Error()
 	}
 	return ""

@@ -186,6 +186,15 @@ func (s *Store) Records(ctx context.Context, p int, keys []string) ([][]byte, er
 	return out, nil
 }
 
+// Ping checks that Redis answers (a PING; on a Cluster, to one of its
+// nodes).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
 // Counts returns the number of pending and dead jobs over all partitions.
 func (s *Store) Counts(ctx context.Context) (pending, dead int64, err error) {
 	c, err := s.Census(ctx, math.MinInt64/2)
