@@ -2,10 +2,15 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -234,3 +239,121 @@ func TestServerCutOffFromRedis(t *testing.T) {
 	defer h.mu.Unlock()
 	t.Logf("%d jobs, %d hand-outs", len(h.due), h.outs)
 }
+
+// TestServerPushUnderFaults: two servers push a topic's due jobs to a
+// receiver that fails one first attempt in five; one server is killed
+// with SIGKILL while jobs come due, maybe with POSTs in flight. Every job
+// acknowledged is received with a 2xx in the end (the other server takes
+// the killed one's partitions over and retries what its POSTs left
+// unsettled), none before its due time, and each ends done.
+func TestServerPushUnderFaults(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	type got struct {
+		at      time.Time
+		attempt string
+	}
+	var mu sync.Mutex
+	hits := map[string][]got{} // job id -> its POSTs
+	okd := map[string]bool{}   // answered 2xx
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		parts := strings.Split(r.Header.Get("webhook-id"), "/") // topic/id/attempt
+		if len(parts) != 3 {
+			http.Error(w, "no webhook-id", http.StatusBadRequest)
+			return
+		}
+		id := parts[1]
+		mu.Lock()
+		hits[id] = append(hits[id], got{time.Now(), parts[2]})
+		fail := parts[2] == "1" && failsFirst(id)
+		if !fail {
+			okd[id] = true
+		}
+		mu.Unlock()
+		if fail {
+			http.Error(w, "try later", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+[queue]
+max_attempts = 10
+[push]
+allow_hosts = [%q]
+[[push.topic]]
+topic = "hooks"
+url = "%s/in"
+secret = "whsec_%s"
+timeout = "5s"
+`, strings.TrimPrefix(recv.URL, "http://"), recv.URL, base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")))), 0o600))
+	args := []string{"-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "log.access=false"}
+	a := startServer(t, nil, args...)
+	b := startServer(t, nil, args...)
+
+	const n = 300
+	due := map[string]time.Time{}
+	c := &http.Client{Timeout: 5 * time.Second}
+	for i := range n {
+		id := fmt.Sprint("h", i)
+		delay := 300*time.Millisecond + 2*time.Second*time.Duration(i)/n
+		at := time.Now().Add(delay)
+		body, _ := json.Marshal(map[string]any{"id": id, "payload": id, "delay_ms": delay.Milliseconds()})
+		resp, err := c.Post(b.URL+"/v1/jobs/hooks", "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		due[id] = at
+	}
+	time.Sleep(time.Until(due["h100"]))
+	require.NoError(t, a.cmd.Process.Kill())
+	a.exited(wait)
+
+	deadline := time.Now().Add(wait)
+	for {
+		mu.Lock()
+		missing := 0
+		for id := range due {
+			if !okd[id] {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d jobs never received with a 2xx", missing, n)
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	posts, again := 0, 0
+	for id, hs := range hits {
+		for _, h := range hs {
+			require.False(t, h.at.Before(due[id]), "%s attempt %s pushed %v before its due time", id, h.attempt, due[id].Sub(h.at))
+		}
+		posts += len(hs)
+		if len(hs) > 1 && !failsFirst(id) {
+			again++ // sent again though its first POST got a 2xx: the kill's
+		}
+	}
+	mu.Unlock()
+	for id := range due {
+		deadline := time.Now().Add(wait)
+		for {
+			var info map[string]any
+			require.Equal(t, 200, call(t, "GET", b.URL+"/v1/jobs/hooks/"+id, "", nil, &info))
+			if info["state"] == "done" {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%s not done: %v", id, info)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.GreaterOrEqual(t, posts, n+n/5, "the failed first attempts were retried")
+	t.Logf("%d jobs, %d POSTs, %d sent again after a 2xx (the killed server's)", n, posts, again)
+}
+
+// failsFirst says which jobs' first POST the receiver fails: one in five.
+func failsFirst(id string) bool { return strings.HasSuffix(id, "0") || strings.HasSuffix(id, "5") }
