@@ -30,10 +30,34 @@ type history struct {
 	acked map[string]bool
 	early []string
 	outs  int
+
+	stop chan struct{}  // closed when the test ends: the consumers return
+	cw   sync.WaitGroup // the consumers
 }
 
-func newHistory() *history {
-	return &history{due: map[string]time.Time{}, acked: map[string]bool{}}
+// newHistory returns an empty history whose consumers stop when t ends.
+func newHistory(t *testing.T) *history {
+	h := &history{due: map[string]time.Time{}, acked: map[string]bool{}, stop: make(chan struct{})}
+	t.Cleanup(func() { close(h.stop); h.cw.Wait() })
+	return h
+}
+
+// consumeThrough starts two consumers reserving and acking through srv
+// (consume), until the test ends.
+func (h *history) consumeThrough(srv *proc) {
+	for range 2 {
+		h.cw.Go(func() { h.consume(srv, h.stop) })
+	}
+}
+
+// done waits until every acknowledged schedule is acked (waitAllAcked)
+// and logs the counts.
+func (h *history) done(t *testing.T) {
+	t.Helper()
+	h.waitAllAcked(t, wait)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t.Logf("%d jobs, %d hand-outs", len(h.due), h.outs)
 }
 
 // schedule schedules n pulled jobs through srv, due over [0, spread)
@@ -142,13 +166,8 @@ func TestServerPaused(t *testing.T) {
 	args := []string{"-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "orders", "-set", "log.access=false"}
 	a := startServer(t, nil, args...)
 	b := startServer(t, nil, args...)
-	h := newHistory()
-	stop := make(chan struct{})
-	var cw sync.WaitGroup
-	defer func() { close(stop); cw.Wait() }()
-	for range 2 {
-		cw.Go(func() { h.consume(b, stop) })
-	}
+	h := newHistory(t)
+	h.consumeThrough(b)
 
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
@@ -159,15 +178,10 @@ func TestServerPaused(t *testing.T) {
 	t.Logf("all %d acked %v after a stopped", len(h.due), time.Since(stopped).Round(time.Millisecond))
 
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
-	for range 2 {
-		cw.Go(func() { h.consume(a, stop) })
-	}
+	h.consumeThrough(a)
 	h.schedule(t, a, "q", 200, time.Second)
 	h.schedule(t, b, "r", 200, time.Second)
-	h.waitAllAcked(t, wait)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t.Logf("%d jobs, %d hand-outs", len(h.due), h.outs)
+	h.done(t)
 }
 
 // TestServerCutOffFromRedis: one of two servers loses its link to Redis
@@ -183,13 +197,8 @@ func TestServerCutOffFromRedis(t *testing.T) {
 	base := []string{"-addr", "127.0.0.1:0", "-pull", "orders", "-set", "log.access=false"}
 	a := startServer(t, nil, append(base, "-redis-url", "redis://"+px.Addr()+"/0")...)
 	b := startServer(t, nil, append(base, "-redis-url", redisURL(rs))...)
-	h := newHistory()
-	stop := make(chan struct{})
-	var cw sync.WaitGroup
-	defer func() { close(stop); cw.Wait() }()
-	for range 2 {
-		cw.Go(func() { h.consume(b, stop) })
-	}
+	h := newHistory(t)
+	h.consumeThrough(b)
 
 	px.Blackhole(true)
 	cut := time.Now()
@@ -218,26 +227,10 @@ func TestServerCutOffFromRedis(t *testing.T) {
 		took[0].Round(time.Millisecond), took[1].Round(time.Millisecond))
 
 	px.Blackhole(false)
-	deadline := time.Now().Add(wait)
-	for {
-		resp, err := http.Get(a.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		require.True(t, time.Now().Before(deadline), "a not ready again within %v of the heal", wait)
-		time.Sleep(50 * time.Millisecond)
-	}
-	for range 2 {
-		cw.Go(func() { h.consume(a, stop) })
-	}
+	a.waitReady(http.DefaultClient)
+	h.consumeThrough(a)
 	h.schedule(t, a, "q", 200, time.Second)
-	h.waitAllAcked(t, wait)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t.Logf("%d jobs, %d hand-outs", len(h.due), h.outs)
+	h.done(t)
 }
 
 // TestServerPushUnderFaults: two servers push a topic's due jobs to a

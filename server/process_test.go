@@ -110,19 +110,25 @@ func startServerWith(t *testing.T, client *http.Client, env []string, args ...st
 	case <-time.After(wait):
 		t.Fatalf("wheelq-server did not listen within %v:\n%s", wait, p.Log())
 	}
+	p.waitReady(client)
+	return p
+}
+
+// waitReady waits (up to wait) until the server's /readyz says 200.
+func (p *proc) waitReady(client *http.Client) {
+	p.t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
 		resp, err := client.Get(p.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return
 			}
 		}
-		require.True(t, time.Now().Before(deadline), "not ready within %v", wait)
+		require.True(p.t, time.Now().Before(deadline), "not ready within %v", wait)
 		time.Sleep(20 * time.Millisecond)
 	}
-	return p
 }
 
 // Log is what the process wrote to stderr so far.

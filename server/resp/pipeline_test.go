@@ -40,19 +40,7 @@ func TestPipelinedAcksShareARoundTrip(t *testing.T) {
 			got = append(got, j.([]any))
 		}
 	}
-	redisCli := redis.NewClient(&redis.Options{Addr: a.Redis})
-	defer redisCli.Close()
-	calls := func() int {
-		info, err := redisCli.Info(ctx, "commandstats").Result()
-		require.NoError(t, err)
-		for _, l := range strings.Split(info, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_evalsha:calls="); ok {
-				v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return v
-			}
-		}
-		return 0
-	}
+	calls := writeCalls(t, a.Redis)
 	before := calls()
 	pipe := rdb.Pipeline()
 	var cmds []*redis.Cmd
