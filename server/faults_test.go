@@ -2,14 +2,11 @@ package server_test
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -270,18 +267,7 @@ func TestServerPushUnderFaults(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer recv.Close()
-	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-[queue]
-max_attempts = 10
-[push]
-allow_hosts = [%q]
-[[push.topic]]
-topic = "hooks"
-url = "%s/in"
-secret = "whsec_%s"
-timeout = "5s"
-`, strings.TrimPrefix(recv.URL, "http://"), recv.URL, base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")))), 0o600))
+	cfg := pushConfig(t, recv.URL, 10, []byte("0123456789abcdef0123456789abcdef"))
 	args := []string{"-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "log.access=false"}
 	a := startServer(t, nil, args...)
 	b := startServer(t, nil, args...)

@@ -394,20 +394,8 @@ func TestServerPush(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer recv.Close()
-	host := strings.TrimPrefix(recv.URL, "http://")
 	key := []byte("0123456789abcdef0123456789abcdef")
-	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-[queue]
-max_attempts = 3
-[push]
-allow_hosts = [%q]
-[[push.topic]]
-topic = "hooks"
-url = "%s/in"
-secret = "whsec_%s"
-timeout = "5s"
-`, host, recv.URL, base64.StdEncoding.EncodeToString(key))), 0o600))
+	cfg := pushConfig(t, recv.URL, 3, key)
 	p := startServer(t, nil, "-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs))
 	payload := []byte{0, 1, 2, 0xff, 'x'}
 	due := time.Now().Add(400 * time.Millisecond)
@@ -436,6 +424,26 @@ timeout = "5s"
 		require.True(t, time.Now().Before(deadline), "not done: %v", info)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pushConfig writes a config file that pushes topic "hooks" to recvURL's
+// /in, signed with key, its jobs tried up to maxAttempts times, and
+// returns its path.
+func pushConfig(t *testing.T, recvURL string, maxAttempts int, key []byte) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "wheelq-server.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+[queue]
+max_attempts = %d
+[push]
+allow_hosts = [%q]
+[[push.topic]]
+topic = "hooks"
+url = "%s/in"
+secret = "whsec_%s"
+timeout = "5s"
+`, maxAttempts, strings.TrimPrefix(recvURL, "http://"), recvURL, base64.StdEncoding.EncodeToString(key))), 0o600))
+	return cfg
 }
 
 // TestServerPushLimit: a pushed topic's concurrency = 1 and rate = 20
