@@ -663,15 +663,15 @@ func cmdAck(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 }
 
 // leading counts the commands named name (in lower case), of a right
-// arity, at the head of cmds: at most max. Pipelined after a command of
+// arity, at the head of cmds: at most most. Pipelined after a command of
 // that name, they are run with it in one round trip (schedulePipelined,
-// ackPipelined).
-func (s *Server) leading(cmds []redcon.Command, name string, max int) int {
+// ackPipelined, cmdSAdd).
+func (s *Server) leading(cmds []redcon.Command, name string, most int) int {
 	sp := s.cmds[name]
 	n := 0
 	for _, cmd := range cmds {
 		k := len(cmd.Args)
-		if n == max || (sp.arity > 0 && k != sp.arity) || (sp.arity < 0 && k < -sp.arity) ||
+		if n == most || (sp.arity > 0 && k != sp.arity) || (sp.arity < 0 && k < -sp.arity) ||
 			!strings.EqualFold(string(cmd.Args[0]), name) {
 			break
 		}
@@ -691,9 +691,9 @@ func pipelinedArgs(args [][]byte, cmds []redcon.Command) [][][]byte {
 }
 
 // ackPipelined acks the WQ.ACK of args and the more WQ.ACKs pipelined
-// right after it in one round trip (AckAll): one at a time, each waited
-// for the round trip of the one before. It answers each in order, then
-// serves the commands pipelined after them as usual.
+// right after it in one round trip (AckAll), where one at a time each
+// waited for the round trip of the one before. It answers each in order,
+// then serves the commands pipelined after them as usual.
 func ackPipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more int) {
 	cmds := c.ReadPipeline()
 	all := pipelinedArgs(args, cmds[:more])
