@@ -3,6 +3,7 @@ package resp_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,4 +204,67 @@ func TestPipelinedSAddsShareARoundTrip(t *testing.T) {
 	require.Equal(t, n-2+3, card, "every job stored")
 	require.Less(t, writes, n/2, "Redis writes for %d pipelined SADDs", n)
 	t.Logf("Redis writes for %d pipelined SADDs: %d", n, writes)
+}
+
+// TestPipelinesAnswerEveryCommand: random pipelines mixing the commands
+// run together (WQ.SCHEDULE, WQ.ACK, SADD) with others, valid and not
+// (bad options, wrong arity, unknown names, stale tokens): every command
+// gets its own reply, in order (a PING's PONG where it stands, a
+// schedule's id where it stands), and the server serves on.
+func TestPipelinesAnswerEveryCommand(t *testing.T) {
+	t.Parallel()
+	a := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.RESP.DelayedQueue = true
+		c.Queue.Pull = []string{"q"}
+	})
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: a.RESP, Protocol: 2})
+	defer rdb.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	type sent struct {
+		cmd  *redis.Cmd
+		kind string
+		want string // the reply that must come, if known
+	}
+	for round := range 40 {
+		pipe := rdb.Pipeline()
+		var cmds []sent
+		for i := range 1 + rng.IntN(60) {
+			id := fmt.Sprint("r", round, "-", i)
+			switch k := rng.IntN(9); k {
+			case 0, 1, 2:
+				cmds = append(cmds, sent{pipe.Do(ctx, "WQ.SCHEDULE", "t", "p", "ID", id, "DELAY", 3600000), "schedule", id})
+			case 3:
+				cmds = append(cmds, sent{pipe.Do(ctx, "WQ.SCHEDULE", "t", "p", "DELAY", "soon"), "bad schedule", ""})
+			case 4:
+				cmds = append(cmds, sent{pipe.Do(ctx, "WQ.ACK", "q", id, "no-such-token"), "stale ack", ""})
+			case 5:
+				cmds = append(cmds, sent{pipe.Do(ctx, "SADD", "q", "x", 3600000), "sadd", ""})
+			case 6:
+				cmds = append(cmds, sent{pipe.Do(ctx, "PING", id), "ping", id})
+			case 7:
+				cmds = append(cmds, sent{pipe.Do(ctx, "WQ.ACK", "q", id), "ack arity", ""})
+			default:
+				cmds = append(cmds, sent{pipe.Do(ctx, "NO.SUCH", id), "unknown", ""})
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		for i, s := range cmds {
+			err := s.cmd.Err()
+			switch s.kind {
+			case "schedule", "ping":
+				require.NoError(t, err, "round %d command %d (%s)", round, i, s.kind)
+				require.Equal(t, s.want, s.cmd.Val(), "round %d command %d (%s): a reply out of place", round, i, s.kind)
+			case "sadd":
+				require.NoError(t, err, "round %d command %d", round, i)
+				require.EqualValues(t, 1, s.cmd.Val())
+			case "bad schedule", "ack arity", "unknown":
+				require.ErrorContains(t, err, "ERR ", "round %d command %d (%s)", round, i, s.kind)
+			case "stale ack":
+				require.ErrorContains(t, err, "RESERVATIONLOST ", "round %d command %d", round, i)
+			}
+		}
+	}
+	require.NoError(t, rdb.Ping(ctx).Err())
 }
