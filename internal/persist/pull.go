@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -478,7 +479,7 @@ func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte
 			pk := []any{k.Pending, k.Jobs, k.Running, k.Dead, k.HistoryIdx, k.History, k.Loaded, k.Inbox}
 			ready := map[string]int{}
 			idx := byPart[p]
-			pargs := make([]any, 0, 6*len(idx))
+			pargs := make([]any, 0, 7*len(idx))
 			for _, i := range idx {
 				o := ops[i]
 				ri := ""
@@ -489,7 +490,7 @@ func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte
 					}
 					ri = strconv.Itoa(readyIndex(&pk, ready, k, topic))
 				}
-				pargs = append(pargs, string(o.Op), o.Key, o.Token, o.Score, o.Record, ri)
+				pargs = append(pargs, string(o.Op), o.Key, o.Token, tokenRev(o.Token), o.Score, o.Record, ri)
 			}
 			keys = append(keys, pk...)
 			argv = append(append(argv, len(pk), len(idx)), pargs...)
@@ -512,6 +513,20 @@ func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte
 		}
 	}
 	return out, nil
+}
+
+// tokenRev is the revision a reservation's token starts with (8 hex
+// characters) as a record's 4 bytes hold it, for resolve.lua to compare
+// without formatting each record's; "" when the token does not start so.
+func tokenRev(token string) string {
+	if len(token) < 8 {
+		return ""
+	}
+	b, err := hex.DecodeString(token[:8])
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // pullScripts are the pulled topics' scripts, for loadScriptsOn.

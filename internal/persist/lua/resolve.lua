@@ -15,7 +15,9 @@
 -- ARGV[3]  and the most entries of the partition (0: no history)
 -- ARGV[4]  the channel on which a released job is announced
 -- ARGV[5..] per partition: its number of KEYS, its number of ops n, then
---          6 per op: op, job key, token, score, record, the index among
+--          7 per op: op, job key, token, the token's revision as the
+--          record's 4 bytes (from its first 8 hex characters; "" if they
+--          are not: it matches no record), score, record, the index among
 --          its partition's KEYS (from 1) of the job's ready ZSET (op 'u';
 --          else "")
 --          op "a" ack: the job is done; it leaves the queue for the run
@@ -41,7 +43,7 @@ local k, a = 1, 5
 while a <= #ARGV do
   local nkeys, nops = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local first = a + 2
-  a = first + 6 * nops
+  a = first + 7 * nops
   local pending, jobs, running, dead, hidx, hist, loadedKey, inbox =
     KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7]
   local done = {}
@@ -51,7 +53,7 @@ while a <= #ARGV do
   -- in three multi-key commands (flushed before a job named again is read
   -- again), as settle.lua does: most calls are batches of acks.
   local keys = {}
-  for i = first, a - 1, 6 do
+  for i = first, a - 1, 7 do
     keys[#keys + 1] = ARGV[i + 1]
   end
   local marks, curs = {}, {}
@@ -70,9 +72,10 @@ while a <= #ARGV do
   end
   local seen = {}
   local j = 0
-  for i = first, a - 1, 6 do
+  for i = first, a - 1, 7 do
     j = j + 1
-    local op, key, token, score, rec, ready = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+    local op, key, token, rev, score, rec, ready =
+      ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
     local mark, cur = marks[j], curs[j]
     if seen[key] then
       -- Named again in this call: read what the ops before it left.
@@ -85,8 +88,7 @@ while a <= #ARGV do
     -- The token's revision must still be the record's: a job rescheduled
     -- or replaced while reserved runs again, and its old reservation's
     -- outcome does not apply (due.lua and take.lua ignore the old mark).
-    if cur and mark == '~' .. token and #cur >= 5 and
-      string.format('%02x%02x%02x%02x', string.byte(cur, 2, 5)) == string.sub(token, 1, 8) then
+    if cur and mark == '~' .. token and #rev == 4 and string.sub(cur, 2, 5) == rev then
       r = '1'
       if op == 'a' then
         acks[#acks + 1] = key
@@ -127,8 +129,7 @@ while a <= #ARGV do
       local o = h and string.sub(h, 1, 1)
       if o == 'c' or o == 'C' then
         r = 'c'
-      elseif op == 'a' and o == 'd' and #h >= 6 and
-        string.format('%02x%02x%02x%02x', string.byte(h, 3, 6)) == string.sub(token, 1, 8) then
+      elseif op == 'a' and o == 'd' and #rev == 4 and string.sub(h, 3, 6) == rev then
         r = '1' -- sent again: acked already
       end
     end
