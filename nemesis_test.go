@@ -1014,6 +1014,14 @@ func (n *nemesis) check() {
 						break
 					}
 				}
+				if why == "" {
+					for _, prev := range g[:k] {
+						if n.reported(prev.pid, prev.gate, g[k].realUs) {
+							why = "reported"
+							break
+						}
+					}
+				}
 				if why != "" {
 					allowedDups[why]++
 				} else {
@@ -1049,6 +1057,46 @@ func (n *nemesis) check() {
 			t.Errorf("nemesis: %s: job %s: %s\n%s", kind, v.job.id, v.what, n.timeline(v.job, byJob[v.job.id], v.runs))
 		}
 	}
+}
+
+// nemOutcomeLost are the warnings with which a child says that the
+// outcomes of its runs may not be stored (a run then goes again, by
+// design): it could not store them in time, or it let a partition's lease
+// go, which fences them.
+var nemOutcomeLost = []string{"outcomes not yet stored", "lease not renewed in time"}
+
+// reported says whether the child pid warned, between a and b (unix µs,
+// with the hits slack), that its runs' outcomes may not be stored: an
+// explanation of a duplicate by what the process saw of Redis (slow or
+// lost replies on a loaded machine, after a fault the process lived
+// through), where no injected fault overlaps the runs.
+func (n *nemesis) reported(pid int, a, b int64) bool {
+	slack := (n.lease / 10).Microseconds()
+	for _, p := range n.all {
+		if p.pid != pid {
+			continue
+		}
+		f, err := os.Open(p.errPath)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			line := sc.Text()
+			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil || at.UnixMicro() < a-slack || at.UnixMicro() > b+slack {
+				continue
+			}
+			for _, w := range nemOutcomeLost {
+				if strings.Contains(line, w) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // timeline prints what happened to a job, with the faults and the child
