@@ -25,7 +25,7 @@ import (
 
 func init() {
 	workloads = append(workloads,
-		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request and batches of 100, vs the library's Schedule from 32 goroutines in the same run; the server's CPU per job", runServerSchedule},
+		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request (net/http's client, then a lean one) and batches of 100, vs the library's Schedule from 32 goroutines before and after them; the server's CPU per job", runServerSchedule},
 		workload{"server-push", "2,000 then 20,000 jobs due over [1s, 3s] (1,000 then 10,000 a second) of a topic wheelq-server POSTs to a receiver in the bench process (lateness: the POST's arrival minus due), vs precision64's handlers in the same run", runServerPush},
 		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream; vs the in-process pull workload in the same run", runServerReserve},
 	)
@@ -251,9 +251,10 @@ func withLibraryBaseline(ctx context.Context, br *benchRedis, workload string, n
 	return nil
 }
 
-// runServerSchedule: the library's Schedule from 32 goroutines (the
-// baseline), then 32 HTTP connections scheduling one job per request,
-// then batches of 100; each its own namespace on one Redis.
+// runServerSchedule: 32 HTTP connections scheduling one job per request
+// (Go's net/http client, then a lean one: leanSchedule), then batches of
+// 100, between passes of the library's Schedule from 32 goroutines (the
+// baseline: withLibraryBaseline); each its own namespace on one Redis.
 func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) error {
 	n := cfg.size(40_000, 4_000)
 	br, err := freshRedis(ctx, cfg)
@@ -336,7 +337,7 @@ func leanSchedule(base, prefix string, payload []byte, next *atomic.Int64, reqs 
 	host := strings.TrimPrefix(base, "http://")
 	conn, err := net.Dial("tcp", host)
 	if err != nil {
-		return reqs / 32
+		return reqs / 32 // about this connection's share, unsent
 	}
 	defer conn.Close()
 	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
