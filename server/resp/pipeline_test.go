@@ -22,13 +22,8 @@ import (
 // after them as usual.
 func TestPipelinedAcksShareARoundTrip(t *testing.T) {
 	t.Parallel()
-	a := servertest.Start(t, func(c *config.Config) {
-		c.RESP.Addr = "127.0.0.1:0"
-		c.Queue.Pull = []string{"acks"}
-	})
+	rdb, calls := pipelineServer(t, redis.Options{}, func(c *config.Config) { c.Queue.Pull = []string{"acks"} })
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
-	defer rdb.Close()
 	const n = 100
 	for i := range n {
 		require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "acks", "p", "ID", fmt.Sprint("j", i)).Err())
@@ -41,7 +36,6 @@ func TestPipelinedAcksShareARoundTrip(t *testing.T) {
 			got = append(got, j.([]any))
 		}
 	}
-	calls := writeCalls(t, a.Redis)
 	before := calls()
 	pipe := rdb.Pipeline()
 	var cmds []*redis.Cmd
@@ -79,13 +73,8 @@ func TestPipelinedAcksShareARoundTrip(t *testing.T) {
 // each job is stored with its own payload.
 func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
 	t.Parallel()
-	a := servertest.Start(t, func(c *config.Config) {
-		c.RESP.Addr = "127.0.0.1:0"
-	})
+	rdb, calls := pipelineServer(t, redis.Options{}, func(*config.Config) {})
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
-	defer rdb.Close()
-	calls := writeCalls(t, a.Redis)
 	const n = 200
 	before := calls()
 	pipe := rdb.Pipeline()
@@ -135,6 +124,26 @@ func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
 	t.Logf("Redis writes for %d pipelined WQ.SCHEDULEs: %d", n, writes)
 }
 
+// pipelineServer starts a server with a RESP front end, changed by edit,
+// and returns a client of it (with o's options; closed when the test
+// ends) and a count of its Redis's write round trips (writeCalls).
+func pipelineServer(t *testing.T, o redis.Options, edit func(*config.Config)) (*redis.Client, func() int) {
+	a := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		edit(c)
+	})
+	o.Addr = a.RESP
+	rdb := redis.NewClient(&o)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, writeCalls(t, a.Redis)
+}
+
+// delayedQueue turns the delayedqueue mode on, queue "q" pulled.
+func delayedQueue(c *config.Config) {
+	c.RESP.DelayedQueue = true
+	c.Queue.Pull = []string{"q"}
+}
+
 // writeCalls returns a function that counts the write round trips
 // (EVALSHA and EXEC calls) the redis-server at addr has served so far.
 func writeCalls(t *testing.T, addr string) func() int {
@@ -162,15 +171,8 @@ func writeCalls(t *testing.T, addr string) func() int {
 // order: each with its count, a bad one with its error.
 func TestPipelinedSAddsShareARoundTrip(t *testing.T) {
 	t.Parallel()
-	a := servertest.Start(t, func(c *config.Config) {
-		c.RESP.Addr = "127.0.0.1:0"
-		c.RESP.DelayedQueue = true
-		c.Queue.Pull = []string{"q"}
-	})
+	rdb, calls := pipelineServer(t, redis.Options{}, delayedQueue)
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: a.RESP})
-	defer rdb.Close()
-	calls := writeCalls(t, a.Redis)
 	const n = 100
 	before := calls()
 	pipe := rdb.Pipeline()
@@ -213,14 +215,8 @@ func TestPipelinedSAddsShareARoundTrip(t *testing.T) {
 // schedule's id where it stands), and the server serves on.
 func TestPipelinesAnswerEveryCommand(t *testing.T) {
 	t.Parallel()
-	a := servertest.Start(t, func(c *config.Config) {
-		c.RESP.Addr = "127.0.0.1:0"
-		c.RESP.DelayedQueue = true
-		c.Queue.Pull = []string{"q"}
-	})
+	rdb, _ := pipelineServer(t, redis.Options{Protocol: 2}, delayedQueue)
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: a.RESP, Protocol: 2})
-	defer rdb.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	type sent struct {
 		cmd  *redis.Cmd
