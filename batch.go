@@ -110,7 +110,7 @@ func (q *Queue) ScheduleBatch(ctx context.Context, jobs []BatchJob) ([]BatchResu
 			ws = append(ws, chunk[k].write())
 		}
 		res, err := q.writeBatch(ctx, ws)
-		q.reach.note(err, probe, q.clock)
+		q.reach.note(ctx, err, probe, q.clock)
 		for k := range chunk {
 			var r persist.WriteResult
 			if err == nil {
@@ -190,7 +190,7 @@ func (q *Queue) CancelBatch(ctx context.Context, jobs []JobRef) ([]error, error)
 			break
 		}
 		chs, err := q.cancelBatch(ctx, chunk)
-		q.reach.note(err, probe, q.clock)
+		q.reach.note(ctx, err, probe, q.clock)
 		for k, key := range chunk {
 			if err != nil {
 				out[at[lo+k]] = errs.Errorf("wheelq: cancel %s: %w", key, uncertain(err))

@@ -59,7 +59,8 @@ var (
 
 // ErrUnavailable is returned by Schedule, Cancel, Reschedule and Requeue,
 // without sending anything, while Redis is known to be unreachable: a call
-// shortly before found no connection to it. One call in a while still
+// shortly before found no connection to it, or got no answer within
+// Config.WriteTimeout. One call in a while still
 // goes through to find out whether Redis is back (see Queue.Schedule). The
 // call that finds Redis unreachable returns it too when no connection
 // could be made (a refused dial: nothing was sent). The error wraps the

@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/wheelq/wheelq/internal/breaker"
@@ -28,8 +29,15 @@ func (r *reach) admit(clock wheel.Clock) (probe bool, err error) {
 	return probe, nil
 }
 
-// note records the outcome err of a call that admit let through.
-func (r *reach) note(err error, probe bool, clock wheel.Clock) {
+// note records the outcome err of a call that admit let through, made
+// for a caller whose context is ctx. A call ended by the queue's own
+// deadline (WriteTimeout) while ctx goes on got no answer from Redis in
+// all that time: it counts as Redis unreachable, as a refused connection
+// does. One ended by ctx says nothing of Redis.
+func (r *reach) note(ctx context.Context, err error, probe bool, clock wheel.Clock) {
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = breaker.ErrNoAnswer
+	}
 	if !probe && r.b.Up() && (err == nil || !breaker.IsConnErr(err)) {
 		return // nothing to record: no clock read
 	}
@@ -49,7 +57,7 @@ func (q *Queue) Ping(ctx context.Context) error {
 		return err
 	}
 	err := q.store.Ping(ctx)
-	q.reach.note(err, false, q.clock)
+	q.reach.note(ctx, err, false, q.clock)
 	if err != nil && breaker.IsConnErr(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

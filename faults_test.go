@@ -734,6 +734,53 @@ func TestPingReopensWrites(t *testing.T) {
 	require.NoError(t, err, "open again after the Ping")
 }
 
+// TestFailFastWhenRedisIsSilent: Redis cut off (bytes dropped, the
+// connection left open), a write that got no answer within WriteTimeout
+// failed with ErrOutcomeUnknown and said nothing to the breaker, so every
+// next write waited its whole WriteTimeout too (seen in CI:
+// TestServerCutOffFromRedis's second write through the cut-off server got
+// 504 after 5 s instead of 503 at once). A write that Redis left
+// unanswered for WriteTimeout now counts as Redis unreachable: the next
+// writes fail at once with ErrUnavailable until a probe finds it back. A
+// caller's own context ending still says nothing of Redis.
+func TestFailFastWhenRedisIsSilent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	// Contexts' deadlines honoured, and a read timeout longer than
+	// WriteTimeout: a write ends by its context's deadline (as a server's
+	// did when go-redis's retries ran into WriteTimeout).
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cut.Close() })
+	b := &bundle{srv: srv, rdb: cut, ctx: context.Background()}
+	q := b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond})
+	_, err := q.Schedule(b.ctx, "f", nil)
+	require.NoError(t, err)
+
+	proxy.Blackhole(true)
+	t.Cleanup(func() { proxy.Blackhole(false) }) // before the queue's Shutdown
+	short, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = q.Schedule(short, "f", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the caller gave up")
+	start := time.Now()
+	_, err = q.Schedule(b.ctx, "f", nil)
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "a caller giving up says nothing of Redis: this one is sent")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	start = time.Now()
+	_, err = q.Schedule(b.ctx, "f", nil)
+	require.ErrorIs(t, err, ErrUnavailable, "Redis left the last write unanswered: this one fails at once")
+	require.NotErrorIs(t, err, ErrOutcomeUnknown)
+	require.Less(t, time.Since(start), 300*time.Millisecond)
+
+	proxy.Blackhole(false)
+	eventually(t, func() bool {
+		_, err := q.Schedule(b.ctx, "f", nil)
+		return err == nil
+	}, "Schedule works again once Redis answers")
+}
+
 // TestOverdueIsVisible: jobs that should have run but sit
 // in a partition no process runs were invisible (the worker's Stats showed
 // nothing). Stats now reads, across partitions, how many pending jobs are

@@ -56,7 +56,7 @@ func (q *Queue) Schedule(ctx context.Context, topic string, payload []byte, opts
 		return "", errs.Errorf("wheelq: schedule %s: %w", j.w.Key, err)
 	}
 	res, err := q.writes.Do(ctx, j.write())
-	q.reach.note(err, probe, q.clock)
+	q.reach.note(ctx, err, probe, q.clock)
 	if errors.Is(err, batch.ErrClosed) {
 		return "", ErrClosed
 	}
@@ -201,7 +201,7 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 		return errs.Errorf("wheelq: cancel %s: %w", key, err)
 	}
 	ch, err := q.cancels.Do(ctx, key)
-	q.reach.note(err, probe, q.clock)
+	q.reach.note(ctx, err, probe, q.clock)
 	if errors.Is(err, batch.ErrClosed) {
 		return ErrClosed
 	}
@@ -262,7 +262,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		return errs.Errorf("wheelq: reschedule %s: %w", key, err)
 	}
 	ch, err := q.moves.Do(ctx, persist.Move{Key: key, Due: dueUs, Rev: rev})
-	q.reach.note(err, probe, q.clock)
+	q.reach.note(ctx, err, probe, q.clock)
 	if errors.Is(err, batch.ErrClosed) {
 		return ErrClosed
 	}

@@ -820,7 +820,7 @@ func (q *Queue) readReady(ctx context.Context, op string, topics []string, gens 
 	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	res, err := call(cctx)
 	cancel()
-	q.reach.note(err, probe, q.clock)
+	q.reach.note(ctx, err, probe, q.clock)
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -981,7 +981,7 @@ func (q *Queue) resolveNow(ctx context.Context, what string, ops []persist.Resol
 	}
 	_, wall := wheel.Readings(q.clock)
 	res, err := q.store.Resolve(cctx, wall.UnixMicro(), ops)
-	q.reach.note(err, probe, q.clock)
+	q.reach.note(ctx, err, probe, q.clock)
 	if err != nil {
 		return nil, errs.Errorf("wheelq: %s: %w", what, uncertain(err))
 	}
@@ -1058,7 +1058,7 @@ func (q *Queue) resolve(ctx context.Context, r Receipt, op persist.ResolveOp) er
 	}
 	// Concurrent calls share round trips, as Schedule calls do.
 	res, err := q.resolves.Do(ctx, op)
-	q.reach.note(err, probe, q.clock)
+	q.reach.note(ctx, err, probe, q.clock)
 	if errors.Is(err, batch.ErrClosed) {
 		return ErrClosed
 	}

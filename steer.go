@@ -153,14 +153,14 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	probe, err := q.reach.admit(q.clock)
 	if err != nil {
 		return errs.Errorf("wheelq: requeue %s: %w", key, err)
 	}
-	r, st, err := q.store.Get(ctx, key)
-	q.reach.note(err, probe, q.clock)
+	r, st, err := q.store.Get(cctx, key)
+	q.reach.note(ctx, err, probe, q.clock)
 	if errors.Is(err, persist.ErrNotFound) || (err == nil && st != persist.DeadLettered) {
 		return fmt.Errorf("%w: no dead job %s", ErrNotFound, key)
 	}
@@ -171,8 +171,8 @@ func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) err
 	r.Rev, r.Attempt, r.LastError = rand.Uint32(), 0, ""
 	dueUs := ceilMicro(at)
 	p := q.store.PartitionOf(key)
-	ok, err := q.store.Requeue(ctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
-	q.reach.note(err, false, q.clock)
+	ok, err := q.store.Requeue(cctx, q.recov.Tokens()[p], key, oldRev, dueUs, r.Encode())
+	q.reach.note(ctx, err, false, q.clock)
 	if err != nil {
 		return errs.Errorf("wheelq: requeue %s: %w", key, uncertain(err))
 	}

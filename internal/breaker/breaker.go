@@ -93,12 +93,20 @@ func (b *Breaker) Note(err error, probe bool, now time.Time) {
 	}
 }
 
+// ErrNoAnswer stands for a call that the server left unanswered until the
+// caller's own deadline for it ended (a write timeout, not a deadline
+// handed down by the caller's caller): a caller passes it to Note in place
+// of context.DeadlineExceeded. A server that is cut off with its
+// connections left open answers nothing and refuses nothing; this is how
+// it is found unreachable.
+var ErrNoAnswer = errors.New("no answer within the call's timeout")
+
 // IsConnErr reports whether err says that the server could not be
 // reached: a refused or reset connection, a network timeout, a connection
-// closed. A reply of the server's (an error reply) and a context that
-// ended are not.
+// closed, ErrNoAnswer. A reply of the server's (an error reply) and a
+// context that ended are not.
 func IsConnErr(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+	return errors.Is(err, ErrNoAnswer) || errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

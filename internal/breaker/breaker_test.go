@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -36,5 +37,6 @@ func TestBreaker(t *testing.T) {
 	b.Note(nil, true, t0.Add(ProbeEvery))
 	require.True(t, b.Up())
 	require.True(t, IsConnErr(io.EOF))
+	require.True(t, IsConnErr(fmt.Errorf("wrapped: %w", ErrNoAnswer)))
 	require.False(t, IsConnErr(errors.New("ERR wrong type")))
 }
