@@ -202,26 +202,34 @@ func TestServerCutOffFromRedis(t *testing.T) {
 	h.schedule(t, b, "p", 200, 2*time.Second)
 	// The first write through a meets the cut: 504 outcome_unknown (it
 	// may have been applied) or 503 unavailable, within the request's
-	// timeout; once a knows Redis is out of reach, at once with 503.
-	var took [2]time.Duration
-	for i, want := range []map[int]string{
-		{http.StatusGatewayTimeout: "outcome_unknown", http.StatusServiceUnavailable: "unavailable"},
-		{http.StatusServiceUnavailable: "unavailable"},
-	} {
+	// timeout; once a knows Redis is out of reach, at once with 503. A
+	// write let through to probe whether Redis is back (one per 250 ms;
+	// a busy machine may leave that long between two requests) meets the
+	// cut again: 504; a few writes find the fast refusal.
+	write := func(i int) (int, string, time.Duration) {
 		var e struct {
 			Error struct{ Code string }
 		}
 		start := time.Now()
 		st := call(t, "POST", a.URL+"/v1/jobs/orders", "", map[string]any{"id": fmt.Sprint("through-a", i), "payload": "x"}, &e)
-		took[i] = time.Since(start)
-		require.Contains(t, want, st, "write %d through the cut-off server: %d %+v", i, st, e)
-		require.Equal(t, want[st], e.Error.Code, "write %d", i)
+		return st, e.Error.Code, time.Since(start)
 	}
-	require.Less(t, took[0], 15*time.Second, "the first answered within its timeout")
-	require.Less(t, took[1], time.Second, "the second answered at once")
+	unanswered := map[int]string{http.StatusGatewayTimeout: "outcome_unknown", http.StatusServiceUnavailable: "unavailable"}
+	st, code, first := write(0)
+	require.Equal(t, unanswered[st], code, "write 0 through the cut-off server: %d %s", st, code)
+	require.Less(t, first, 15*time.Second, "the first answered within its timeout")
+	var fast time.Duration
+	for i := 1; fast == 0; i++ {
+		require.LessOrEqual(t, i, 3, "no write refused at once")
+		st, code, took := write(i)
+		require.Equal(t, unanswered[st], code, "write %d through the cut-off server: %d %s", i, st, code)
+		if st == http.StatusServiceUnavailable && took < time.Second {
+			fast = took
+		}
+	}
 	h.waitAllAcked(t, wait)
-	t.Logf("all %d acked %v after the cut; a's refusals took %v and %v", len(h.due), time.Since(cut).Round(time.Millisecond),
-		took[0].Round(time.Millisecond), took[1].Round(time.Millisecond))
+	t.Logf("all %d acked %v after the cut; a's refusals took %v, then %v", len(h.due), time.Since(cut).Round(time.Millisecond),
+		first.Round(time.Millisecond), fast.Round(time.Millisecond))
 
 	px.Blackhole(false)
 	a.waitReady(http.DefaultClient)
