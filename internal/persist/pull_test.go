@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -381,4 +382,41 @@ func popScript(t *testing.T, rdb redis.UniversalClient) {
 	tr, err = s.Take(ctx, []string{"p"}, 10, 2000, 9000, "M", "", 0)
 	require.NoError(t, err)
 	require.Empty(t, tr.Jobs)
+}
+
+// TestTakeTokensOfEveryRevision: a take's token starts with its record's
+// revision in hex (take.lua writes it with one format of the 4 bytes as a
+// number), so a revision with its top bit set, or with leading zero
+// bytes, must come out as the same 8 characters due.lua and the client
+// write, and an ack by that token applies.
+func TestTakeTokensOfEveryRevision(t *testing.T) {
+	t.Parallel()
+	onRedisAndMiniredis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		s := ownedStore(t, rdb, "revs")
+		ctx := context.Background()
+		revs := []uint32{0xdeadbeef, 0x0000010f, 0xffffffff, 0x80000000, 0}
+		var ws []Write
+		var due []DueJob
+		for i, rv := range revs {
+			r := &Record{Rev: rv, MaxAttempts: 3, Created: time.Now(), Payload: []byte("x")}
+			key := JobKey("p", fmt.Sprint(i))
+			ws = append(ws, Write{Key: key, Due: int64(1000 + i), Record: r.Encode(), Replace: true})
+			due = append(due, DueJob{Key: key})
+		}
+		_, err := s.Write(ctx, nil, ws)
+		require.NoError(t, err)
+		_, err = s.Due(ctx, []string{"own"}, 2000, 2000, due)
+		require.NoError(t, err)
+		tr, err := s.Take(ctx, []string{"p"}, len(revs), 2000, 9000, "N", "own", 0)
+		require.NoError(t, err)
+		require.Len(t, tr.Jobs, len(revs))
+		var ops []ResolveOp
+		for i, j := range tr.Jobs {
+			require.True(t, strings.HasPrefix(j.Token, fmt.Sprintf("%08xN", revs[i])), "job %s: token %q", j.Key, j.Token)
+			ops = append(ops, ResolveOp{Op: 'a', Key: j.Key, Token: j.Token})
+		}
+		out, err := s.Resolve(ctx, 3000, ops)
+		require.NoError(t, err)
+		require.Equal(t, strings.Repeat(string(rune(Resolved)), len(revs)), string(out))
+	})
 }

@@ -84,22 +84,35 @@ local function refill(s)
   return false
 end
 -- A binary heap of the streams by their head (score, member): a pick
--- costs a few comparisons, not one per stream.
-local function less(a, b)
-  return a.score < b.score or (a.score == b.score and a.member < b.member)
-end
+-- costs a few comparisons, not one per stream. The comparisons are
+-- written out, not a function: a call each cost more than the rest of a
+-- pick.
 -- The heap's size is kept in hn, not read with # (which does not shrink
 -- on every server's Lua when the last entry is set to nil: miniredis's).
 local heap, hn = {}, 0
 local function down(i)
+  local s = heap[i]
+  local ss, sm = s.score, s.member
   while true do
-    local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= hn and less(heap[l], heap[m]) then m = l end
-    if r <= hn and less(heap[r], heap[m]) then m = r end
-    if m == i then return end
-    heap[i], heap[m] = heap[m], heap[i]
-    i = m
+    local l = 2 * i
+    if l > hn then
+      break
+    end
+    local m, ms = l, heap[l]
+    if l < hn then
+      local rs = heap[l + 1]
+      if rs.score < ms.score or (rs.score == ms.score and rs.member < ms.member) then
+        m, ms = l + 1, rs
+      end
+    end
+    if ms.score < ss or (ms.score == ss and ms.member < sm) then
+      heap[i] = ms
+      i = m
+    else
+      break
+    end
   end
+  heap[i] = s
 end
 for _, s in ipairs(streams) do
   if refill(s) then
@@ -111,11 +124,13 @@ for i = math.floor(hn / 2), 1, -1 do
   down(i)
 end
 -- The candidates, oldest first: max of them (the caller looks again
--- when stale ones kept it from max), per partition in order.
-local cands = {}
-while #cands < max and hn > 0 do
+-- when stale ones kept it from max), per partition in order; in columns
+-- (score, member, partition, ready ZSET), not a table each.
+local cScore, cKey, cPart, cReady, nc = {}, {}, {}, {}, 0
+while nc < max and hn > 0 do
   local s = heap[1]
-  cands[#cands + 1] = {s.score, s.member, s.k, s.key}
+  nc = nc + 1
+  cScore[nc], cKey[nc], cPart[nc], cReady[nc] = s.score, s.member, s.k, s.key
   s.pos = s.pos + 2
   local ok = true
   if s.pos > #s.buf then
@@ -140,38 +155,43 @@ end
 local out = {''}
 local taken, used, stale = 0, 0, 0
 local parts = {}
-for _, c in ipairs(cands) do
-  local p = parts[c[3]]
+for c = 1, nc do
+  local p = parts[cPart[c]]
   if not p then
-    p = {cands = {}}
-    parts[c[3]] = p
+    p = {keys = {}}
+    parts[cPart[c]] = p
   end
-  p.cands[#p.cands + 1] = c
+  p.keys[#p.keys + 1] = cKey[c]
 end
 -- Per partition, the candidates' scores, records and marks in three
 -- multi-key commands; then, in the merged order, the taking.
 for k, p in pairs(parts) do
-  local keys = {}
-  for i, c in ipairs(p.cands) do
-    keys[i] = c[2]
-  end
+  local keys = p.keys
   p.scores = redis.call('ZMSCORE', KEYS[k], unpack(keys))
   p.recs = redis.call('HMGET', KEYS[k + 1], unpack(keys))
   p.marks = redis.call('HMGET', KEYS[k + 2], unpack(keys))
   p.i = 0
   p.mark, p.zadd, p.inbox, p.zrem, p.done, p.gone = {}, {}, {}, {}, {}, {}
 end
-for _, c in ipairs(cands) do
-  local p = parts[c[3]]
+for c = 1, nc do
+  local p = parts[cPart[c]]
   p.i = p.i + 1
-  local key, i = c[2], p.i
+  local key, i = cKey[c], p.i
   if taken >= max or (taken > 0 and used >= budget) then
     break
   end
   local score, rec, mark = p.scores[i], p.recs[i], p.marks[i]
-  p.zrem[c[4]] = p.zrem[c[4]] or {}
-  table.insert(p.zrem[c[4]], key)
-  local rv = rec and #rec >= 5 and string.format('%02x%02x%02x%02x', string.byte(rec, 2, 5))
+  local zrem = p.zrem[cReady[c]]
+  if not zrem then
+    zrem = {}
+    p.zrem[cReady[c]] = zrem
+  end
+  zrem[#zrem + 1] = key
+  local rv
+  if rec and #rec >= 5 then
+    local b1, b2, b3, b4 = string.byte(rec, 2, 5)
+    rv = string.format('%08x', ((b1 * 256 + b2) * 256 + b3) * 256 + b4)
+  end
   if mark and string.sub(mark, 1, 1) == '~' and string.sub(mark, 2, 9) ~= rv then
     mark = nil -- a reservation of a revision that is gone (see due.lua)
   end
