@@ -20,7 +20,7 @@ import (
 func init() {
 	workloads = append(workloads,
 		workload{"pull", "W1 pulled: 20,000 jobs with 64 payload bytes due over [1s, 3s], 8 consumers blocked in Reserve (lateness: Reserve's return minus due); then precision64's handlers in the same run", runPull},
-		workload{"pulldrain", "100,000 jobs already due, drained by 8 consumers reserving up to 100 and acking each; then the same backlog run by handlers", runPullDrain},
+		workload{"pulldrain", "100,000 jobs already due, drained by 8 consumers reserving up to 100 and acking each, then again acking each batch with AckAll; then the same backlog run by handlers", runPullDrain},
 	)
 }
 
@@ -74,6 +74,13 @@ func startPulling(ctx context.Context, br *benchRedis, ns string) (*wheelq.Queue
 // concurrently is (the acks share round trips). wait returns the
 // failures once every ack is done.
 func consume(ctx context.Context, q *wheelq.Queue, consumers, max int, got func(r *wheelq.Reservation, at time.Time)) (wait func() int64) {
+	return consumeAcking(ctx, q, consumers, max, false, got)
+}
+
+// consumeAcking is consume; with ackAll, a consumer acks each batch it
+// reserved with one AckAll (in a goroutine, as consume acks each job)
+// instead of an Ack per job.
+func consumeAcking(ctx context.Context, q *wheelq.Queue, consumers, max int, ackAll bool, got func(r *wheelq.Reservation, at time.Time)) (wait func() int64) {
 	var wg, acks sync.WaitGroup
 	var failed atomic.Int64
 	for range consumers {
@@ -86,6 +93,21 @@ func consume(ctx context.Context, q *wheelq.Queue, consumers, max int, got func(
 						failed.Add(1)
 						time.Sleep(10 * time.Millisecond)
 					}
+					continue
+				}
+				if ackAll {
+					rcs := make([]wheelq.Receipt, len(rs))
+					for i, r := range rs {
+						got(r, at)
+						rcs[i] = r.Receipt
+					}
+					acks.Go(func() {
+						for _, err := range q.AckAll(context.WithoutCancel(ctx), rcs...) {
+							if err != nil {
+								failed.Add(1)
+							}
+						}
+					})
 					continue
 				}
 				for _, r := range rs {
@@ -199,7 +221,59 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 		return first
 	}
 
-	// Pulled.
+	// Pulled: acking each job, then each batch with AckAll.
+	for _, ackAll := range []bool{false, true} {
+		if err := drainPulled(ctx, br, n, schedule, ackAll, emit); err != nil {
+			return err
+		}
+	}
+
+	// Handlers on the same backlog.
+	ns := namespace("drainh")
+	prod, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	if err := schedule(prod); err != nil {
+		return err
+	}
+	_ = prod.Shutdown(ctx)
+	hq, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	var ran atomic.Int64
+	hdone := make(chan struct{})
+	_ = hq.Handle("p", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		if ran.Add(1) == int64(n) {
+			close(hdone)
+		}
+		return nil
+	}))
+	redis0, _ := br.usedCPU(ctx)
+	own0 := processCPU()
+	t1 := time.Now()
+	if err := hq.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-hdone:
+	case <-time.After(120 * time.Second):
+	}
+	el := time.Since(t1)
+	redis1, _ := br.usedCPU(ctx)
+	own1 := processCPU()
+	_ = hq.Shutdown(ctx)
+	emit(result{"workload": "pulldrain", "system": "wheelq handlers", "n": n, "ran": ran.Load(),
+		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(ran.Load()) / el.Seconds()),
+		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
+	return ctx.Err()
+}
+
+// drainPulled schedules n due jobs of a pulled topic (schedule), waits
+// until the owner queued them all to the ready sets, then drains them
+// with 8 consumers reserving up to 100 (ackAll: see consumeAcking).
+func drainPulled(ctx context.Context, br *benchRedis, n int, schedule func(*wheelq.Queue) error, ackAll bool, emit func(result)) error {
 	dns := namespace("drain")
 	q, err := startPulling(ctx, br, dns)
 	if err != nil {
@@ -232,7 +306,7 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	redis0, _ := br.usedCPU(ctx)
 	own0 := processCPU()
 	t0 := time.Now()
-	wait := consume(cctx, q, 8, 100, func(*wheelq.Reservation, time.Time) {
+	wait := consumeAcking(cctx, q, 8, 100, ackAll, func(*wheelq.Reservation, time.Time) {
 		if acked.Add(1) == int64(n) {
 			close(done)
 		}
@@ -247,50 +321,14 @@ func runPullDrain(ctx context.Context, cfg *config, emit func(result)) error {
 	redis1, _ := br.usedCPU(ctx)
 	own1 := processCPU()
 	_ = q.Shutdown(ctx)
-	emit(result{"workload": "pulldrain", "system": "wheelq pull (reserved and acked)", "n": n, "reserved": acked.Load(), "ack_errors": failed,
+	system := "wheelq pull (reserved and acked)"
+	if ackAll {
+		system = "wheelq pull (reserved, each batch acked with AckAll)"
+	}
+	emit(result{"workload": "pulldrain", "system": system, "n": n, "reserved": acked.Load(), "ack_errors": failed,
 		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(acked.Load()) / el.Seconds()),
 		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
-
-	// Handlers on the same backlog.
-	ns := namespace("drainh")
-	prod, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
-	if err != nil {
-		return err
-	}
-	if err := schedule(prod); err != nil {
-		return err
-	}
-	_ = prod.Shutdown(ctx)
-	hq, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
-	if err != nil {
-		return err
-	}
-	var ran atomic.Int64
-	hdone := make(chan struct{})
-	_ = hq.Handle("p", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
-		if ran.Add(1) == int64(n) {
-			close(hdone)
-		}
-		return nil
-	}))
-	redis0, _ = br.usedCPU(ctx)
-	own0 = processCPU()
-	t1 := time.Now()
-	if err := hq.Start(ctx); err != nil {
-		return err
-	}
-	select {
-	case <-hdone:
-	case <-time.After(120 * time.Second):
-	}
-	el = time.Since(t1)
-	redis1, _ = br.usedCPU(ctx)
-	own1 = processCPU()
-	_ = hq.Shutdown(ctx)
-	emit(result{"workload": "pulldrain", "system": "wheelq handlers", "n": n, "ran": ran.Load(),
-		"seconds": round(el.Seconds()), "jobs_per_second": round(float64(ran.Load()) / el.Seconds()),
-		"redis_cpu_us_per_job": round((redis1 - redis0) * 1e6 / float64(n)), "go_cpu_us_per_job": round((own1 - own0) * 1e6 / float64(n))})
-	return ctx.Err()
+	return nil
 }
 
 func init() {
