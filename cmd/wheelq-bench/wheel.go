@@ -27,6 +27,7 @@ func dues(t0 time.Time, n int, from, to time.Duration) []time.Time {
 type lateness struct {
 	mu    sync.Mutex
 	lat   []time.Duration
+	of    []time.Duration // of[i]: entry i's lateness, once fired
 	fired []bool
 	early int
 	dup   int
@@ -34,7 +35,7 @@ type lateness struct {
 }
 
 func newLateness(n int) *lateness {
-	return &lateness{lat: make([]time.Duration, 0, n), fired: make([]bool, n), left: n}
+	return &lateness{lat: make([]time.Duration, 0, n), of: make([]time.Duration, n), fired: make([]bool, n), left: n}
 }
 
 func (l *lateness) record(i int, due, now time.Time) {
@@ -51,6 +52,20 @@ func (l *lateness) record(i int, due, now time.Time) {
 		l.early++
 	}
 	l.lat = append(l.lat, d)
+	l.of[i] = d
+}
+
+// subset returns the lateness of the fired entries i for which keep(i).
+func (l *lateness) subset(keep func(i int) bool) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Duration
+	for i, f := range l.fired {
+		if f && keep(i) {
+			out = append(out, l.of[i])
+		}
+	}
+	return out
 }
 
 func (l *lateness) result(workload, system string, n int) result {
