@@ -125,12 +125,13 @@ for i = math.floor(hn / 2), 1, -1 do
 end
 -- The candidates, oldest first: max of them (the caller looks again
 -- when stale ones kept it from max), per partition in order; in columns
--- (score, member, partition, ready ZSET), not a table each.
-local cScore, cKey, cPart, cReady, nc = {}, {}, {}, {}, 0
+-- (member, partition, ready ZSET), not a table each (the scores that
+-- count are read from the pending ZSET below).
+local cKey, cPart, cReady, nc = {}, {}, {}, 0
 while nc < max and hn > 0 do
   local s = heap[1]
   nc = nc + 1
-  cScore[nc], cKey[nc], cPart[nc], cReady[nc] = s.score, s.member, s.k, s.key
+  cKey[nc], cPart[nc], cReady[nc] = s.member, s.k, s.key
   s.pos = s.pos + 2
   local ok = true
   if s.pos > #s.buf then
