@@ -82,7 +82,7 @@
 // unreachable, Schedule, Cancel, Reschedule and Requeue fail at once with
 // ErrUnavailable, sending nothing, while one call in a while goes through
 // to see whether it is back (the first call spends the client's own retry
-// budget). Config.RunWhileRedisDown trades the claim for availability:
+// budget, or Config.WriteTimeout when Redis answers nothing). Config.RunWhileRedisDown trades the claim for availability:
 // jobs in memory run from the payload cache while their lease is valid,
 // with the weaker guarantee written on the field.
 //
