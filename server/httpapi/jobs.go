@@ -11,6 +11,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/runs"
 )
 
 func (a *API) schedule(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
@@ -51,39 +52,10 @@ func (a *API) scheduleOne(ctx context.Context, topic string, req *ScheduleReques
 
 // scheduleMany schedules the jobs at the indices idx of jobs with
 // ScheduleBatch, and sets their results in out: as if scheduled one at a
-// time, in order (a job whose id came earlier in the list goes in a later
-// call, so that it meets that job: a duplicate, or its replacement), in
-// one round trip for the rest.
+// time, in order (runs.Split), in one round trip for each run.
 func (a *API) scheduleMany(ctx context.Context, jobs []BatchJob, idx []int, out []BatchResult) {
 	var batch []wheelq.BatchJob
 	var at []int
-	seen := map[[2]string]bool{}
-	now := time.Now()
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		res, err := a.q.ScheduleBatch(ctx, batch)
-		for k, i := range at {
-			j := &jobs[i]
-			r := BatchResult{Topic: j.Topic}
-			e := err
-			if e == nil {
-				r.ID, e = res[k].ID, res[k].Err
-			}
-			if e == nil {
-				due := j.due(now).Round(time.Microsecond)
-				r.Status, r.Due = http.StatusCreated, &due
-			} else {
-				r.Error, r.ID = a.public(e), j.ID
-				r.Status = r.Error.Code.Status()
-			}
-			out[i] = r
-		}
-		batch, at = batch[:0], at[:0]
-		clear(seen)
-		now = time.Now()
-	}
 	for _, i := range idx {
 		j := &jobs[i]
 		payload, opts, err := j.options()
@@ -92,20 +64,30 @@ func (a *API) scheduleMany(ctx context.Context, jobs []BatchJob, idx []int, out 
 			out[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
 			continue
 		}
-		if len(batch) == wheelq.MaxBatchJobs {
-			flush()
-		}
-		if j.ID != "" {
-			k := [2]string{j.Topic, j.ID}
-			if seen[k] {
-				flush()
-			}
-			seen[k] = true
-		}
 		batch = append(batch, wheelq.BatchJob{Topic: j.Topic, Payload: payload, Options: opts})
 		at = append(at, i)
 	}
-	flush()
+	key := func(k int) string { return runs.Key(jobs[at[k]].Topic, jobs[at[k]].ID) }
+	for _, r := range runs.Split(len(batch), wheelq.MaxBatchJobs, key) {
+		now := time.Now()
+		res, err := a.q.ScheduleBatch(ctx, batch[r[0]:r[1]])
+		for k, i := range at[r[0]:r[1]] {
+			j := &jobs[i]
+			b := BatchResult{Topic: j.Topic}
+			e := err
+			if e == nil {
+				b.ID, e = res[k].ID, res[k].Err
+			}
+			if e == nil {
+				due := j.due(now).Round(time.Microsecond)
+				b.Status, b.Due = http.StatusCreated, &due
+			} else {
+				b.Error, b.ID = a.public(e), j.ID
+				b.Status = b.Error.Code.Status()
+			}
+			out[i] = b
+		}
+	}
 }
 
 // checkBatch checks the size of a batch of n items: 1 to MaxBatch.

@@ -12,6 +12,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/runs"
 )
 
 // spec is one command: its arity as Redis writes it (n: exactly n
@@ -351,25 +352,8 @@ func schedulePipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, m
 	ids := make([]string, len(all))
 	errs := make([]error, len(all))
 	var batch []wheelq.BatchJob
-	var idx []int
-	inBatch := map[string]bool{}
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		ctx, cancel := s.ctx()
-		out, err := s.q.ScheduleBatch(ctx, batch)
-		cancel()
-		for k, i := range idx {
-			if err != nil {
-				errs[i] = err
-			} else {
-				ids[i], errs[i] = out[k].ID, out[k].Err
-			}
-		}
-		batch, idx = batch[:0], idx[:0]
-		clear(inBatch)
-	}
+	var keys []string
+	var at []int
 	for i, a := range all {
 		if i > 0 && sess.lim != nil {
 			sess.lim.dispatched()
@@ -382,17 +366,22 @@ func schedulePipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, m
 			errs[i] = err
 			continue
 		}
-		if sa.ID != "" {
-			key := sa.Topic + "\x00" + sa.ID
-			if inBatch[key] {
-				flush()
-			}
-			inBatch[key] = true
-		}
 		batch = append(batch, wheelq.BatchJob{Topic: sa.Topic, Payload: sa.Payload, Options: sa.Opts})
-		idx = append(idx, i)
+		keys = append(keys, runs.Key(sa.Topic, sa.ID))
+		at = append(at, i)
 	}
-	flush()
+	for _, r := range runs.Split(len(batch), wheelq.MaxBatchJobs, func(k int) string { return keys[k] }) {
+		ctx, cancel := s.ctx()
+		out, err := s.q.ScheduleBatch(ctx, batch[r[0]:r[1]])
+		cancel()
+		for k, i := range at[r[0]:r[1]] {
+			if err != nil {
+				errs[i] = err
+			} else {
+				ids[i], errs[i] = out[k].ID, out[k].Err
+			}
+		}
+	}
 	for i, err := range errs {
 		if err != nil {
 			s.writeErr(c, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/runs"
 )
 
 // The delayedqueue compatibility mode (Options.DelayedQueue): the Redis
@@ -71,14 +72,13 @@ func cmdSAdd(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	errs := make([]error, len(jobs))
 	ctx, cancel := s.ctx()
 	defer cancel()
-	for from := 0; from < len(jobs); from += wheelq.MaxBatchJobs {
-		part := jobs[from:min(from+wheelq.MaxBatchJobs, len(jobs))]
-		res, err := s.q.ScheduleBatch(ctx, part)
-		for i := range part {
+	for _, r := range runs.Split(len(jobs), wheelq.MaxBatchJobs, func(int) string { return "" }) {
+		res, err := s.q.ScheduleBatch(ctx, jobs[r[0]:r[1]])
+		for i := range r[1] - r[0] {
 			if err != nil {
-				errs[from+i] = err
+				errs[r[0]+i] = err
 			} else {
-				errs[from+i] = res[i].Err
+				errs[r[0]+i] = res[i].Err
 			}
 		}
 	}
