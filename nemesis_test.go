@@ -1059,44 +1059,48 @@ func (n *nemesis) check() {
 	}
 }
 
-// nemOutcomeLost are the warnings with which a child says that the
-// outcomes of its runs may not be stored (a run then goes again, by
-// design): it could not store them in time, or it let a partition's lease
-// go, which fences them.
-var nemOutcomeLost = []string{"outcomes not yet stored", "lease not renewed in time"}
-
 // reported says whether the child pid warned, between a and b (unix µs,
-// with the hits slack), that its runs' outcomes may not be stored: an
-// explanation of a duplicate by what the process saw of Redis (slow or
-// lost replies on a loaded machine, after a fault the process lived
-// through), where no injected fault overlaps the runs.
+// with the hits slack), that its runs' outcomes may not be stored (a run
+// then goes again, by design): it could not store them in time, or it let
+// a partition's lease go, which fences them. An explanation of a
+// duplicate by what the process saw of Redis (slow or lost replies on a
+// loaded machine, after a fault the process lived through), where no
+// injected fault overlaps the runs.
 func (n *nemesis) reported(pid int, a, b int64) bool {
 	slack := (n.lease / 10).Microseconds()
+	found := false
 	for _, p := range n.all {
 		if p.pid != pid {
 			continue
 		}
-		f, err := os.Open(p.errPath)
-		if err != nil {
-			return false
+		p.logLines(a-slack, b+slack, func(_ int64, line, _ string) bool {
+			found = strings.Contains(line, "outcomes not yet stored") || strings.Contains(line, "lease not renewed in time")
+			return !found
+		})
+	}
+	return found
+}
+
+// logLines calls f with each line the child logged between from and to
+// (unix µs), its time and what follows the time, until f returns false.
+func (p *nemProc) logLines(from, to int64, f func(at int64, line, rest string) bool) {
+	fh, err := os.Open(p.errPath)
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		line := sc.Text()
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || at.UnixMicro() < from || at.UnixMicro() > to {
+			continue
 		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := sc.Text()
-			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-			at, err := time.Parse(time.RFC3339Nano, ts)
-			if err != nil || at.UnixMicro() < a-slack || at.UnixMicro() > b+slack {
-				continue
-			}
-			for _, w := range nemOutcomeLost {
-				if strings.Contains(line, w) {
-					return true
-				}
-			}
+		if !f(at.UnixMicro(), line, line[min(len(line), len(ts)+6):]) {
+			return
 		}
 	}
-	return false
 }
 
 // timeline prints what happened to a job, with the faults and the child
@@ -1138,23 +1142,12 @@ func (n *nemesis) timeline(j *nemJob, rs, marked []nemRun) string {
 			continue
 		}
 		fmt.Fprintf(&b, "  pid %d slot %d lived %s..%s\n", p.pid, p.slot, n.rel(p.started.UnixMicro()), n.rel(p.ended.UnixMicro()))
-		f, err := os.Open(p.errPath)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
 		shown := 0
-		for sc.Scan() && shown < 20 {
-			line := sc.Text()
-			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-			at, err := time.Parse(time.RFC3339Nano, ts)
-			if err != nil || at.UnixMicro() < from || at.UnixMicro() > to {
-				continue
-			}
-			fmt.Fprintf(&b, "    pid %d %s %s\n", p.pid, n.rel(at.UnixMicro()), line[min(len(line), len(ts)+6):])
+		p.logLines(from, to, func(at int64, _, rest string) bool {
+			fmt.Fprintf(&b, "    pid %d %s %s\n", p.pid, n.rel(at), rest)
 			shown++
-		}
-		f.Close()
+			return shown < 20
+		})
 	}
 	return b.String()
 }
