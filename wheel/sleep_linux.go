@@ -7,24 +7,26 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // timerfdSleeper races two timers set to the same deadline, and returns
-// at the first:
+// at the first, waiting for both in one read of a timerfd(2) through Go's
+// network poller:
 //
-//   - a timerfd(2), read by a goroutine of its own through Go's network
-//     poller. The kernel fires it at its exact expiry (no timer slack), and
-//     a P idle in the poller wakes for it at once; but while every P is
-//     busy nobody waits in the poller, and a ready timerfd is noticed only
-//     when a P runs out of work or the runtime's monitor polls (after up
-//     to 10 ms without a poll).
-//   - a runtime timer. Every P checks the timers each time it schedules a
-//     goroutine, so while the Ps are busy it fires promptly; but an idle P
-//     sleeps in the poller for whole milliseconds, so alone it is up to a
-//     millisecond late (time.AfterFunc's median lateness is half of that).
+//   - the timerfd. The kernel fires it at its exact expiry (no timer
+//     slack), and a P idle in the poller wakes for it at once; but while
+//     every P is busy nobody waits in the poller, and a ready timerfd is
+//     noticed only when a P runs out of work or the runtime's monitor
+//     polls (after up to 10 ms without a poll).
+//   - the read's deadline (SetReadDeadline), a runtime timer. Every P
+//     checks the timers each time it schedules a goroutine, so while the
+//     Ps are busy it fires promptly; but an idle P sleeps in the poller
+//     for whole milliseconds, so alone it is up to a millisecond late
+//     (time.AfterFunc's median lateness is half of that).
 //
 // Instrumented runs of the wheel alone on this 2-core VM (a record of each
 // wake more than 300 µs late) found both late together, by 0.3-3.6 ms,
@@ -32,20 +34,18 @@ import (
 // in nanosleep on the same machine is late by p99 140 µs, p99.9 220-360
 // µs, at most 0.5-2.5 ms in 2 s, so the floor is the machine's.
 //
-// Neither holds a P while it waits. Wake ends a wait through a channel.
+// One goroutine (the caller of Sleep) waits, holding no P. An earlier
+// version read the timerfd in a goroutine of its own and told Sleep of
+// each expiry on a channel, racing a time.Timer in a select: two more
+// goroutine hand-offs per wake, which cost 38 µs of CPU per fired entry
+// on this VM against 4 µs for runtime timers (docs/benchmarks-history.md).
+// Wake moves the read's deadline into the past, which ends a read in
+// progress with no system call.
 type timerfdSleeper struct {
 	f     *os.File
 	fd    int
-	fired chan struct{} // the timerfd expired (the reader saw it)
-	wake  chan struct{}
-	timer *time.Timer
+	woken atomic.Bool // a Wake not yet seen by Sleep
 	buf   [8]byte
-	done  chan struct{} // closed when the reader returned
-	// once starts the reader at the first Sleep (a sleeper made and never
-	// used owns no goroutine); once Close ran, it starts none.
-	once    sync.Once
-	reading bool // the reader was started; set under once
-	closed  sync.Once
 }
 
 func newPreciseSleeper() Sleeper {
@@ -53,86 +53,57 @@ func newPreciseSleeper() Sleeper {
 	if err != nil {
 		return newRuntimeSleeper()
 	}
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &timerfdSleeper{
-		f: os.NewFile(uintptr(fd), "wheel-timerfd"), fd: fd, timer: t,
-		fired: make(chan struct{}, 1), wake: make(chan struct{}, 1), done: make(chan struct{}),
+	f := os.NewFile(uintptr(fd), "wheel-timerfd")
+	if f.SetReadDeadline(time.Time{}) != nil {
+		// Not in the network poller: its runtime timer cannot race.
+		_ = f.Close()
+		return newRuntimeSleeper()
 	}
-}
-
-// read tells Sleep of each expiry of the timerfd, until Close.
-func (s *timerfdSleeper) read() {
-	defer close(s.done)
-	for {
-		if _, err := s.f.Read(s.buf[:]); err != nil {
-			return // closed
-		}
-		select {
-		case s.fired <- struct{}{}:
-		default:
-		}
-	}
+	return &timerfdSleeper{f: f, fd: fd}
 }
 
 func (s *timerfdSleeper) Sleep(deadline time.Time) {
-	s.once.Do(func() {
-		s.reading = true
-		go s.read()
-	})
-	if deadline.IsZero() {
-		select {
-		case <-s.wake:
-		case <-s.done:
+	if s.woken.Swap(false) {
+		return
+	}
+	var spec unix.ItimerSpec // zero: disarmed (no deadline)
+	if !deadline.IsZero() {
+		r := time.Until(deadline)
+		if r <= 0 {
+			return
 		}
-		return
+		spec.Value = unix.NsecToTimespec(int64(r))
 	}
-	r := time.Until(deadline)
-	if r <= 0 {
-		return
+	// Arming the timerfd clears the count of its earlier expiries: a read
+	// returns only for this deadline's (or is ended by the read deadline).
+	_ = unix.TimerfdSettime(s.fd, 0, &spec, nil) // failing, the read deadline alone
+	if s.f.SetReadDeadline(deadline) != nil {
+		return // closed
 	}
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(r))}
-	if err := unix.TimerfdSettime(s.fd, 0, &spec, nil); err != nil {
-		spec = unix.ItimerSpec{} // the runtime timer alone, then
-	}
-	s.timer.Reset(r)
-	for {
-		select {
-		case <-s.fired:
-			if time.Now().Before(deadline) {
-				// The expiry of an earlier deadline, whose wait the runtime
-				// timer ended first, noticed only now: the timerfd is
-				// still armed for this one.
-				continue
+	// A Wake that moved the read deadline before the line above is seen
+	// here; one after it ends the read.
+	if !s.woken.Load() {
+		for {
+			if _, err := s.f.Read(s.buf[:]); err != nil || deadline.IsZero() || !time.Now().Before(deadline) {
+				break
 			}
-		case <-s.timer.C:
-		case <-s.wake:
-		case <-s.done:
 		}
-		break
 	}
-	s.timer.Stop()
+	// Sleep returns: the caller looks at its entries after this, so any
+	// Wake so far is seen.
+	s.woken.Store(false)
 }
 
+// Wake ends the current Sleep, or makes the next return at once.
 func (s *timerfdSleeper) Wake() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.woken.Store(true)
+	_ = s.f.SetReadDeadline(time.Unix(1, 0)) // passed; fails only once closed
 }
 
-// Close stops the reader goroutine, if it was started, and waits for it.
+// Close releases the timerfd. It must come after the last Sleep returned;
+// a Wake after it does nothing.
 func (s *timerfdSleeper) Close() error {
-	var err error
-	s.closed.Do(func() {
-		s.once.Do(func() {}) // no reader from now on
-		s.timer.Stop()
-		err = s.f.Close()
-		if s.reading {
-			<-s.done
-		}
-	})
-	return err
+	return s.f.Close()
 }
 
 // blockingSleeper waits in a blocking read(2) of a timerfd of its own, on

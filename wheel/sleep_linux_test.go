@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,13 +18,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestSleeperIgnoresStaleExpiry: when the runtime timer ends a wait first,
-// the timerfd's expiry for the same deadline still comes, later; the next
-// Sleep must not take that token for its own deadline. It did, and
-// returned at once: TestRealSleeper failed so in a full CI run ("returned
-// before the deadline") when the netpoller noticed the timerfd after the
-// runtime timer. Here the late token is put in the sleeper's channel by
-// hand.
+// TestSleeperIgnoresStaleExpiry: when the read deadline ends a wait
+// first, the timerfd's expiry for the same deadline still comes, later;
+// the next Sleep must not take it for its own deadline. A version that
+// read the timerfd in a goroutine of its own did, and returned at once:
+// TestRealSleeper failed so in a full CI run ("returned before the
+// deadline"). Here the timerfd is made to expire just before each Sleep,
+// as if for an earlier deadline.
 func TestSleeperIgnoresStaleExpiry(t *testing.T) {
 	t.Parallel()
 	s, ok := newPreciseSleeper().(*timerfdSleeper)
@@ -31,10 +33,9 @@ func TestSleeperIgnoresStaleExpiry(t *testing.T) {
 	}
 	defer s.Close()
 	for range 5 {
-		select { // an earlier deadline's expiry, noticed late (one may be there already)
-		case s.fired <- struct{}{}:
-		default:
-		}
+		spec := unix.ItimerSpec{Value: unix.Timespec{Nsec: 1}}
+		require.NoError(t, unix.TimerfdSettime(s.fd, 0, &spec, nil))
+		time.Sleep(time.Millisecond) // it expired: the fd is readable
 		deadline := time.Now().Add(3 * time.Millisecond)
 		s.Sleep(deadline)
 		require.False(t, time.Now().Before(deadline), "returned before the deadline")
@@ -307,4 +308,111 @@ func TestBackupSleeperStandsDown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Wake did not end the stood-down sleep")
 	}
+}
+
+// TestPreciseSleeperLosesNoWake: a Wake that races a Sleep with no
+// deadline (the runner with nothing pending, while Add wakes it) ends
+// that Sleep or the next, whichever way they interleave. A Wake that only
+// moved the read deadline would be undone by a Sleep setting its own just
+// after it, and that Sleep would wait forever.
+func TestPreciseSleeperLosesNoWake(t *testing.T) {
+	t.Parallel()
+	s := newPreciseSleeper()
+	defer s.Close()
+	if _, ok := s.(*timerfdSleeper); !ok {
+		t.Skip("no timerfd here")
+	}
+	for i := range 2000 {
+		woke := make(chan struct{})
+		go func() {
+			if i%3 == 0 {
+				runtime.Gosched()
+			}
+			s.Wake()
+			close(woke)
+		}()
+		done := make(chan struct{})
+		go func() {
+			s.Sleep(time.Time{})
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: a Wake was lost: Sleep did not return", i)
+		}
+		<-woke
+	}
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(tb testing.TB) time.Duration {
+	var ru unix.Rusage
+	require.NoError(tb, unix.Getrusage(unix.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFireCPU: the CPU a process spends per fired entry when entries
+// come due one at a time, 100 µs apart (10,000 a second, as in wheelq's
+// precision workloads), and how late they fire: a Scheduler on the real
+// clock (a wake per entry, at its time) against time.AfterFunc (whose
+// wakes, a millisecond apart, fire about ten entries each). Run with
+//
+//	go test ./wheel -run '^$' -bench FireCPU -benchtime 20000x -count 3
+//
+// A wake costs two context switches; on a 2-vCPU VM each is dear, which
+// is most of what precision costs (docs/benchmarks-history.md).
+func BenchmarkFireCPU(b *testing.B) {
+	const gap = 100 * time.Microsecond
+	run := func(b *testing.B, add func(due time.Time, fired func())) {
+		b.ReportAllocs()
+		lates := make([]time.Duration, b.N)
+		var wg sync.WaitGroup
+		wg.Add(b.N)
+		t0 := time.Now().Add(50 * time.Millisecond)
+		for i := range b.N {
+			due := t0.Add(time.Duration(i) * gap)
+			add(due, func() {
+				lates[i] = time.Since(due)
+				wg.Done()
+			})
+		}
+		time.Sleep(time.Until(t0))
+		cpu0 := processCPU(b)
+		b.ResetTimer()
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/fire")
+		slices.Sort(lates)
+		b.ReportMetric(float64(lates[len(lates)/2])/float64(time.Microsecond), "p50-late-µs")
+		b.ReportMetric(float64(lates[len(lates)*99/100])/float64(time.Microsecond), "p99-late-µs")
+	}
+	b.Run("Scheduler", func(b *testing.B) {
+		var mu sync.Mutex
+		fns := map[string]func(){}
+		s, err := NewScheduler(SchedulerConfig{MaxDelay: time.Hour}, func(batch []Fired) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, f := range batch {
+				fns[f.ID]()
+				delete(fns, f.ID)
+			}
+		})
+		require.NoError(b, err)
+		s.Start()
+		defer s.Stop()
+		i := 0
+		run(b, func(due time.Time, fired func()) {
+			id := strconv.Itoa(i)
+			i++
+			mu.Lock()
+			fns[id] = fired
+			mu.Unlock()
+			_, err := s.Add(id, due)
+			require.NoError(b, err)
+		})
+	})
+	b.Run("AfterFunc", func(b *testing.B) {
+		run(b, func(due time.Time, fired func()) { time.AfterFunc(time.Until(due), fired) })
+	})
 }
