@@ -73,6 +73,13 @@ const (
 // its round trip.
 const ackLinger = 200 * time.Microsecond
 
+// ackAllAlone is the fewest acks an AckAll sends in a round trip of its
+// own rather than through the acks' batcher: enough to pay for the call
+// alone. Through the batcher (one round trip in flight, lingering), the
+// AckAlls of 8 consumers of 100 jobs each drained a backlog at 0.84x the
+// rate of round trips of their own.
+const ackAllAlone = 16
+
 // pullTopicsRecheck is how often a started process reads the
 // namespace's topic modes without an announcement.
 const pullTopicsRecheck = 10 * time.Second
@@ -1103,10 +1110,12 @@ func (q *Queue) resolved(r Receipt, op persist.ResolveOp, res byte) error {
 }
 
 // AckAll acks many reservations at once, as Ack would each, in one round
-// trip (on a Redis Cluster, one per partition, pipelined): for a consumer
-// that finished a batch of jobs. The i-th error is rs[i]'s outcome, nil
-// when acked (or acked already: an ack sent again after it applied); when
-// the round trip fails, every ack not refused before it gets that error.
+// trip (on a Redis Cluster, one per partition, pipelined; a few acks
+// share it with other consumers' acks): for a consumer that finished a
+// batch of jobs. The i-th
+// error is rs[i]'s outcome, nil when acked (or acked already: an ack sent
+// again after it applied); when a round trip fails, every ack it carried
+// gets that error.
 func (q *Queue) AckAll(ctx context.Context, rs ...Receipt) []error {
 	out := make([]error, len(rs))
 	fail := func(err error) []error {
@@ -1134,12 +1143,42 @@ func (q *Queue) AckAll(ctx context.Context, rs ...Receipt) []error {
 	if q.closing() {
 		return fail(ErrClosed)
 	}
-	res, err := q.resolveNow(ctx, "ack", ops)
-	if err != nil {
-		return fail(err)
+	if len(ops) >= ackAllAlone {
+		res, err := q.resolveNow(ctx, "ack", ops)
+		if err != nil {
+			return fail(err)
+		}
+		for k, i := range idx {
+			out[i] = q.resolved(rs[i], ops[k], res[k])
+		}
+		return out
 	}
+	probe, err := q.reach.admit(q.clock)
+	if err != nil {
+		return fail(errs.Errorf("wheelq: ack: %w", err))
+	}
+	// A few acks go through the acks' batcher, with every other
+	// consumer's: a call costs Redis a fixed price per partition (the run
+	// history's upkeep), and a server's clients each ack a few jobs at a
+	// time.
+	res, failed := q.resolves.DoAll(ctx, ops)
+	var first error // what the round trips said of Redis's reach
+	for _, err := range failed {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	q.reach.note(ctx, first, probe, q.clock)
 	for k, i := range idx {
-		out[i] = q.resolved(rs[i], ops[k], res[k])
+		switch err := failed[k]; {
+		case errors.Is(err, batch.ErrClosed):
+			out[i] = ErrClosed
+		case err != nil:
+			out[i] = errs.Errorf("wheelq: ack %s: %w", ops[k].Key, uncertain(err))
+		default:
+			out[i] = q.resolved(rs[i], ops[k], res[k])
+		}
 	}
 	return out
 }

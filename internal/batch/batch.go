@@ -172,6 +172,59 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 	}
 }
 
+// DoAll submits reqs, as Do would each, and waits for their results: the
+// i-th result and error are reqs[i]'s. They go to the flushers with the
+// other callers' requests, in one batch or several (a batch's error is its
+// requests' only), so that many callers' small sets share round trips.
+// If ctx ends first, the requests not yet answered get ctx.Err(), but they
+// may still be carried out.
+func (b *Batcher[T, R]) DoAll(ctx context.Context, reqs []T) ([]R, []error) {
+	res, errs := make([]R, len(reqs)), make([]error, len(reqs))
+	calls := make([]*call[T, R], 0, len(reqs))
+	fail := func(from int, err error) {
+		for i := from; i < len(reqs); i++ {
+			errs[i] = err
+		}
+	}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		fail(0, ErrClosed)
+		return res, errs
+	}
+	b.startFlushers()
+	if n := b.outstanding.Add(int64(len(reqs))); n > b.peak.Load() {
+		b.peak.Store(n)
+	}
+send:
+	for i, req := range reqs {
+		c := b.pool.Get().(*call[T, R])
+		c.req = req
+		select {
+		case b.in <- c:
+			calls = append(calls, c)
+		case <-ctx.Done():
+			b.outstanding.Add(-int64(len(reqs) - i))
+			b.pool.Put(c)
+			fail(i, ctx.Err())
+			break send
+		}
+	}
+	b.mu.RUnlock()
+	for i, c := range calls {
+		select {
+		case <-c.done:
+			res[i], errs[i] = c.res, c.err
+			*c = call[T, R]{done: c.done}
+			b.pool.Put(c)
+		case <-ctx.Done():
+			fail(i, ctx.Err()) // the rest are abandoned to the flushers and the GC
+			return res, errs
+		}
+	}
+	return res, errs
+}
+
 // direct runs a lone request as a batch of its own.
 func (b *Batcher[T, R]) direct(ctx context.Context, req T) (R, error) {
 	var zero R

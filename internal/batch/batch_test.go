@@ -294,3 +294,84 @@ func TestLazyStartAndSafeStop(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, int64(3), sent.Load(), "Close sends what was queued")
 }
+
+// TestBatcherDoAll: several callers' sets of requests share round trips
+// (while one is in flight, the next batch gathers what they all sent), each
+// request gets its own result in its place, and a batch's error is only
+// its own requests'. Closed or cancelled, every request not answered gets
+// the error.
+func TestBatcherDoAll(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var batches [][]int
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	boom := fmt.Errorf("boom")
+	b := NewBatcher(Config{MaxBatch: 64, InFlight: 1}, func(_ context.Context, reqs []int) ([]int, error) {
+		mu.Lock()
+		batches = append(batches, slices.Clone(reqs))
+		mu.Unlock()
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		if slices.Contains(reqs, -1) {
+			return nil, boom
+		}
+		out := make([]int, len(reqs))
+		for i, r := range reqs {
+			out[i] = r * 2
+		}
+		return out, nil
+	})
+	b.peak.Store(100) // as if callers had been many: none takes the lone path
+	// One request in flight, holding the flusher.
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Do(context.Background(), 1000)
+		first <- err
+	}()
+	<-entered
+	var wg sync.WaitGroup
+	got := make([][]int, 3)
+	for c := range 3 {
+		wg.Go(func() {
+			reqs := []int{c * 10, c*10 + 1, c*10 + 2}
+			res, errs := b.DoAll(context.Background(), reqs)
+			for i := range reqs {
+				require.NoError(t, errs[i])
+			}
+			got[c] = res
+		})
+	}
+	require.Eventually(t, func() bool { return len(b.in) == 9 }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	require.NoError(t, <-first)
+	for c := range 3 {
+		require.Equal(t, []int{c * 20, c*20 + 2, c*20 + 4}, got[c], "each request's own result, in its place")
+	}
+	mu.Lock()
+	require.Len(t, batches, 2, "the three callers' requests went in one round trip")
+	require.Len(t, batches[1], 9)
+	mu.Unlock()
+
+	// A failed batch fails its requests.
+	res, errs := b.DoAll(context.Background(), []int{-1, 5})
+	require.Len(t, res, 2)
+	require.ErrorIs(t, errs[0], boom)
+	require.ErrorIs(t, errs[1], boom)
+
+	// Cancelled before any was sent: all get ctx's error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, errs = b.DoAll(ctx, []int{7, 8})
+	for _, err := range errs {
+		require.Error(t, err)
+	}
+	b.Stop()
+	_, errs = b.DoAll(context.Background(), []int{1, 2})
+	require.ErrorIs(t, errs[0], ErrClosed)
+	require.ErrorIs(t, errs[1], ErrClosed)
+}
