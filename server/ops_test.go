@@ -100,6 +100,10 @@ produce = ["orders.*"]
 	st, _, body := get("/metrics", map[string]string{"Authorization": "Bearer " + tok})
 	require.Equal(t, 200, st)
 	require.Contains(t, body, "wheelq_owned_partitions")
+	// The process's own: its heap and collections, CPU, memory and files.
+	for _, name := range []string{"go_memstats_alloc_bytes_total", "go_gc_duration_seconds", "go_goroutines", "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"} {
+		require.Contains(t, body, "\n"+name, "/metrics has %s", name)
+	}
 
 	st, h, _ := get("/ui/", nil)
 	require.Equal(t, 401, st)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
@@ -112,7 +113,10 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	s.q = q
 	m.Watch(q)
 	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(m)
+	// With the Go runtime's and the process's own (heap, collections,
+	// goroutines, CPU, memory, files), as an operator of a Go server
+	// expects beside the queue's.
+	s.reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if len(cfg.Queue.Pull) > 0 {
 		if err := q.Pull(cfg.Queue.Pull...); err != nil {
 			s.closeRedis()
