@@ -27,7 +27,7 @@ func init() {
 	workloads = append(workloads,
 		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request (net/http's client, then a lean one) and batches of 100, vs the library's Schedule from 32 goroutines before and after them; the server's CPU per job", runServerSchedule},
 		workload{"server-push", "2,000 then 20,000 jobs due over [1s, 3s] (1,000 then 10,000 a second) of a topic wheelq-server POSTs to a receiver in the bench process (lateness: the POST's arrival minus due), vs precision64's handlers in the same run", runServerPush},
-		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream; vs the in-process pull workload in the same run", runServerReserve},
+		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), with Go's client then a lean one, again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream; the server's CPU, garbage and GC cycles; vs the in-process pull workload in the same run", runServerReserve},
 	)
 }
 
@@ -387,14 +387,15 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 	}
 	defer s.stop()
 	for _, pass := range []struct {
-		stream bool
-		idle   int
-	}{{false, 0}, {false, 1000}, {true, 0}} {
+		stream, lean bool
+		idle         int
+	}{{false, false, 0}, {false, true, 0}, {false, false, 1000}, {true, false, 0}} {
 		idle := pass.idle
 		stopIdle := holdIdlePolls(ctx, s.url, idle)
 		time.Sleep(time.Duration(idle) * time.Millisecond) // let them open
 		rss := s.rss()
 		cpu0 := s.cpu()
+		m0 := s.goMetrics()
 		q, err := wheelq.New(br.rdb, wheelq.Config{Namespace: ns})
 		if err != nil {
 			stopIdle()
@@ -405,7 +406,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		cctx, stop := context.WithCancel(ctx)
 		var cw sync.WaitGroup
 		var ackFailed atomic.Int64
-		prefix := fmt.Sprint("i", idle, pass.stream, "-")
+		prefix := fmt.Sprint("i", idle, pass.stream, pass.lean, "-")
 		record := func(id string, at time.Time) {
 			if i, err := strconv.Atoi(strings.TrimPrefix(id, prefix)); err == nil && i >= 0 && i < n {
 				lat.record(i, wanted[i], at)
@@ -414,6 +415,10 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		for range 8 {
 			if pass.stream {
 				cw.Go(func() { streamConsumer(cctx, s.url, record, &ackFailed) })
+				continue
+			}
+			if pass.lean {
+				cw.Go(func() { leanReserver(cctx, s.url, record, &ackFailed) })
 				continue
 			}
 			// Each client: its own connection for reserve, another for
@@ -449,10 +454,16 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		cw.Wait()
 		stopIdle()
 		system := "wheelq-server HTTP reserve (long polls)"
-		if pass.stream {
+		switch {
+		case pass.stream:
 			system = "wheelq-server HTTP reserve/stream"
+		case pass.lean:
+			system = "wheelq-server HTTP reserve (long polls, lean client)"
 		}
+		m1 := s.goMetrics()
 		r := lat.result("server-reserve", system, n)
+		r["server_alloc_bytes_per_job"] = round((m1[allocTotal] - m0[allocTotal]) / float64(n))
+		r["server_gc_cycles"] = m1[gcCount] - m0[gcCount]
 		r["idle_polls"] = idle
 		r["server_rss_bytes"] = rss
 		r["server_cpu_s"] = round((s.cpu()-cpu0)*10) / 10
@@ -533,6 +544,51 @@ func streamConsumer(ctx context.Context, url string, record func(string, time.Ti
 			ack(j)
 		}
 		resp.Body.Close()
+	}
+}
+
+// leanReserver long-polls POST /v1/reserve on a keep-alive connection of
+// its own, as leanSchedule posts (no Transport: it writes each request
+// and reads the reply with http.ReadResponse), until ctx ends, calling
+// record with each job's id and the arrival of its reply's head; its
+// acks go as streamConsumer's do. A busy long-polling consumer is back in
+// reserve sooner the less its client costs, and on 2 shared cores Go's
+// Transport (two goroutines and their hand-offs per request) is a large
+// part of that.
+func leanReserver(ctx context.Context, base string, record func(string, time.Time), ackFailed *atomic.Int64) {
+	ack, acked := httpAcker(base, ackFailed)
+	defer acked()
+	host := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	const body = `{"topics":["p"],"max":100,"wait_ms":2000}`
+	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	for ctx.Err() == nil {
+		fmt.Fprintf(w, "POST /v1/reserve HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
+		if w.Flush() != nil {
+			return
+		}
+		resp, err := http.ReadResponse(r, nil)
+		at := time.Now()
+		if err != nil {
+			return
+		}
+		var out struct{ Jobs []receipt }
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			continue
+		}
+		for _, j := range out.Jobs {
+			record(j.ID, at)
+			ack(j)
+		}
 	}
 }
 
@@ -663,4 +719,28 @@ func scheduleDue(ctx context.Context, q *wheelq.Queue, topic, prefix string, ds 
 	}
 	wg.Wait()
 	return failed.Load()
+}
+
+// The server's Go runtime metrics that goMetrics reads.
+const (
+	allocTotal = "go_memstats_alloc_bytes_total"
+	gcCount    = "go_gc_duration_seconds_count"
+)
+
+// goMetrics reads allocTotal and gcCount from the server's /metrics.
+func (s *wheelqServer) goMetrics() map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && (f[0] == allocTotal || f[0] == gcCount) {
+			out[f[0]], _ = strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return out
 }
