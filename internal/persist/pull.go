@@ -129,37 +129,9 @@ type DueResult struct {
 // wall clock) bounds what is due; a job with a Nonce is reserved if due
 // by ahead (>= now: reserved before its time, to be handed over at it).
 func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs []DueJob) ([]DueResult, error) {
-	byPart, groups := s.callGroups(len(jobs), func(i int) string { return jobs[i].Key })
-	args := make([][]any, len(groups))
-	order := make([][]int, len(groups)) // by call: its jobs, in the order of its reply
-	for gi, g := range groups {
-		var keys, argv []any
-		argv = append(argv, now, pausedChannel(s.ns), max(ahead, now))
-		for _, p := range g {
-			k := s.parts[p]
-			pk := []any{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused}
-			ready := map[string]int{}
-			idx := byPart[p]
-			pargs := make([]any, 0, 4*len(idx))
-			for _, i := range idx {
-				j := jobs[i]
-				topic, _, err := SplitJobKey(j.Key)
-				if err != nil {
-					return nil, err
-				}
-				n := readyIndex(&pk, ready, k, topic)
-				dl := ""
-				if j.Nonce != "" {
-					dl = strconv.FormatInt(j.Deadline, 10)
-				}
-				pargs = append(pargs, j.Key, n, j.Nonce, dl)
-			}
-			keys = append(keys, pk...)
-			argv = append(argv, token(tokens, p), len(pk), len(idx))
-			argv = append(argv, pargs...)
-			order[gi] = append(order[gi], idx...)
-		}
-		args[gi] = evalArgs(s.due, keys, argv)
+	args, order, err := s.dueArgs(tokens, now, ahead, jobs)
+	if err != nil {
+		return nil, err
 	}
 	replies, err := s.runCalls(ctx, args)
 	if err != nil {
@@ -211,27 +183,138 @@ func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs
 	return out, nil
 }
 
-// callGroups sorts n items, whose keys key gives, by partition (each
-// partition's in order: byPart) and the partitions into the calls of a
-// batch: outside a cluster one call for all, in order of first
-// appearance; in a cluster one call each.
-func (s *Store) callGroups(n int, key func(int) string) (byPart map[int][]int, groups [][]int) {
-	var parts []int
-	byPart = map[int][]int{}
-	for i := range n {
-		p := s.PartitionOf(key(i))
-		if byPart[p] == nil {
-			parts = append(parts, p)
+// dueArgs is due.lua's calls for jobs (see Due): each call's EVALSHA
+// arguments, and its jobs in the order of its reply. The jobs' keys,
+// nonces and deadlines go as pointers into jobs (no boxing each), so jobs
+// must not change until the calls are done.
+func (s *Store) dueArgs(tokens []string, now, ahead int64, jobs []DueJob) (args [][]any, order [][]int, err error) {
+	g, err := s.groupPulled(len(jobs), func(i int) string { return jobs[i].Key }, func(int) bool { return true })
+	if err != nil {
+		return nil, nil, err
+	}
+	fixed := []any{now, s.pausedChan, max(ahead, now)}
+	return g.build(s.due.Hash(), s.dueKeys, fixed, 3, 4, func(p int, a []any, nkeys int) []any {
+		return append(a, token(tokens, p), nkeys, g.count[p])
+	}, func(i, ready int, a []any) []any {
+		j := &jobs[i]
+		if j.Nonce == "" {
+			return append(a, &j.Key, ready, "", "")
 		}
-		byPart[p] = append(byPart[p], i)
+		return append(a, &j.Key, ready, &j.Nonce, &j.Deadline)
+	})
+}
+
+// pulledCalls are the calls of due.lua or resolve.lua for a batch of
+// items (groupPulled): per partition its fixed keys, then the ready ZSETs
+// its items name, each once.
+type pulledCalls struct {
+	s       *Store
+	touched []int    // partitions with items, in the order of their first
+	items   []int    // the items by partition (touched's order), each partition's in order
+	from    []int    // by partition: where its items begin in items
+	count   []int    // by partition: its items
+	topics  []string // by item: its topic when it names its ready ZSET, else ""
+}
+
+// groupPulled groups n items by partition; named says whether item i
+// names its topic's ready ZSET (its key's topic).
+func (s *Store) groupPulled(n int, key func(int) string, named func(int) bool) (*pulledCalls, error) {
+	np := len(s.parts)
+	g := &pulledCalls{s: s, from: make([]int, np), count: make([]int, np), items: make([]int, n), topics: make([]string, n)}
+	part := make([]int, n)
+	for i := range n {
+		k := key(i)
+		p := s.PartitionOf(k)
+		part[i] = p
+		if g.count[p] == 0 {
+			g.touched = append(g.touched, p)
+		}
+		g.count[p]++
+		if named(i) {
+			topic, _, err := SplitJobKey(k)
+			if err != nil {
+				return nil, err
+			}
+			g.topics[i] = topic
+		}
 	}
-	if !s.cluster {
-		return byPart, [][]int{parts}
+	at := 0
+	for _, p := range g.touched {
+		g.from[p] = at
+		at += g.count[p]
 	}
-	for _, p := range parts {
-		groups = append(groups, []int{p})
+	next := slices.Clone(g.from)
+	for i, p := range part {
+		g.items[next[p]] = i
+		next[p]++
 	}
-	return byPart, groups
+	return g, nil
+}
+
+// build makes the calls: outside a cluster one for every partition, in a
+// cluster one each. A call is EVALSHA hash, its keys (each partition's
+// fixedKeys then its ready ZSETs), fixed, then per partition head's
+// arguments (given its number of keys) and per item per arguments (item's:
+// given the index among its partition's keys of its ready ZSET, 0 if it
+// names none). heads and per size the arguments.
+func (g *pulledCalls) build(hash string, fixedKeys [][]any, fixed []any, heads, per int,
+	head func(p int, a []any, nkeys int) []any, item func(i, ready int, a []any) []any) ([][]any, [][]int, error) {
+	var groups [][]int
+	if g.s.cluster {
+		for i := range g.touched {
+			groups = append(groups, g.touched[i:i+1])
+		}
+	} else if len(g.touched) > 0 {
+		groups = [][]int{g.touched}
+	}
+	args := make([][]any, len(groups))
+	order := make([][]int, len(groups))
+	var ready []string // scratch: a partition's ready topics, in order
+	for gi, ps := range groups {
+		nkeys, nargs, nitems := 0, len(fixed), 0
+		for _, p := range ps {
+			ready = g.readyTopics(p, ready[:0])
+			nkeys += len(fixedKeys[p]) + len(ready)
+			nargs += heads + per*g.count[p]
+			nitems += g.count[p]
+		}
+		a := make([]any, 3, 3+nkeys+nargs)
+		a[0], a[1], a[2] = "evalsha", hash, nkeys
+		for _, p := range ps {
+			a = append(a, fixedKeys[p]...)
+			ready = g.readyTopics(p, ready[:0])
+			for _, t := range ready {
+				a = append(a, g.s.parts[p].Ready+t)
+			}
+		}
+		a = append(a, fixed...)
+		o := make([]int, 0, nitems)
+		for _, p := range ps {
+			ready = g.readyTopics(p, ready[:0])
+			a = head(p, a, len(fixedKeys[p])+len(ready))
+			for _, i := range g.items[g.from[p] : g.from[p]+g.count[p]] {
+				n := 0
+				if t := g.topics[i]; t != "" {
+					n = len(fixedKeys[p]) + 1 + slices.Index(ready, t)
+				}
+				a = item(i, n, a)
+				o = append(o, i)
+			}
+		}
+		args[gi], order[gi] = a, o
+	}
+	return args, order, nil
+}
+
+// readyTopics appends to ts the topics whose ready ZSETs partition p's
+// items name, each once, in the order of their first item.
+func (g *pulledCalls) readyTopics(p int, ts []string) []string {
+	for _, i := range g.items[g.from[p] : g.from[p]+g.count[p]] {
+		if t := g.topics[i]; t != "" && !slices.Contains(ts, t) {
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }
 
 // evalArgs returns the arguments of an EVALSHA of sc with keys and argv,
@@ -241,19 +324,6 @@ func evalArgs(sc *redis.Script, keys, argv []any) []any {
 	a := make([]any, 0, 3+len(keys)+len(argv))
 	a = append(a, "evalsha", sc.Hash(), len(keys))
 	return append(append(a, keys...), argv...)
-}
-
-// readyIndex returns the index (from 1) among a partition's keys pk of
-// topic's ready ZSET, appending it to pk the first time; ready remembers
-// the topics appended.
-func readyIndex(pk *[]any, ready map[string]int, k Keys, topic string) int {
-	n, ok := ready[topic]
-	if !ok {
-		*pk = append(*pk, k.Ready+topic)
-		n = len(*pk)
-		ready[topic] = n
-	}
-	return n
 }
 
 // RevHex returns the revision of an encoded record in hex, as the scripts
@@ -468,35 +538,9 @@ const (
 // Resolved, ResolveLost or ResolveGone. now (unix µs) is an ack's finish
 // time and a dead job's score.
 func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte, error) {
-	byPart, groups := s.callGroups(len(ops), func(i int) string { return ops[i].Key })
-	args := make([][]any, len(groups))
-	order := make([][]int, len(groups)) // by call: its ops, in the order of its reply
-	for gi, g := range groups {
-		var keys []any
-		argv := []any{now, s.histAge, s.histCount, pausedChannel(s.ns)}
-		for _, p := range g {
-			k := s.parts[p]
-			pk := []any{k.Pending, k.Jobs, k.Running, k.Dead, k.HistoryIdx, k.History, k.Loaded, k.Inbox}
-			ready := map[string]int{}
-			idx := byPart[p]
-			pargs := make([]any, 0, 7*len(idx))
-			for _, i := range idx {
-				o := ops[i]
-				ri := ""
-				if o.Op == 'u' {
-					topic, _, err := SplitJobKey(o.Key)
-					if err != nil {
-						return nil, err
-					}
-					ri = strconv.Itoa(readyIndex(&pk, ready, k, topic))
-				}
-				pargs = append(pargs, string(o.Op), o.Key, o.Token, tokenRev(o.Token), o.Score, o.Record, ri)
-			}
-			keys = append(keys, pk...)
-			argv = append(append(argv, len(pk), len(idx)), pargs...)
-			order[gi] = append(order[gi], idx...)
-		}
-		args[gi] = evalArgs(s.resolve, keys, argv)
+	args, order, err := s.resolveArgs(now, ops)
+	if err != nil {
+		return nil, err
 	}
 	replies, err := s.runWrites(ctx, args)
 	if err != nil {
@@ -515,6 +559,54 @@ func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte
 	return out, nil
 }
 
+// resolveArgs is resolve.lua's calls for ops (see Resolve): each call's
+// EVALSHA arguments, and its ops in the order of its reply. The ops' keys
+// and tokens go as pointers into ops (no boxing each), so ops must not
+// change until the calls are done.
+func (s *Store) resolveArgs(now int64, ops []ResolveOp) (args [][]any, order [][]int, err error) {
+	g, err := s.groupPulled(len(ops), func(i int) string { return ops[i].Key }, func(i int) bool { return ops[i].Op == 'u' })
+	if err != nil {
+		return nil, nil, err
+	}
+	fixed := []any{now, s.histAge, s.histCount, s.pausedChan}
+	return g.build(s.resolve.Hash(), s.resolveKeys, fixed, 2, 7, func(p int, a []any, nkeys int) []any {
+		return append(a, nkeys, g.count[p])
+	}, func(i, ready int, a []any) []any {
+		o := &ops[i]
+		var ri any = ""
+		if ready > 0 {
+			ri = ready
+		}
+		var rec any = "" // resolve.lua reads no record of an ack, a touch or a release
+		if o.Record != nil {
+			rec = o.Record
+		}
+		var score any = 0
+		if o.Score != 0 {
+			score = &o.Score
+		}
+		return append(a, opArg(o.Op), &o.Key, &o.Token, tokenRev(o.Token), score, rec, ri)
+	})
+}
+
+// opArg is op as resolve.lua's argument: a constant, so that it costs no
+// allocation.
+func opArg(op byte) any {
+	switch op {
+	case 'a':
+		return "a"
+	case 'r':
+		return "r"
+	case 'd':
+		return "d"
+	case 't':
+		return "t"
+	case 'u':
+		return "u"
+	}
+	return string(op)
+}
+
 // tokenRev is the revision a reservation's token starts with (8 hex
 // characters) as a record's 4 bytes hold it, for resolve.lua to compare
 // without formatting each record's; "" when the token does not start so.
@@ -522,11 +614,11 @@ func tokenRev(token string) string {
 	if len(token) < 8 {
 		return ""
 	}
-	b, err := hex.DecodeString(token[:8])
-	if err != nil {
+	var b [4]byte
+	if _, err := hex.Decode(b[:], []byte(token[:8])); err != nil {
 		return ""
 	}
-	return string(b)
+	return string(b[:])
 }
 
 // pullScripts are the pulled topics' scripts, for loadScriptsOn.

@@ -116,6 +116,11 @@ type Store struct {
 	// partition (µs, entries), boxed once: settle.lua and cancel.lua take
 	// them in every call.
 	histAge, histCount any
+	// dueKeys and resolveKeys are, by partition, the fixed keys of
+	// due.lua's and resolve.lua's calls, boxed once; pausedChan is the
+	// pause announcements' channel, boxed once.
+	dueKeys, resolveKeys [][]any
+	pausedChan           any
 }
 
 // New returns a store on rdb: a *redis.Client (standalone or Sentinel) or
@@ -183,6 +188,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	for p := range opts.Partitions {
 		s.parts = append(s.parts, partitionKeys(opts.Namespace, p))
 	}
+	for _, k := range s.parts {
+		s.dueKeys = append(s.dueKeys, []any{k.Pending, k.Jobs, k.Lease, k.Running, k.Paused})
+		s.resolveKeys = append(s.resolveKeys, []any{k.Pending, k.Jobs, k.Running, k.Dead, k.HistoryIdx, k.History, k.Loaded, k.Inbox})
+	}
+	s.pausedChan = pausedChannel(opts.Namespace)
 	s.scheduleHead = callHeads(s.schedule, s.parts, keysWrite)
 	s.settleHead = callHeads(s.settle, s.parts, keysSettle)
 	s.claimHead = callHeads(s.claim, s.parts, keysClaim)
