@@ -1112,10 +1112,9 @@ func (q *Queue) resolved(r Receipt, op persist.ResolveOp, res byte) error {
 // AckAll acks many reservations at once, as Ack would each, in one round
 // trip (on a Redis Cluster, one per partition, pipelined; a few acks
 // share it with other consumers' acks): for a consumer that finished a
-// batch of jobs. The i-th
-// error is rs[i]'s outcome, nil when acked (or acked already: an ack sent
-// again after it applied); when a round trip fails, every ack it carried
-// gets that error.
+// batch of jobs. The i-th error is rs[i]'s outcome, nil when acked (or
+// acked already: an ack sent again after it applied); when a round trip
+// fails, every ack it carried gets that error.
 func (q *Queue) AckAll(ctx context.Context, rs ...Receipt) []error {
 	out := make([]error, len(rs))
 	fail := func(err error) []error {
