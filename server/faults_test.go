@@ -65,7 +65,9 @@ func (h *history) schedule(t *testing.T, srv *proc, prefix string, n int, spread
 	c := &http.Client{Timeout: 5 * time.Second}
 	for i := range n {
 		id := fmt.Sprint(prefix, i)
-		delay := spread * time.Duration(i) / time.Duration(n)
+		// Whole milliseconds, as delay_ms carries them: a due time taken
+		// with the fraction the request drops is later than the server's.
+		delay := (spread * time.Duration(i) / time.Duration(n)).Truncate(time.Millisecond)
 		at := time.Now().Add(delay)
 		body, _ := json.Marshal(map[string]any{"id": id, "payload": id, "delay_ms": delay.Milliseconds()})
 		resp, err := c.Post(srv.URL+"/v1/jobs/orders", "application/json", bytes.NewReader(body))
@@ -287,7 +289,8 @@ func TestServerPushUnderFaults(t *testing.T) {
 	c := &http.Client{Timeout: 5 * time.Second}
 	for i := range n {
 		id := fmt.Sprint("h", i)
-		delay := 300*time.Millisecond + 2*time.Second*time.Duration(i)/n
+		// Whole milliseconds, as delay_ms carries them (see schedule).
+		delay := (300*time.Millisecond + 2*time.Second*time.Duration(i)/n).Truncate(time.Millisecond)
 		at := time.Now().Add(delay)
 		body, _ := json.Marshal(map[string]any{"id": id, "payload": id, "delay_ms": delay.Milliseconds()})
 		resp, err := c.Post(b.URL+"/v1/jobs/hooks", "application/json", bytes.NewReader(body))
