@@ -193,7 +193,7 @@ func (s *Store) dueArgs(tokens []string, now, ahead int64, jobs []DueJob) (args 
 		return nil, nil, err
 	}
 	fixed := []any{now, s.pausedChan, max(ahead, now)}
-	return g.build(s.due.Hash(), s.dueKeys, fixed, 3, 4, func(p int, a []any, nkeys int) []any {
+	args, order = g.build(s.due.Hash(), s.dueKeys, fixed, 3, 4, func(p int, a []any, nkeys int) []any {
 		return append(a, token(tokens, p), nkeys, g.count[p])
 	}, func(i, ready int, a []any) []any {
 		j := &jobs[i]
@@ -202,6 +202,7 @@ func (s *Store) dueArgs(tokens []string, now, ahead int64, jobs []DueJob) (args 
 		}
 		return append(a, &j.Key, ready, &j.Nonce, &j.Deadline)
 	})
+	return args, order, nil
 }
 
 // pulledCalls are the calls of due.lua or resolve.lua for a batch of
@@ -209,44 +210,39 @@ func (s *Store) dueArgs(tokens []string, now, ahead int64, jobs []DueJob) (args 
 // its items name, each once.
 type pulledCalls struct {
 	s       *Store
-	touched []int    // partitions with items, in the order of their first
+	touched []int    // partitions with items, in order
 	items   []int    // the items by partition (touched's order), each partition's in order
 	from    []int    // by partition: where its items begin in items
 	count   []int    // by partition: its items
 	topics  []string // by item: its topic when it names its ready ZSET, else ""
 }
 
-// groupPulled groups n items by partition; named says whether item i
-// names its topic's ready ZSET (its key's topic).
+// groupPulled groups n items by partition (partitionsOf); named says
+// whether item i names its topic's ready ZSET (its key's topic).
 func (s *Store) groupPulled(n int, key func(int) string, named func(int) bool) (*pulledCalls, error) {
 	np := len(s.parts)
 	g := &pulledCalls{s: s, from: make([]int, np), count: make([]int, np), items: make([]int, n), topics: make([]string, n)}
 	part := make([]int, n)
-	for i := range n {
-		k := key(i)
-		p := s.PartitionOf(k)
-		part[i] = p
-		if g.count[p] == 0 {
-			g.touched = append(g.touched, p)
-		}
-		g.count[p]++
-		if named(i) {
-			topic, _, err := SplitJobKey(k)
-			if err != nil {
-				return nil, err
-			}
-			g.topics[i] = topic
-		}
-	}
+	s.partitionsOf(part, g.count, key)
 	at := 0
-	for _, p := range g.touched {
-		g.from[p] = at
-		at += g.count[p]
+	for p, c := range g.count {
+		if c > 0 {
+			g.touched = append(g.touched, p)
+			g.from[p] = at
+			at += c
+		}
 	}
 	next := slices.Clone(g.from)
 	for i, p := range part {
 		g.items[next[p]] = i
 		next[p]++
+		if named(i) {
+			topic, _, err := SplitJobKey(key(i))
+			if err != nil {
+				return nil, err
+			}
+			g.topics[i] = topic
+		}
 	}
 	return g, nil
 }
@@ -258,7 +254,7 @@ func (s *Store) groupPulled(n int, key func(int) string, named func(int) bool) (
 // given the index among its partition's keys of its ready ZSET, 0 if it
 // names none). heads and per size the arguments.
 func (g *pulledCalls) build(hash string, fixedKeys [][]any, fixed []any, heads, per int,
-	head func(p int, a []any, nkeys int) []any, item func(i, ready int, a []any) []any) ([][]any, [][]int, error) {
+	head func(p int, a []any, nkeys int) []any, item func(i, ready int, a []any) []any) (args [][]any, order [][]int) {
 	var groups [][]int
 	if g.s.cluster {
 		for i := range g.touched {
@@ -267,8 +263,8 @@ func (g *pulledCalls) build(hash string, fixedKeys [][]any, fixed []any, heads, 
 	} else if len(g.touched) > 0 {
 		groups = [][]int{g.touched}
 	}
-	args := make([][]any, len(groups))
-	order := make([][]int, len(groups))
+	args = make([][]any, len(groups))
+	order = make([][]int, len(groups))
 	var ready []string // scratch: a partition's ready topics, in order
 	for gi, ps := range groups {
 		nkeys, nargs, nitems := 0, len(fixed), 0
@@ -303,7 +299,7 @@ func (g *pulledCalls) build(hash string, fixedKeys [][]any, fixed []any, heads, 
 		}
 		args[gi], order[gi] = a, o
 	}
-	return args, order, nil
+	return args, order
 }
 
 // readyTopics appends to ts the topics whose ready ZSETs partition p's
@@ -569,7 +565,7 @@ func (s *Store) resolveArgs(now int64, ops []ResolveOp) (args [][]any, order [][
 		return nil, nil, err
 	}
 	fixed := []any{now, s.histAge, s.histCount, s.pausedChan}
-	return g.build(s.resolve.Hash(), s.resolveKeys, fixed, 2, 7, func(p int, a []any, nkeys int) []any {
+	args, order = g.build(s.resolve.Hash(), s.resolveKeys, fixed, 2, 7, func(p int, a []any, nkeys int) []any {
 		return append(a, nkeys, g.count[p])
 	}, func(i, ready int, a []any) []any {
 		o := &ops[i]
@@ -587,6 +583,7 @@ func (s *Store) resolveArgs(now int64, ops []ResolveOp) (args [][]any, order [][
 		}
 		return append(a, opArg(o.Op), &o.Key, &o.Token, tokenRev(o.Token), score, rec, ri)
 	})
+	return args, order, nil
 }
 
 // opArg is op as resolve.lua's argument: a constant, so that it costs no
