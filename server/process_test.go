@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -507,6 +508,47 @@ func TestServerNeedsARedis(t *testing.T) {
 	require.Equal(t, 2, err.(*exec.ExitError).ExitCode())
 	require.Contains(t, string(out), "no Redis given")
 	require.Contains(t, string(out), "-dev")
+}
+
+// TestServerSchedSlice: process.sched_slice reaches every thread of the
+// server's process, and the server says so; without it the kernel's
+// default stays.
+func TestServerSchedSlice(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a Linux setting")
+	}
+	slices := func(pid int) []string {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/sched", pid))
+		require.NoError(t, err)
+		require.NotEmpty(t, tasks)
+		var out []string
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread exited
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if fs := strings.Fields(l); len(fs) == 3 && fs[0] == "se.slice" {
+					out = append(out, fs[2])
+				}
+			}
+		}
+		return out
+	}
+	p := startServer(t, nil, "-dev", "-addr", "127.0.0.1:0", "-set", "process.sched_slice=300us")
+	if strings.Contains(p.Log(), "process.sched_slice not applied") {
+		t.Skipf("the kernel cannot be asked: %s", p.Log())
+	}
+	require.Contains(t, p.Log(), "time slice of 300µs")
+	got := slices(p.cmd.Process.Pid)
+	require.NotEmpty(t, got)
+	for _, s := range got {
+		require.Equal(t, "300000", s, "every thread's slice (ns): %v", got)
+	}
+	q := startServer(t, nil, "-dev", "-addr", "127.0.0.1:0")
+	for _, s := range slices(q.cmd.Process.Pid) {
+		require.NotEqual(t, "300000", s)
+	}
 }
 
 // TestServerDev: -dev runs with nothing else installed (an in-process

@@ -37,6 +37,7 @@ import (
 	"github.com/wheelq/wheelq/server/httpapi"
 	"github.com/wheelq/wheelq/server/push"
 	"github.com/wheelq/wheelq/server/resp"
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // ErrConfig is a configuration the server refuses to run with.
@@ -365,6 +366,14 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.closeRedis()
 	if s.opts.Dev {
 		s.log.Warn("wheelq server: -dev: running on an in-process Redis that keeps NOTHING: every job is lost when this process stops; for a first try only")
+	}
+	if d := s.cfg.Process.SchedSlice.D(); d != 0 {
+		if err := wheel.SetSchedSlice(d); err != nil {
+			// Not fatal: the server runs as well, only without it.
+			s.log.Warn("wheelq server: process.sched_slice not applied; the kernel's default slice stays", "err", err)
+		} else {
+			s.log.Info("wheelq server: every thread runs with a time slice of "+d.String(), "process.sched_slice", d.String())
+		}
 	}
 	h, err := s.Handler()
 	if err != nil {

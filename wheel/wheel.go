@@ -23,6 +23,19 @@ var (
 	// is set but cannot be had: a clock other than RealClock, a system
 	// other than Linux, or GOMAXPROCS below 2.
 	ErrNoBackup = errors.New("wheel: no backup runner")
+	// ErrNoSchedSlice is returned by SetSchedSlice where the kernel
+	// cannot be asked for a time slice: a system other than Linux, or a
+	// Linux before 6.12.
+	ErrNoSchedSlice = errors.New("wheel: no custom scheduler slice")
+	// ErrBadSchedSlice is returned by SetSchedSlice for a slice outside
+	// [MinSchedSlice, MaxSchedSlice].
+	ErrBadSchedSlice = errors.New("wheel: scheduler slice out of range")
+)
+
+// The bounds of SetSchedSlice's slice: the kernel's own.
+const (
+	MinSchedSlice = 100 * time.Microsecond
+	MaxSchedSlice = 100 * time.Millisecond
 )
 
 // Defaults for Config.

@@ -123,6 +123,10 @@ func startBeanstalkd() (addr string, pid int, stop func(), err error) {
 		return "", 0, nil, fmt.Errorf("start beanstalkd (Debian's beanstalkd package): %w", err)
 	}
 	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	if err := kernelSlice(cmd.Process.Pid); err != nil {
+		stop()
+		return "", 0, nil, fmt.Errorf("beanstalkd's time slice back to the kernel's: %w", err)
+	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()

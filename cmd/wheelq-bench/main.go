@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wheelq/wheelq/wheel"
 )
 
 type result map[string]any
@@ -51,6 +53,7 @@ type config struct {
 	payload    int           // backlog: each job's payload in bytes
 	warm       time.Duration // qprecision, precision64: wait this long after Start before t0
 	bandwidth  int           // backlog: cap the worker's link at this many bytes/s
+	schedSlice time.Duration // the bench's and the server's time slice (wheel.SetSchedSlice); 0: the kernel's
 }
 
 var workloads = []workload{
@@ -90,6 +93,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
 	traceFile := flag.String("trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
+	flag.DurationVar(&cfg.schedSlice, "sched-slice", 0, "run the bench's process (its queues and clients) and wheelq-server (process.sched_slice) with this Linux time slice (wheel.SetSchedSlice; 6.12 or later); the Redis, beanstalkd and stress-ng it starts keep the kernel's default; 0: the kernel's default everywhere")
 	loadCPU := flag.Int("load-cpu", 0, "run Debian's stress-ng --cpu N beside the workloads, from before the first to after the last (the machine busy with other work, as a shared host is); 0: none")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: wheelq-bench [flags]\n\nworkloads:\n")
@@ -142,6 +146,13 @@ func main() {
 		}
 		defer end()
 	}
+	if cfg.schedSlice != 0 {
+		// After stress-ng started: its workers keep the kernel's slice.
+		if err := wheel.SetSchedSlice(cfg.schedSlice); err != nil {
+			fmt.Fprintln(os.Stderr, "wheelq-bench: -sched-slice:", err)
+			os.Exit(1)
+		}
+	}
 	want := strings.Split(names, ",")
 	enc := json.NewEncoder(os.Stdout)
 	emit := func(r result) {
@@ -149,6 +160,9 @@ func main() {
 		r["gomaxprocs"] = runtime.GOMAXPROCS(0)
 		r["time"] = time.Now().UTC().Format(time.RFC3339)
 		r["load_cpu"] = *loadCPU
+		if cfg.schedSlice != 0 {
+			r["sched_slice_us"] = cfg.schedSlice.Microseconds()
+		}
 		_ = enc.Encode(r)
 	}
 	ran := 0

@@ -43,7 +43,21 @@ func newBenchRedis(cfg *config) (*benchRedis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start redis-server (or pass -redis): %w", err)
 	}
-	return &benchRedis{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64}), srv: srv, owned: true}, nil
+	br := &benchRedis{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64}), srv: srv, owned: true}
+	if cfg.schedSlice != 0 {
+		pid, err := br.rdb.InfoMap(context.Background(), "server").Result()
+		if err == nil {
+			var n int
+			if n, err = strconv.Atoi(pid["Server"]["process_id"]); err == nil {
+				err = kernelSlice(n)
+			}
+		}
+		if err != nil {
+			br.close()
+			return nil, fmt.Errorf("redis-server's time slice back to the kernel's: %w", err)
+		}
+	}
+	return br, nil
 }
 
 // freshRedis is newBenchRedis, reset.

@@ -62,6 +62,9 @@ func startWheelqServer(ctx context.Context, cfg *config, redisAddr string, args 
 		cfg.serverBin = bin // built once per run
 	}
 	all := append([]string{"-addr", "127.0.0.1:0", "-redis-url", "redis://" + redisAddr + "/0", "-set", "log.access=false"}, args...)
+	if cfg.schedSlice != 0 {
+		all = append(all, "-set", "process.sched_slice="+cfg.schedSlice.String())
+	}
 	s := &wheelqServer{cmd: exec.Command(bin, all...), done: make(chan struct{})}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // ErrInvalid is wrapped by every error about a key or its value.
@@ -44,6 +46,8 @@ type Config struct {
 	RESP  RESP  `toml:"resp"`
 	Log   Log   `toml:"log"`
 	Push  Push  `toml:"push"`
+	// Process configures the server's process as the kernel runs it.
+	Process Process `toml:"process"`
 	// TokenFile names a file of tokens, one per line: "id sha256hex
 	// produce=glob,glob consume=... admin=...", '#' starts a comment.
 	// Read at start and on SIGHUP, in addition to the [[token]] tables.
@@ -118,6 +122,15 @@ type Log struct {
 	Format string `toml:"format"`
 	Level  string `toml:"level"`
 	Access bool   `toml:"access"`
+}
+
+// Process configures the server's process as the kernel runs it.
+type Process struct {
+	// SchedSlice, when set, is the time slice Linux 6.12 or later gives
+	// each of the server's threads (wheel.SetSchedSlice): a short one
+	// lets a thread that wakes for a due time or a reply preempt work
+	// that has run longer. 0: the kernel's default. 100µs to 100ms.
+	SchedSlice Duration `toml:"sched_slice"`
 }
 
 // Push configures push delivery: topics whose due jobs are POSTed to a
@@ -423,6 +436,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
 		return bad("http.tls_cert", "tls_cert and tls_key go together")
+	}
+	if d := c.Process.SchedSlice.D(); d != 0 && (d < wheel.MinSchedSlice || d > wheel.MaxSchedSlice) {
+		return bad("process.sched_slice", "%v: want 0 (the kernel's default) or %v to %v", d, wheel.MinSchedSlice, wheel.MaxSchedSlice)
 	}
 	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
 		return bad("log.format", "%q: want text or json", c.Log.Format)

@@ -67,6 +67,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{file: "[http]\nmax_body = \"big\"\n", want: "max_body"},
 		{file: "[http]\nmax_body = 10\n", want: "http.max_body"},
 		{file: "[log]\nformat = \"xml\"\n", want: "log.format"},
+		{file: "[process]\nsched_slice = \"10us\"\n", want: "process.sched_slice"},
+		{flags: map[string]string{"process.sched_slice": "1s"}, want: "process.sched_slice"},
 		{file: "[http]\naddr = \"nohost\"\n", want: "http.addr"},
 		{file: "[redis]\nurl = \"http://x\"\n", want: "redis.url"},
 		{file: "[queue]\npartitions = 0\n", want: "queue.partitions"},
