@@ -64,3 +64,19 @@ func ExampleSchedulerConfig_backup() {
 	// Output:
 	// reminder fired
 }
+
+// SetSchedSlice is a setting of the whole process: call it once, early in
+// main, before the work whose wakes should come sooner. Where the kernel
+// cannot be asked, the process runs as before. (No Output line: it would
+// change the slice of the test binary running the examples.)
+func ExampleSetSchedSlice() {
+	err := wheel.SetSchedSlice(100 * time.Microsecond)
+	switch {
+	case errors.Is(err, wheel.ErrNoSchedSlice):
+		fmt.Println("the kernel's default time slice stays:", err)
+	case err != nil:
+		fmt.Println(err)
+	default:
+		fmt.Println("every thread runs with a 100µs time slice")
+	}
+}
