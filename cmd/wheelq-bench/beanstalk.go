@@ -109,8 +109,9 @@ func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
 	return n, nil
 }
 
-// startBeanstalkd runs beanstalkd on a free loopback port until stop.
-func startBeanstalkd() (addr string, pid int, stop func(), err error) {
+// startBeanstalkd runs beanstalkd on a free loopback port until stop;
+// with the bench's -sched-slice it gets the kernel's default slice back.
+func startBeanstalkd(cfg *config) (addr string, pid int, stop func(), err error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", 0, nil, err
@@ -123,7 +124,7 @@ func startBeanstalkd() (addr string, pid int, stop func(), err error) {
 		return "", 0, nil, fmt.Errorf("start beanstalkd (Debian's beanstalkd package): %w", err)
 	}
 	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	if err := kernelSlice(cmd.Process.Pid); err != nil {
+	if err := kernelSliceIf(cfg, cmd.Process.Pid); err != nil {
 		stop()
 		return "", 0, nil, fmt.Errorf("beanstalkd's time slice back to the kernel's: %w", err)
 	}
@@ -156,7 +157,7 @@ func pidCPU(pid int) float64 {
 }
 
 func runBeanstalkd(ctx context.Context, cfg *config, emit func(result)) error {
-	addr, pid, stop, err := startBeanstalkd()
+	addr, pid, stop, err := startBeanstalkd(cfg)
 	if err != nil {
 		return err
 	}

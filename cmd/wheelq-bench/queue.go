@@ -45,11 +45,11 @@ func newBenchRedis(cfg *config) (*benchRedis, error) {
 	}
 	br := &benchRedis{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64}), srv: srv, owned: true}
 	if cfg.schedSlice != 0 {
-		pid, err := br.rdb.InfoMap(context.Background(), "server").Result()
+		info, err := br.rdb.InfoMap(context.Background(), "server").Result()
 		if err == nil {
-			var n int
-			if n, err = strconv.Atoi(pid["Server"]["process_id"]); err == nil {
-				err = kernelSlice(n)
+			var pid int
+			if pid, err = strconv.Atoi(info["Server"]["process_id"]); err == nil {
+				err = kernelSliceIf(cfg, pid)
 			}
 		}
 		if err != nil {
