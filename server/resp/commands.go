@@ -563,28 +563,34 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
 	defer cancel()
-	went := func() bool { return false }
-	stop := went
+	var w *peerWatch
 	if a.Block > 0 {
 		// Answer what was pipelined before, then block, watching for the
 		// client's leaving.
 		if err := redcon.BaseWriter(c).Flush(); err != nil {
 			return c.Close()
 		}
-		went, stop = watchPeer(c.NetConn(), cancel)
+		w = watchPeer(c.NetConn(), cancel)
 	}
 	got, err := s.q.Reserve(ctx, a.Opts)
-	if went() || len(got) == 0 {
-		if stop() {
-			// The client went away while blocked: what came for it goes
-			// back at once rather than lapsing at its time-to-run.
-			s.release(got)
-			return c.Close()
+	if w != nil {
+		if len(got) == 0 || w.Went() || !w.Watching() {
+			// Ended now: no jobs to answer; or the client left; or the
+			// watch had not begun, and ending it is one look at the
+			// socket, which finds a client that left within the grace.
+			if w.Stop() {
+				// The client went away while blocked: what came for it
+				// goes back at once rather than lapsing at its
+				// time-to-run.
+				s.release(got)
+				return c.Close()
+			}
+		} else {
+			// A watch that began ends once the reply is out: ending it
+			// first (a wake of its goroutine, and a wait for it) delayed
+			// every reply.
+			defer w.Stop()
 		}
-	} else {
-		// The watch ends once the reply is out: ending it first (a wake
-		// of its goroutine, and a wait for it) delayed every reply.
-		defer stop()
 	}
 	if len(got) == 0 {
 		if err != nil && ctx.Err() == nil {

@@ -36,3 +36,31 @@ func TestClosedWhileBlockedLosesNothing(t *testing.T) {
 	require.Equal(t, "j", job[1])
 	require.EqualValues(t, 1, job[4], "first attempt: nothing lapsed")
 }
+
+// TestClosedWithinGraceLosesNothing: a client that goes away moments
+// after it blocked in WQ.RESERVE, before the server watches its socket,
+// still loses no job: one handed to its command is seen to have nobody to
+// go to when its reply is due, and goes to another client at once, on
+// its first attempt, not after the hour's time-to-run.
+func TestClosedWithinGraceLosesNothing(t *testing.T) {
+	t.Parallel()
+	addr := start(t, nil, "gone2")
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = nc.Write([]byte("*9\r\n$10\r\nWQ.RESERVE\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n$5\r\nBLOCK\r\n$5\r\n60000\r\n$3\r\nTTR\r\n$7\r\n3600000\r\n$6\r\nTOPICS\r\n$5\r\ngone2\r\n"))
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // blocked, or about to be
+	require.NoError(t, nc.Close())
+	require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "gone2", "p", "ID", "j").Err())
+
+	start := time.Now()
+	res, err := rdb.Do(ctx, "WQ.RESERVE", "BLOCK", 5000, "TOPICS", "gone2").Slice()
+	require.NoError(t, err, "the job went to the closed connection (waited %v)", time.Since(start))
+	job := res[0].([]any)
+	require.Equal(t, "j", job[1])
+	require.EqualValues(t, 1, job[4], "first attempt: nothing lapsed")
+}
