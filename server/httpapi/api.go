@@ -315,14 +315,54 @@ func Decode(rd io.Reader, v any) error {
 		}
 		return apierr.New(apierr.Invalid, "bad JSON: %v", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
+	// Nothing but white space may follow: what the decoder holds, then
+	// what rd has left, read a little at a time (dec.Token would grow
+	// the decoder's buffer for it, 1.5 kB a request).
+	b := make([]byte, 64)
+	err := blankToEOF(dec.Buffered(), b)
+	if err == nil {
+		err = blankToEOF(rd, b)
+	}
+	var mb *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errTrailing):
+		return apierr.New(apierr.Invalid, "bad JSON: data after the object")
+	case errors.As(err, &mb):
+		return err
+	}
+	return apierr.New(apierr.Invalid, "bad JSON: reading the body: %v", err)
+}
+
+// errTrailing: more than white space after a request's JSON value.
+var errTrailing = errors.New("data after the value")
+
+// blankToEOF reads r to its end with b, and fails with errTrailing at
+// the first byte that is not JSON white space.
+func blankToEOF(r io.Reader, b []byte) error {
+	for {
+		n, err := r.Read(b)
+		if !blank(b[:n]) {
+			return errTrailing
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
-		return apierr.New(apierr.Invalid, "bad JSON: data after the object")
 	}
-	return nil
+}
+
+// blank says whether b is JSON white space only.
+func blank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *API) ctx(r *http.Request) (context.Context, context.CancelFunc) {
