@@ -15,8 +15,8 @@ import (
 // SetSchedSlice asks Linux (6.12 or later) to run every thread of this
 // process, and every thread it starts later (they inherit it), with a
 // time slice of d under the fair scheduler (EEVDF) instead of the
-// default (0.75 ms times 1 + log2 of the CPUs, capped at 8: 1.5 ms on 2
-// CPUs). A shorter slice gives a thread an earlier virtual deadline, so
+// kernel's default (a base slice times 1 + log2 of the CPUs: 1.4 ms on
+// the 2-CPU VM of docs/benchmarks.md). A shorter slice gives a thread an earlier virtual deadline, so
 // that when it wakes, at a wheel's due time or for a reply, it preempts
 // a thread that has run longer instead of waiting for the end of that
 // thread's slice: on a machine whose cores are busy with other work,
@@ -27,8 +27,8 @@ import (
 // d must lie in [MinSchedSlice, MaxSchedSlice] (ErrBadSchedSlice). On a
 // kernel that ignores the request (before 6.12), or another system, it
 // returns ErrNoSchedSlice. Call it once, early in main: it is a setting
-// of the process, not of a Scheduler or a Queue, and nothing undoes it
-// but another call. docs/benchmarks-history.md has what it changed in
+// of the process, not of a Scheduler or a Queue, and only another
+// call changes it. docs/benchmarks-history.md has what it changed in
 // the benchmarks on a 2-core VM with Linux 6.18.
 func SetSchedSlice(d time.Duration) error {
 	if d < MinSchedSlice || d > MaxSchedSlice {
