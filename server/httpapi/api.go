@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,9 +257,14 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 		b = []byte(`{"error":{"code":"internal","message":"encoding the reply failed"}}`)
 		status = http.StatusInternalServerError
 	}
-	w.Header().Set("Content-Type", "application/json")
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	// Its length, so that a reply flushed before the handler returns (a
+	// long poll's) goes in one write, not chunked with a last chunk after.
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
 
 func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {

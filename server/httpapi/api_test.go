@@ -575,3 +575,23 @@ func TestClientGoneLosesNothing(t *testing.T) {
 	require.Len(t, got, 1, "waited %v", time.Since(start))
 	require.Equal(t, 1, got[0].Attempt)
 }
+
+// TestReserveReplyInOneWrite: a long poll's reply, flushed before the
+// handler returns (to know it was written), carries its length: sent
+// chunked, it took a second write for the last chunk, and its client a
+// second read, on every delivery.
+func TestReserveReplyInOneWrite(t *testing.T) {
+	t.Parallel()
+	e := setupServe(t, nil, defaultOpts(), false, "one")
+	e.t = t
+	e.ok(201, "POST", "/v1/jobs/one", map[string]any{"id": "j", "payload": "x"}, nil)
+	resp, err := http.Post(e.srv.URL+"/v1/reserve", "application/json", strings.NewReader(`{"topics":["one"],"wait_ms":10000}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"id":"j"`)
+	require.Empty(t, resp.TransferEncoding, "chunked")
+	require.Equal(t, int64(len(body)), resp.ContentLength)
+}
