@@ -133,14 +133,8 @@ func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
 // and returns a client of it (with o's options; closed when the test
 // ends) and a count of its Redis's write round trips (writeCalls).
 func pipelineServer(t *testing.T, o redis.Options, edit func(*config.Config)) (*redis.Client, func() int) {
-	a := servertest.Start(t, func(c *config.Config) {
-		c.RESP.Addr = "127.0.0.1:0"
-		edit(c)
-	})
-	o.Addr = a.RESP
-	rdb := redis.NewClient(&o)
-	t.Cleanup(func() { rdb.Close() })
-	return rdb, writeCalls(t, a.Redis)
+	rdb, redisAddr := pipelineServerAt(t, o, edit)
+	return rdb, writeCalls(t, redisAddr)
 }
 
 // pipelineServerAt is pipelineServer, with its Redis's address.
