@@ -190,7 +190,9 @@ type Config struct {
 type HistoryRetention struct {
 	// Count is the most finished jobs kept in the namespace, the latest
 	// first (each partition keeps Count/Partitions of its own, rounded
-	// up). Default 100,000; a negative Count keeps no history.
+	// up). A full history is trimmed in steps of a 64th of a partition's
+	// share: it holds up to 1/64 more entries between trims. Default
+	// 100,000; a negative Count keeps no history.
 	Count int
 	// Age is how long after it finished a job is kept. Default 24h.
 	Age time.Duration

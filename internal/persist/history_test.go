@@ -146,3 +146,41 @@ func TestHistoryOptions(t *testing.T) {
 		require.Error(t, err, "%+v", o)
 	}
 }
+
+// TestHistoryTrimsInSteps: past its count a partition's history is
+// trimmed in steps of a 64th of the count, never holding more than the
+// count plus one step, and a trim keeps the latest entries.
+func TestHistoryTrimsInSteps(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const keep, step = 128, 2 // 128 / 64
+	s, err := New(rdb, Options{Namespace: "steps", Partitions: 1, HistoryCount: keep, HistoryAge: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, s.Init(ctx))
+	now := time.Now().Truncate(time.Microsecond)
+	var sizes []int64
+	for i := range keep + 5*(step+1) {
+		key := fmt.Sprintf("t/n%03d", i)
+		_, err := s.Write(ctx, nil, []Write{{Key: key, Due: 1000, Record: rec("x")}})
+		require.NoError(t, err)
+		_, err = s.Settle(ctx, nil, now.Add(time.Duration(i)*time.Millisecond).UnixMicro(), []Outcome{{Op: Ack, Key: key, Rev: 1}})
+		require.NoError(t, err)
+		n, err := rdb.ZCard(ctx, s.Keys(0).HistoryIdx).Result()
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, int64(keep+step), "after %d acks", i+1)
+		sizes = append(sizes, n)
+	}
+	require.Contains(t, sizes, int64(keep+step), "held a step more before trimming")
+	last := sizes[len(sizes)-1]
+	requireHistory(t, rdb, s, last)
+	// The entries kept are the latest.
+	for i := keep + 5*(step+1) - int(last); i < keep+5*(step+1); i++ {
+		_, st, _, err := s.History(ctx, fmt.Sprintf("t/n%03d", i))
+		require.NoError(t, err, "entry %d is one of the latest", i)
+		require.Equal(t, Done, st)
+	}
+	_, _, _, err = s.History(ctx, fmt.Sprintf("t/n%03d", keep+5*(step+1)-int(last)-1))
+	require.ErrorIs(t, err, ErrNotFound, "older ones are trimmed")
+}

@@ -68,7 +68,8 @@ type Options struct {
 	// acked or cancelled is kept in its partition's history (see History)
 	// until HistoryAge after it finished, and while it is among the
 	// partition's latest HistoryCount/Partitions (rounded up) finished
-	// jobs. HistoryCount 0 keeps no history.
+	// jobs, trimmed in steps of a 64th of that (lib.lua's finished()).
+	// HistoryCount 0 keeps no history.
 	HistoryCount int
 	HistoryAge   time.Duration
 }

@@ -91,8 +91,9 @@ for _, pt in ipairs(parts) do
     local recs, loaded = {}, 0
     local mark = {}
     -- The paused topics: one HLEN per partition when none is paused.
-    local paused = {}
+    local paused, anyPaused = {}, false
     if redis.call('HLEN', KEYS[k + 4]) > 0 then
+      anyPaused = true
       local ts = redis.call('HKEYS', KEYS[k + 4])
       for i = 1, #ts do
         paused[ts[i]] = true
@@ -122,7 +123,7 @@ for _, pt in ipairs(parts) do
       if rerun then
         mine = '!=' .. tok
       end
-      if score and paused[string.match(keys[j], '^[^/]*')] then
+      if score and anyPaused and paused[string.match(keys[j], '^[^/]*')] then
         sc[#sc + 1] = reported(score, dues[j])
         st[#st + 1] = 'p'
       elseif score and j > loaded then

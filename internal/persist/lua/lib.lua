@@ -37,10 +37,19 @@
 -- a partition's run history: entries are pairs of job key and entry (an
 -- outcome byte and the job's record cut before its payload: see cut),
 -- idx a ZSET job key -> finish time (unix µs, now), hist a HASH job key ->
--- entry. Then it trims the history to maxCount entries and to those
--- finished within maxAge µs, oldest first, removing at most as many as it
--- added plus 64 (so it keeps up, and a call's work stays bounded). maxCount
--- 0 keeps no history.
+-- entry. Then it trims the history to those finished within maxAge µs
+-- and, once it holds more than maxCount + floor(maxCount / 64), to
+-- maxCount entries, oldest first, removing at most as many as it added
+-- plus 64 plus that step (so it keeps up, and a call's work stays
+-- bounded). maxCount 0 keeps no history. The numbers it passes to Redis go as text made with
+-- decimal(), the finish time and the age limit once per call of the
+-- script, not once per partition.
+--
+-- decimal(n) is the text of a whole number n, kept for the rest of the
+-- call: Lua's own text of a number (tostring, or a number passed to
+-- redis.call) and '%.0f' are a floating-point printf, thousands of
+-- instructions in Redis each (docs/benchmarks-history.md); a small n is
+-- written with the integer format instead.
 --
 -- cut(rec) returns a record without its payload: the payload is a
 -- version 2 record's last bytes, its length the third varint after byte 9
@@ -178,13 +187,27 @@ local function cut(rec)
   return string.sub(rec, 1, #rec - n)
 end
 
+local decimals = {}
+local function decimal(n)
+  local s = decimals[n]
+  if not s then
+    if n > -2147483648 and n < 2147483648 then
+      s = string.format('%d', n) -- Lua's %d is a C long: 32 bits on some builds
+    else
+      s = string.format('%.0f', n)
+    end
+    decimals[n] = s
+  end
+  return s
+end
+
 local function finished(idx, hist, entries, now, maxAge, maxCount)
   if maxCount <= 0 or #entries == 0 then
     return
   end
-  -- Scores are whole µs past 2^50: written with %.0f, not as Lua's
+  -- Scores are whole µs past 2^50: written as integers, not as Lua's
   -- tostring would (14 significant digits).
-  local score = string.format('%.0f', now)
+  local score = decimal(now)
   local fields, scores = {}, {}
   for j = 1, #entries, 2 do
     fields[#fields + 1] = entries[j]
@@ -194,11 +217,15 @@ local function finished(idx, hist, entries, now, maxAge, maxCount)
   end
   many('HSET', hist, fields)
   many('ZADD', idx, scores)
-  local limit = #entries / 2 + 64
-  local old = redis.call('ZRANGEBYSCORE', idx, '-inf', '(' .. string.format('%.0f', now - maxAge), 'LIMIT', 0, limit)
+  -- Past maxCount the history is trimmed in steps of a 64th of it: a
+  -- full history (a busy queue's) pays for the reading and the removal
+  -- once per step, not once per call.
+  local step = math.floor(maxCount / 64)
+  local limit = #entries / 2 + 64 + step
+  local old = redis.call('ZRANGEBYSCORE', idx, '-inf', '(' .. decimal(now - maxAge), 'LIMIT', '0', decimal(limit))
   local over = redis.call('ZCARD', idx) - #old - maxCount
-  if over > 0 and #old < limit then
-    local more = redis.call('ZRANGE', idx, #old, #old + math.min(over, limit - #old) - 1)
+  if over > step and #old < limit then
+    local more = redis.call('ZRANGE', idx, decimal(#old), decimal(#old + math.min(over, limit - #old) - 1))
     for _, k in ipairs(more) do
       old[#old + 1] = k
     end

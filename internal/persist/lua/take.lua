@@ -40,7 +40,7 @@
 -- byte per topic, "1" where the topic is paused (its jobs are not taken),
 -- else "0", then "," and the number of stale entries removed (the caller
 -- looks again at once when they kept it from taking what it asked for).
--- packed helpers: many(), cut() and finished() are lib.lua's.
+-- packed helpers: many(), cut(), decimal() and finished() are lib.lua's.
 local now, max, deadline, nonce, budget, nt, tok =
   tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local pop, maxAge, maxCount = ARGV[8] == 'p', tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -73,7 +73,7 @@ for k = 1, #KEYS, stride do
   end
 end
 local function refill(s)
-  local es = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, chunk)
+  local es = redis.call('ZRANGEBYSCORE', s.key, '-inf', decimal(now), 'WITHSCORES', 'LIMIT', decimal(s.off), decimal(chunk))
   s.buf, s.pos = es, 1
   s.off = s.off + #es / 2
   s.more = #es / 2 == chunk
