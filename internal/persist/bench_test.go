@@ -46,40 +46,55 @@ func BenchmarkFiringScripts(b *testing.B) {
 			require.NoError(b, store.Init(bb.ctx))
 			bb.store = store
 			n := max(b.N, batch)
-			payload := strings.Repeat("p", 64)
-			var reqs []ClaimRequest
-			for lo := 0; lo < n; lo += 1000 {
-				var ws []Write
-				for i := lo; i < min(n, lo+1000); i++ {
-					k := JobKey("t", fmt.Sprintf("job-%08d", i))
-					ws = append(ws, Write{Key: k, Due: int64(1000 + i), Record: rec(payload), Replace: true})
-					reqs = append(reqs, ClaimRequest{Key: k, Rev: 1, HaveRev: true, Due: int64(1000 + i)})
-				}
-				_, err := store.Write(bb.ctx, nil, ws)
-				require.NoError(b, err)
-			}
-			tokens := make([]string, 16)
+			reqs := firingJobs(b, bb, store, n)
 			b.ReportAllocs()
 			us0 := scriptMicros(b, bb)
 			b.ResetTimer()
-			for lo := 0; lo < n; lo += batch {
-				chunk := reqs[lo:min(n, lo+batch)]
-				res, err := store.Claim(bb.ctx, tokens, chunk, nil)
-				require.NoError(b, err)
-				os := make([]Outcome, len(chunk))
-				for i, r := range chunk {
-					cr := res[i]
-					require.False(b, cr.Gone || cr.Busy || cr.Deferred || cr.Paused, "claimed: %+v", cr)
-					os[i] = Outcome{Op: Ack, Key: r.Key, Rev: 1}
-				}
-				ok, err := store.Settle(bb.ctx, tokens, time.Now().UnixMicro(), os)
-				require.NoError(b, err)
-				for _, applied := range ok {
-					require.True(b, applied, "acked")
-				}
-			}
+			claimAndAck(b, bb, store, make([]string, 16), reqs, batch)
 			b.StopTimer()
 			b.ReportMetric((scriptMicros(b, bb)-us0)/float64(n), "redis-µs/job")
 		})
+	}
+}
+
+// firingJobs writes n jobs with 64-byte payloads, due at 1000+i µs, over
+// the store's partitions, and returns their claims.
+func firingJobs(tb testing.TB, bb *bundle, s *Store, n int) []ClaimRequest {
+	payload := strings.Repeat("p", 64)
+	reqs := make([]ClaimRequest, 0, n)
+	var ws []Write
+	for i := range n {
+		k := JobKey("t", fmt.Sprintf("job-%08d", i))
+		ws = append(ws, Write{Key: k, Due: int64(1000 + i), Record: rec(payload), Replace: true})
+		reqs = append(reqs, ClaimRequest{Key: k, Rev: 1, HaveRev: true, Due: int64(1000 + i)})
+		if len(ws) == 500 || i == n-1 {
+			_, err := s.Write(bb.ctx, nil, ws)
+			require.NoError(tb, err)
+			ws = ws[:0]
+		}
+	}
+	return reqs
+}
+
+// claimAndAck claims reqs in calls of batch and acks each call's jobs
+// (settle.lua), as a worker does, with the partitions' lease tokens
+// ("" skips the fencing check), checking that every one was claimed and
+// acked.
+func claimAndAck(tb testing.TB, bb *bundle, s *Store, tokens []string, reqs []ClaimRequest, batch int) {
+	for lo := 0; lo < len(reqs); lo += batch {
+		chunk := reqs[lo:min(len(reqs), lo+batch)]
+		res, err := s.Claim(bb.ctx, tokens, chunk, nil)
+		require.NoError(tb, err)
+		os := make([]Outcome, len(chunk))
+		for i, r := range chunk {
+			cr := res[i]
+			require.False(tb, cr.Gone || cr.Busy || cr.Deferred || cr.Paused, "claimed: %+v", cr)
+			os[i] = Outcome{Op: Ack, Key: r.Key, Rev: 1}
+		}
+		ok, err := s.Settle(bb.ctx, tokens, time.Now().UnixMicro(), os)
+		require.NoError(tb, err)
+		for _, applied := range ok {
+			require.True(tb, applied, "acked")
+		}
 	}
 }

@@ -25,7 +25,7 @@ const envCallgrindDir = "WHEELQ_CALLGRIND_DIR"
 // BenchmarkFiringScripts reports moves with the machine's noise. Jobs come
 // in claims of 10 (a few a partition, as at 10,000 jobs a second) and of
 // 100, with a run history still filling and with one full (trimmed by
-// count at every ack). Run it with scripts/redis-instructions.
+// count), and with none. Run it with scripts/redis-instructions.
 func TestRedisInstructions(t *testing.T) {
 	dir := os.Getenv(envCallgrindDir)
 	if dir == "" {
@@ -35,13 +35,16 @@ func TestRedisInstructions(t *testing.T) {
 		batch, history int
 		name           string
 	}{
+		{10, 0, "off"},
 		{10, 1_000_000, "filling"},
 		{10, warmJobs, "full"},
 		{100, 1_000_000, "filling"},
 		{100, warmJobs, "full"},
 	} {
-		per := firingInstructions(t, dir, c.batch, c.history)
-		t.Logf("claims of %d, history %s: %d instructions of Redis per job", c.batch, c.name, per)
+		t.Run(fmt.Sprintf("claims=%d/history=%s", c.batch, c.name), func(t *testing.T) {
+			per := firingInstructions(t, dir, c.batch, c.history)
+			t.Logf("claims of %d, history %s: %d instructions of Redis per job", c.batch, c.name, per)
+		})
 	}
 }
 
@@ -66,35 +69,17 @@ func firingInstructions(t *testing.T, dir string, batch, history int) int64 {
 		out, err := exec.Command("callgrind_control", arg, pid).CombinedOutput()
 		require.NoError(t, err, "callgrind_control %s: %s", arg, out)
 	}
-	var reqs []ClaimRequest
-	var ws []Write
-	for i := range warmJobs + n {
-		k := JobKey("t", fmt.Sprintf("job-%08d", i))
-		ws = append(ws, Write{Key: k, Due: int64(1000 + i), Record: rec(strings.Repeat("p", 64)), Replace: true})
-		reqs = append(reqs, ClaimRequest{Key: k, Rev: 1, HaveRev: true, Due: int64(1000 + i)})
-		if len(ws) == 500 {
-			_, err := s.Write(bb.ctx, nil, ws)
-			require.NoError(t, err)
-			ws = ws[:0]
-		}
-	}
+	// Fenced, as a worker's calls are: each partition's lease holds its
+	// token, which every call checks.
 	tokens := make([]string, 16)
-	fire := func(reqs []ClaimRequest, batch int) {
-		for lo := 0; lo < len(reqs); lo += batch {
-			chunk := reqs[lo:min(len(reqs), lo+batch)]
-			_, err := s.Claim(bb.ctx, tokens, chunk, nil)
-			require.NoError(t, err)
-			os := make([]Outcome, len(chunk))
-			for i, r := range chunk {
-				os[i] = Outcome{Op: Ack, Key: r.Key, Rev: 1}
-			}
-			_, err = s.Settle(bb.ctx, tokens, time.Now().UnixMicro(), os)
-			require.NoError(t, err)
-		}
+	for p := range tokens {
+		tokens[p] = fmt.Sprintf("owner-%d", p)
+		require.NoError(t, bb.rdb.Set(bb.ctx, s.Keys(p).Lease, tokens[p], 0).Err())
 	}
-	fire(reqs[:warmJobs], 100)
+	reqs := firingJobs(t, bb, s, warmJobs+n)
+	claimAndAck(t, bb, s, tokens, reqs[:warmJobs], 100)
 	control("-z")
-	fire(reqs[warmJobs:], batch)
+	claimAndAck(t, bb, s, tokens, reqs[warmJobs:], batch)
 	control("-d")
 	dumps, err := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
 	require.NoError(t, err)
