@@ -41,9 +41,9 @@
 -- and, once it holds more than maxCount + floor(maxCount / 64), to
 -- maxCount entries, oldest first, removing at most as many as it added
 -- plus 64 plus that step (so it keeps up, and a call's work stays
--- bounded). maxCount 0 keeps no history. The numbers it passes to Redis go as text made with
--- decimal(), the finish time and the age limit once per call of the
--- script, not once per partition.
+-- bounded). maxCount 0 keeps no history. The numbers it passes to Redis
+-- go as text made with decimal(): the finish time and the age limit are
+-- written once per call of the script, not once per partition.
 --
 -- decimal(n) is the text of a whole number n, kept for the rest of the
 -- call: Lua's own text of a number (tostring, or a number passed to
