@@ -141,6 +141,9 @@ local function unpacked(s, per, extra)
         cols[c][n] = ARGV[extra]
         extra = extra + 1
         i = i + 4
+      elseif len == 0 then
+        cols[c][n] = ''
+        i = i + 4
       else
         cols[c][n] = string.sub(s, i + 4, i + 3 + len)
         i = i + 4 + len
@@ -162,6 +165,14 @@ local function cut(rec)
   local v = string.byte(rec, 1)
   if not v or v < 0x20 then
     return rec
+  end
+  -- Three one-byte varints (small attempts and payload): one read.
+  local a, b, c = string.byte(rec, 10, 12)
+  if c and a < 128 and b < 128 and c < 128 then
+    if c > #rec - 12 then
+      return rec
+    end
+    return string.sub(rec, 1, #rec - c)
   end
   local i, n = 10, 0
   for _ = 1, 3 do
@@ -208,14 +219,12 @@ local function finished(idx, hist, entries, now, maxAge, maxCount)
   -- Scores are whole µs past 2^50: written as integers, not as Lua's
   -- tostring would (14 significant digits).
   local score = decimal(now)
-  local fields, scores = {}, {}
+  local scores = {}
   for j = 1, #entries, 2 do
-    fields[#fields + 1] = entries[j]
-    fields[#fields + 1] = entries[j + 1]
-    scores[#scores + 1] = score
-    scores[#scores + 1] = entries[j]
+    scores[j] = score
+    scores[j + 1] = entries[j]
   end
-  many('HSET', hist, fields)
+  many('HSET', hist, entries) -- the pairs are the hash's fields and values
   many('ZADD', idx, scores)
   -- Past maxCount the history is trimmed in steps of a 64th of it: a
   -- full history (a busy queue's) pays for the reading and the removal
