@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/wheelq/wheelq/internal/sched"
 )
 
@@ -31,44 +29,18 @@ import (
 // call changes it. docs/benchmarks-history.md has what it changed in
 // the benchmarks on a 2-core VM with Linux 6.18.
 func SetSchedSlice(d time.Duration) error {
-	if d < MinSchedSlice || d > MaxSchedSlice {
-		return fmt.Errorf("%w: %v (want %v to %v)", ErrBadSchedSlice, d, MinSchedSlice, MaxSchedSlice)
+	if err := checkSchedSlice(d); err != nil {
+		return err
 	}
-	// A thread started while the threads are listed may have been cloned
-	// from one not yet set: list again until a pass finds none to set.
+	// A thread started while the threads are set may have been cloned
+	// from one not yet set: set again until a pass finds none to set.
 	for pass := 0; ; pass++ {
-		tids, err := sched.Threads(0)
+		set, err := sched.SetSlices(0, uint64(d))
+		if errors.Is(err, sched.ErrIgnored) {
+			return fmt.Errorf("%w: %v", ErrNoSchedSlice, err)
+		}
 		if err != nil {
 			return fmt.Errorf("wheel: SetSchedSlice: %w", err)
-		}
-		set := 0
-		for _, tid := range tids {
-			a, err := sched.Get(tid)
-			if errors.Is(err, unix.ESRCH) {
-				continue // the thread has exited
-			}
-			if err != nil {
-				return fmt.Errorf("wheel: SetSchedSlice: sched_getattr: %w", err)
-			}
-			if a.Runtime == uint64(d) {
-				continue
-			}
-			if a.Policy != unix.SCHED_NORMAL && a.Policy != unix.SCHED_BATCH {
-				continue // a real-time or idle thread keeps its policy
-			}
-			a.Runtime = uint64(d)
-			a.Flags &= unix.SCHED_FLAG_RESET_ON_FORK // keep that; no clamps
-			if err := sched.Set(tid, a); errors.Is(err, unix.ESRCH) {
-				continue
-			} else if err != nil {
-				return fmt.Errorf("wheel: SetSchedSlice: sched_setattr: %w", err)
-			}
-			got, err := sched.Get(tid)
-			if err == nil && got.Runtime != uint64(d) {
-				// Accepted and ignored: a kernel without custom slices.
-				return fmt.Errorf("%w: Linux accepted a slice of %v and kept %v", ErrNoSchedSlice, d, time.Duration(got.Runtime))
-			}
-			set++
 		}
 		if set == 0 {
 			return nil

@@ -11,8 +11,8 @@ import (
 // the process; only Linux 6.12 and later can be asked, so here it returns
 // ErrNoSchedSlice (or ErrBadSchedSlice for a d out of range).
 func SetSchedSlice(d time.Duration) error {
-	if d < MinSchedSlice || d > MaxSchedSlice {
-		return fmt.Errorf("%w: %v (want %v to %v)", ErrBadSchedSlice, d, MinSchedSlice, MaxSchedSlice)
+	if err := checkSchedSlice(d); err != nil {
+		return err
 	}
 	return fmt.Errorf("%w: not on this system", ErrNoSchedSlice)
 }

@@ -38,6 +38,14 @@ const (
 	MaxSchedSlice = 100 * time.Millisecond
 )
 
+// checkSchedSlice refuses a slice SetSchedSlice cannot ask for.
+func checkSchedSlice(d time.Duration) error {
+	if d < MinSchedSlice || d > MaxSchedSlice {
+		return fmt.Errorf("%w: %v (want %v to %v)", ErrBadSchedSlice, d, MinSchedSlice, MaxSchedSlice)
+	}
+	return nil
+}
+
 // Defaults for Config.
 const (
 	// DefaultTick is the width of a slot of the lowest level. It bounds how

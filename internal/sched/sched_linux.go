@@ -6,6 +6,7 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -67,4 +68,49 @@ func Threads(pid int) ([]int, error) {
 		}
 	}
 	return tids, nil
+}
+
+// ErrIgnored is returned by SetSlices when the kernel accepted a time
+// slice and kept another: a Linux before 6.12, which has no custom slices.
+var ErrIgnored = errors.New("sched: the kernel kept its own time slice")
+
+// SetSlices sets the time slice (ns; 0: the kernel's default) of every
+// thread of process pid (0: this process) that runs under a fair policy
+// (SCHED_NORMAL or SCHED_BATCH; a real-time or idle thread keeps its
+// own) and does not have it yet, leaving the threads' other attributes
+// as they are. A thread that exits meanwhile is passed over. It returns
+// how many threads it set; a thread started meanwhile may have been
+// missed, and a second call finds it.
+func SetSlices(pid int, slice uint64) (int, error) {
+	tids, err := Threads(pid)
+	if err != nil {
+		return 0, err
+	}
+	set := 0
+	for _, tid := range tids {
+		a, err := Get(tid)
+		if errors.Is(err, unix.ESRCH) {
+			continue // the thread has exited
+		}
+		if err != nil {
+			return set, fmt.Errorf("sched_getattr: %w", err)
+		}
+		if (slice != 0 && a.Runtime == slice) || (a.Policy != unix.SCHED_NORMAL && a.Policy != unix.SCHED_BATCH) {
+			continue
+		}
+		a.Runtime = slice
+		a.Flags &= unix.SCHED_FLAG_RESET_ON_FORK // keep that; no clamps
+		if err := Set(tid, a); errors.Is(err, unix.ESRCH) {
+			continue
+		} else if err != nil {
+			return set, fmt.Errorf("sched_setattr: %w", err)
+		}
+		if slice != 0 {
+			if got, err := Get(tid); err == nil && got.Runtime != slice {
+				return set, fmt.Errorf("%w: asked for %d ns, kept %d ns", ErrIgnored, slice, got.Runtime)
+			}
+		}
+		set++
+	}
+	return set, nil
 }
