@@ -238,7 +238,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	sd := stageDeps{store: store, fence: q.fence, clock: cfg.Clock, log: cfg.Logger, cache: cache, stats: &q.stats, inflight: &q.inflight}
 	q.settle = newSettler(settleDeps{
 		stageDeps: sd, leases: q.recov, backoff: cfg.Backoff, obs: cfg.Observer,
-		arm: func(key string, dueUs int64) { q.arm(key, dueUs, nil) },
+		arm:     func(key string, dueUs int64) { q.arm(key, dueUs, nil) },
+		precise: func() bool { return q.gate.len() > 0 },
 	}, bc, q.calls.Slot(claimers).Call, q.calls.Slot(claimers+1).Call)
 	q.gate, err = newStartGate(gateDeps{
 		clock: cfg.Clock, work: q.work, stop: q.stopDispatch, leases: q.recov,
