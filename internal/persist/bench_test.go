@@ -98,3 +98,63 @@ func claimAndAck(tb testing.TB, bb *bundle, s *Store, tokens []string, reqs []Cl
 		}
 	}
 }
+
+// BenchmarkPollInbox: what a poll costs Redis when others scheduled
+// jobs into the loaded windows of 16 partitions since the last one (at
+// 10,000 jobs a second and the default 100 ms poll interval, about 1,000
+// entries; a burst of Schedules, more): the longest script call a
+// process's poll makes, which every other client of the Redis waits for.
+// The figure is Redis's EVALSHA time per call (INFO commandstats). Run
+// with
+//
+//	go test ./internal/persist -run '^$' -bench PollInbox -count 3
+func BenchmarkPollInbox(b *testing.B) {
+	for _, n := range []int{1_000, 5_000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			bb := setup(b, 16)
+			s := bb.store
+			parts := make([]int, 16)
+			reqs := make([]PollRequest, 16)
+			for p := range parts {
+				parts[p] = p
+				reqs[p] = PollRequest{P: p, Token: "O", Reset: true, Scanned: PollFloor}
+			}
+			held, err := s.LeaseAll(bb.ctx, parts, LeaseAcquire, "O", time.Hour)
+			require.NoError(b, err)
+			require.NotContains(b, held, false)
+			const loaded = 1 << 40
+			out, err := s.PollMany(bb.ctx, loaded, time.Hour, 0, 0, reqs, nil)
+			require.NoError(b, err)
+			for p := range reqs {
+				require.NoError(b, out[p].Err)
+				reqs[p].Reset, reqs[p].Scanned = false, loaded
+			}
+			ws := make([]Write, n)
+			r := rec(strings.Repeat("x", 64))
+			b.ReportAllocs()
+			var us float64
+			for i := range b.N {
+				b.StopTimer()
+				for j := range ws {
+					ws[j] = Write{Key: fmt.Sprintf("p/%d-%d", i, j), Due: 1000 + int64(j), Record: r}
+				}
+				_, err := s.Write(bb.ctx, nil, ws) // a non-owner's: into the inboxes
+				require.NoError(b, err)
+				us0 := scriptMicros(b, bb)
+				b.StartTimer()
+				out, err = s.PollMany(bb.ctx, loaded, time.Hour, 20_000, 2_000, reqs, out)
+				b.StopTimer()
+				us += scriptMicros(b, bb) - us0
+				require.NoError(b, err)
+				got := 0
+				for p := range out {
+					require.NoError(b, out[p].Err)
+					got += len(out[p].Inbox)
+				}
+				require.Equal(b, n, got)
+				b.StartTimer()
+			}
+			b.ReportMetric(us/float64(b.N), "redis-µs/call")
+		})
+	}
+}

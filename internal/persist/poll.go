@@ -28,6 +28,9 @@ type PollResult struct {
 	HavePrev bool
 	// Inbox holds jobs scheduled by others into the loaded window.
 	Inbox []Entry
+	// InboxMore says the inbox held the most entries asked for, or more:
+	// poll again (a page size of 0 reads no window) to take the rest.
+	InboxMore bool
 }
 
 // Poll announces partition p's new loaded-until time (unix µs) for the
@@ -281,6 +284,7 @@ func parsePoll(reply any, reqs []PollRequest, out []PollReply, pageSize int) err
 		}
 		prev, rest, ok1 := strings.Cut(field, ",")
 		nin, npage, ok2 := strings.Cut(rest, ",")
+		nin, r.InboxMore = strings.CutSuffix(nin, "+")
 		in, err1 := strconv.Atoi(nin)
 		pg, err2 := strconv.Atoi(npage)
 		if !ok1 || !ok2 || err1 != nil || err2 != nil {

@@ -172,7 +172,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		reschedule:    redis.NewScript(libLua + rescheduleLua),
 		requeue:       redis.NewScript(requeueLua),
 		lease:         redis.NewScript(leaseLua),
-		poll:          redis.NewScript(pollLua),
+		poll:          redis.NewScript(libLua + pollLua),
 		rangeSc:       redis.NewScript(rangeLua),
 		maxClaimBytes: MaxClaimBytes,
 		acks:          opts.ReplicaAcks,

@@ -1229,3 +1229,41 @@ func TestSteerKey(t *testing.T) {
 		}
 	}
 }
+
+// TestPollInboxMore: a poll takes at most maxInbox inbox entries and says
+// when the inbox may hold more (it held maxInbox or more); the next poll
+// takes the rest.
+func TestPollInboxMore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
+	require.NoError(t, err)
+	var ws []Write
+	for i := range 5 {
+		ws = append(ws, Write{Key: fmt.Sprintf("i/%d", i), Due: 1000 + int64(i), Record: rec("")})
+	}
+	_, err = b.store.Write(b.ctx, nil, ws) // a non-owner's: into the inbox
+	require.NoError(t, err)
+	_, err = b.store.Cancel(b.ctx, "i/1") // its entry stays, and is skipped
+	require.NoError(t, err)
+
+	res, err := b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 2)
+	require.NoError(t, err)
+	require.Equal(t, []Entry{{"i/0", 1000}}, res.Inbox)
+	require.True(t, res.InboxMore)
+	res, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 2)
+	require.NoError(t, err)
+	require.Equal(t, []Entry{{"i/2", 1002}, {"i/3", 1003}}, res.Inbox)
+	require.True(t, res.InboxMore, "two taken of two: it may hold more")
+	res, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 2)
+	require.NoError(t, err)
+	require.Equal(t, []Entry{{"i/4", 1004}}, res.Inbox)
+	require.False(t, res.InboxMore)
+	res, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 2)
+	require.NoError(t, err)
+	require.Empty(t, res.Inbox)
+	require.False(t, res.InboxMore)
+}

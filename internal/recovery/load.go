@@ -18,6 +18,17 @@ import (
 // holds (see pass).
 const minFirstPage = 64
 
+// inboxPerCall is about the most inbox entries one poll call takes, shared
+// among its partitions (at least minInboxShare each): Redis spends about
+// a microsecond on an entry, and a poll after a burst of Schedules by
+// other processes took 5,000 in one call (5.6 ms; BenchmarkPollInbox in
+// internal/persist), a hold of Redis every other client waited for. The
+// rest is taken by further calls of the same pass (drainInboxes).
+const (
+	inboxPerCall  = 512
+	minInboxShare = 16
+)
+
 // scan is one partition's window being read.
 type scan struct {
 	p            int
@@ -71,8 +82,9 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 	if reloading {
 		first = max(r.cfg.PageSize/len(reqs), min(r.cfg.PageSize, minFirstPage))
 	}
+	share := max(inboxPerCall/len(reqs), minInboxShare)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-	replies, err := r.store.PollMany(cctx, until, ttl, 10*r.cfg.PageSize, first, reqs, r.replies)
+	replies, err := r.store.PollMany(cctx, until, ttl, share, first, reqs, r.replies)
 	cancel()
 	r.replies = replies
 	if err != nil {
@@ -81,6 +93,7 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 	}
 	var scans []*scan
 	var round []persist.Entry
+	var more []persist.PollRequest // inboxes not taken whole
 	for i := range replies {
 		p, res := reqs[i].P, &replies[i]
 		if errors.Is(res.Err, persist.ErrFenced) {
@@ -95,6 +108,9 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 		if len(res.Inbox) > 0 {
 			r.sink.Arm(res.Inbox)
 			r.armed.Add(int64(len(res.Inbox)))
+		}
+		if res.InboxMore {
+			more = append(more, persist.PollRequest{P: p, Token: r.cfg.Token, Scanned: until})
 		}
 		after := int64(persist.PollFloor)
 		if res.HavePrev && !r.reset[p] {
@@ -120,6 +136,9 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 	}
 	clear(replies) // the entries are the sink's now
 	r.armRound(round)
+	// The rest of the inboxes before the windows' scans: their jobs may be
+	// due at once, the scans' are a poll interval short of the horizon.
+	r.drainInboxes(ctx, until, ttl, more)
 	for len(scans) > 0 && ctx.Err() == nil {
 		r.renewIfDue(ctx)
 		next := scans[:0]
@@ -147,6 +166,49 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 		}
 		r.armRound(round)
 		scans = next
+	}
+}
+
+// drainInboxes takes the rest of the inboxes of reqs' partitions, whose
+// poll took a share of them, in calls of about inboxPerCall entries in
+// all that announce the same loaded-until (until) and read no window. It
+// stops once they are empty, or after as many entries per partition as
+// 10 pages (what one poll took before inboxes were shared out): what is
+// left, or what a failed call left, waits for the next pass.
+func (r *Recoverer) drainInboxes(ctx context.Context, until int64, ttl time.Duration, reqs []persist.PollRequest) {
+	for taken := 0; len(reqs) > 0 && taken < 10*r.cfg.PageSize && ctx.Err() == nil; {
+		r.renewIfDue(ctx)
+		share := max(inboxPerCall/len(reqs), minInboxShare)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		replies, err := r.store.PollMany(cctx, until, ttl, share, 0, reqs, r.replies)
+		cancel()
+		r.replies = replies
+		if err != nil {
+			r.noteErr("poll", err)
+			return
+		}
+		next := reqs[:0]
+		for i := range replies {
+			p, res := reqs[i].P, &replies[i]
+			if errors.Is(res.Err, persist.ErrFenced) {
+				r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
+				r.lose(p)
+				continue
+			}
+			if res.Err != nil {
+				r.noteErr("poll", res.Err)
+				continue
+			}
+			if len(res.Inbox) > 0 {
+				r.sink.Arm(res.Inbox)
+				r.armed.Add(int64(len(res.Inbox)))
+			}
+			if res.InboxMore && r.loaded[p].Load() != NotOwned {
+				next = append(next, reqs[i])
+			}
+		}
+		clear(replies)
+		reqs, taken = next, taken+share
 	}
 }
 

@@ -36,12 +36,14 @@
 --   "prev,nin,npage"    prev the previous loaded-until ("" when none, or
 --                       on a reset; "=" when it is the partition's ARGV +2,
 --                       as it is after a window scanned whole, so that an
---                       idle poll's reply is short), nin inbox entries,
---                       then npage pending
+--                       idle poll's reply is short), nin inbox entries
+--                       (with a "+" after it when the inbox held ARGV[3]
+--                       or more: it may hold more), then npage pending
 --                       entries of the window, each as two items (job key,
 --                       score); npage is -1 when the window was not read
 --                       (empty, or ARGV[4] is 0)
--- The items follow in the order of the fields.
+-- The items follow in the order of the fields. many() is lib.lua's,
+-- which the store puts before this script.
 local new, ttl, maxInbox, page, floor = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local head, out = {}, {''}
 
@@ -70,12 +72,18 @@ local function step(k, a)
     announce = prev
   end
   redis.call('SET', KEYS[k + 1], announce, 'PX', ttl)
-  local nin = 0
+  local nin, more = 0, ''
   if not reset then
     local keys = redis.call('LPOP', KEYS[k + 2], maxInbox)
+    if keys and #keys > 0 and #keys >= tonumber(maxInbox) then
+      more = '+'
+    end
     if keys then
-      for _, key in ipairs(keys) do
-        local s = redis.call('ZSCORE', KEYS[k + 3], key)
+      -- One ZMSCORE, not a ZSCORE per entry: a poll after a burst of
+      -- Schedules by others holds thousands.
+      local scores = many('ZMSCORE', KEYS[k + 3], keys)
+      for j, key in ipairs(keys) do
+        local s = scores[j]
         if s then
           out[#out + 1] = key
           out[#out + 1] = s
@@ -102,7 +110,7 @@ local function step(k, a)
   if prev == ARGV[a + 2] then
     prev = '='
   end
-  return (prev or '') .. ',' .. nin .. ',' .. npage
+  return (prev or '') .. ',' .. nin .. more .. ',' .. npage
 end
 
 local a = 6
