@@ -46,8 +46,11 @@ type Queue struct {
 	writes  *batch.Batcher[persist.Write, persist.WriteResult]
 	cancels *batch.Batcher[string, persist.Change]
 	moves   *batch.Batcher[persist.Move, persist.Change] // reschedules
-	// resolves are the consumers' acks, nacks and touches (pull.go).
-	resolves *batch.Batcher[persist.ResolveOp, byte]
+	// resolves are the consumers' acks, nacks and touches (pull.go);
+	// resolving is partitionCalls' buffer for them (one flusher; a lone
+	// request sent directly is never split).
+	resolves  *batch.Batcher[persist.ResolveOp, byte]
+	resolving []persist.ResolveOp
 	// settle stores the outcomes of runs and dead-letters corrupt
 	// records (settle.go).
 	settle *settler
@@ -279,7 +282,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	rc.Linger, rc.InFlight = ackLinger, 1
 	q.resolves = batch.NewBatcher(rc, func(ctx context.Context, ops []persist.ResolveOp) ([]byte, error) {
 		_, wall := wheel.Readings(q.clock)
-		return store.Resolve(ctx, wall.UnixMicro(), ops)
+		now := wall.UnixMicro()
+		if len(ops) <= preciseSettle || q.gate.len() == 0 {
+			return store.Resolve(ctx, now, ops)
+		}
+		// Jobs wait in the start gate for their time: calls of whole
+		// partitions, as the settles' (storeOutcomes).
+		return partitionCalls(ops, cfg.Partitions, func(o persist.ResolveOp) int { return store.PartitionOf(o.Key) }, &q.resolving,
+			func(part []persist.ResolveOp) ([]byte, error) { return store.Resolve(ctx, now, part) })
 	})
 	return q, nil
 }

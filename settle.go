@@ -100,14 +100,15 @@ func (s *inflightSet) any(match func(key string) bool) bool {
 // delay the jobs that are starting.
 const settleLinger = 5 * time.Millisecond
 
-// preciseSettle is about the most outcomes one settle call carries while
-// claimed jobs wait in the start gate for their time (see
-// settler.storeOutcomes). Redis runs a call whole, and on a machine of
-// two cores shared by Redis, the queue and other work, the jobs coming
-// due meanwhile wait for a core about as long: at 10,000 jobs a second a
-// call carried about 77 acks and held Redis 1-2 ms, and the quiet
-// precision64's p99 was 445 µs; in calls of 16 it was 307 µs
-// (docs/benchmarks-history.md).
+// preciseSettle is about the most outcomes one settle call (and one
+// resolve call of the consumers' acks) carries while claimed jobs wait in
+// the start gate for their time (see partitionCalls). Redis runs a call
+// whole, and on a machine of two cores shared by Redis, the queue and
+// other work, the jobs coming due meanwhile wait for a core about as
+// long: at 10,000 jobs a second a settle carried about 77 acks and held
+// Redis 1-2 ms. Quiet precision64's p99 was 472 µs so, 271 µs in calls
+// of 8 (of whole partitions), 243 µs in calls of 4, which beside a CPU hog
+// was worse than 8 (docs/benchmarks-history.md).
 const preciseSettle = 8
 
 // corruptJob is a job to dead-letter for a record that cannot be decoded:
@@ -260,12 +261,8 @@ func (s *settler) exec(ctx context.Context, os []persist.Outcome) error {
 
 // storeOutcomes stores os and reports which applied: in one call, or,
 // while jobs wait in the start gate for their time (precise) and os is
-// longer than preciseSettle, in calls of whole partitions in turn, each
-// closed once it carries preciseSettle outcomes or more. A call's Redis
-// time is mostly per outcome and per partition touched, so the calls
-// together touch each partition once, as the one call would have, and
-// cost Redis about what it would; a job's outcomes (one partition) keep
-// their order. An error stops the calls: the retrier sends os again
+// longer than preciseSettle, in calls of whole partitions
+// (partitionCalls). An error stops the calls: the retrier sends os again
 // whole, and a call that applied finds its outcomes stored (settle.lua).
 func (s *settler) storeOutcomes(ctx context.Context, os []persist.Outcome) ([]bool, error) {
 	_, wall := wheel.Readings(s.clock)
@@ -273,45 +270,54 @@ func (s *settler) storeOutcomes(ctx context.Context, os []persist.Outcome) ([]bo
 	if len(os) <= preciseSettle || s.precise == nil || !s.precise() {
 		return s.store.Settle(ctx, s.fence, now, os)
 	}
-	// Counting sort by partition: parts[p] ends as where p's outcomes
-	// end in byPart.
-	parts := make([]int, len(s.fence)+1)
-	for _, o := range os {
-		parts[s.store.PartitionOf(o.Key)+1]++
+	return partitionCalls(os, len(s.fence), func(o persist.Outcome) int { return s.store.PartitionOf(o.Key) }, &s.byPart,
+		func(part []persist.Outcome) ([]bool, error) { return s.store.Settle(ctx, s.fence, now, part) })
+}
+
+// partitionCalls runs call on items in calls of whole partitions in turn
+// (partOf gives an item's, of nparts), each closed once it carries
+// preciseSettle items or more, and returns the results in the order of
+// items. A call's Redis time is mostly per item and per partition
+// touched, so the calls together touch each partition once, as one call
+// would have, and cost Redis about what it would; an item's partition
+// keeps its items' order. buf is the caller's buffer for the items sorted
+// by partition, reused (emptied after). The first error stops the calls.
+func partitionCalls[T, R any](items []T, nparts int, partOf func(T) int, buf *[]T, call func([]T) ([]R, error)) ([]R, error) {
+	// Counting sort by partition: ends[p+1] ends as where p's items end.
+	ends := make([]int, nparts+1)
+	for _, it := range items {
+		ends[partOf(it)+1]++
 	}
-	for p := 1; p < len(parts); p++ {
-		parts[p] += parts[p-1]
+	for p := 1; p < len(ends); p++ {
+		ends[p] += ends[p-1]
 	}
-	at := slices.Clone(parts[:len(parts)-1])
-	where := make([]int, len(os))
-	s.byPart = slices.Grow(s.byPart[:0], len(os))[:len(os)]
-	for i, o := range os {
-		p := s.store.PartitionOf(o.Key)
+	at := slices.Clone(ends[:nparts])
+	where := make([]int, len(items))
+	sorted := slices.Grow((*buf)[:0], len(items))[:len(items)]
+	*buf = sorted
+	defer clear(sorted) // the items go with the call
+	for i, it := range items {
+		p := partOf(it)
 		where[i] = at[p]
-		s.byPart[at[p]] = o
+		sorted[at[p]] = it
 		at[p]++
 	}
-	applied := make([]bool, len(os))
+	res := make([]R, len(items))
 	from := 0
-	for p := 1; p < len(parts); p++ {
-		if parts[p]-from < preciseSettle && p < len(parts)-1 {
+	for p := 1; p < len(ends); p++ {
+		if ends[p] == from || (ends[p]-from < preciseSettle && p < nparts) {
 			continue
 		}
-		if parts[p] == from {
-			continue
-		}
-		res, err := s.store.Settle(ctx, s.fence, now, s.byPart[from:parts[p]])
+		got, err := call(sorted[from:ends[p]])
 		if err != nil {
-			clear(s.byPart)
 			return nil, err
 		}
-		copy(applied[from:], res)
-		from = parts[p]
+		copy(res[from:], got)
+		from = ends[p]
 	}
-	clear(s.byPart) // the records go with the outcomes
-	out := make([]bool, len(os))
-	for i := range os {
-		out[i] = applied[where[i]]
+	out := make([]R, len(items))
+	for i := range items {
+		out[i] = res[where[i]]
 	}
 	return out, nil
 }
