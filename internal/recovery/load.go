@@ -174,10 +174,15 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 // all that announce the same loaded-until (until) and read no window. It
 // stops once they are empty, or after as many entries per partition as
 // 10 pages (what one poll took before inboxes were shared out): what is
-// left, or what a failed call left, waits for the next pass.
+// left, or what a failed call left, waits for the next pass. A partition
+// released meanwhile is left alone: its next owner drops its inbox.
 func (r *Recoverer) drainInboxes(ctx context.Context, until int64, ttl time.Duration, reqs []persist.PollRequest) {
-	for taken := 0; len(reqs) > 0 && taken < 10*r.cfg.PageSize && ctx.Err() == nil; {
+	for taken := 0; taken < 10*r.cfg.PageSize && ctx.Err() == nil; {
 		r.renewIfDue(ctx)
+		reqs = slices.DeleteFunc(reqs, func(q persist.PollRequest) bool { return r.loaded[q.P].Load() == NotOwned })
+		if len(reqs) == 0 {
+			return
+		}
 		share := max(inboxPerCall/len(reqs), minInboxShare)
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		replies, err := r.store.PollMany(cctx, until, ttl, share, 0, reqs, r.replies)
@@ -203,7 +208,7 @@ func (r *Recoverer) drainInboxes(ctx context.Context, until int64, ttl time.Dura
 				r.sink.Arm(res.Inbox)
 				r.armed.Add(int64(len(res.Inbox)))
 			}
-			if res.InboxMore && r.loaded[p].Load() != NotOwned {
+			if res.InboxMore {
 				next = append(next, reqs[i])
 			}
 		}

@@ -389,8 +389,8 @@ func TestReloadFirstCallReadsAboutAPage(t *testing.T) {
 // TestInboxTakenInShares: an inbox that others filled (a burst of
 // Schedules by other processes) is taken by calls of about inboxPerCall
 // entries in all, in the same pass (up to 10 pages a partition); every
-// entry is armed once. One call took them all before: 5,000 entries held Redis
-// 5.6 ms (BenchmarkPollInbox).
+// entry is armed once. One call took them all before: 5,000 entries held
+// Redis 5.6 ms (BenchmarkPollInbox).
 func TestInboxTakenInShares(t *testing.T) {
 	t.Parallel()
 	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
