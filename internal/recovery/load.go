@@ -96,18 +96,8 @@ func (r *Recoverer) pass(ctx context.Context, wall time.Time) {
 	var more []persist.PollRequest // inboxes not taken whole
 	for i := range replies {
 		p, res := reqs[i].P, &replies[i]
-		if errors.Is(res.Err, persist.ErrFenced) {
-			r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
-			r.lose(p)
+		if !r.polled(p, res) {
 			continue
-		}
-		if res.Err != nil {
-			r.noteErr("poll", res.Err)
-			continue
-		}
-		if len(res.Inbox) > 0 {
-			r.sink.Arm(res.Inbox)
-			r.armed.Add(int64(len(res.Inbox)))
 		}
 		if res.InboxMore {
 			more = append(more, persist.PollRequest{P: p, Token: r.cfg.Token, Scanned: until})
@@ -194,27 +184,33 @@ func (r *Recoverer) drainInboxes(ctx context.Context, until int64, ttl time.Dura
 		}
 		next := reqs[:0]
 		for i := range replies {
-			p, res := reqs[i].P, &replies[i]
-			if errors.Is(res.Err, persist.ErrFenced) {
-				r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
-				r.lose(p)
-				continue
-			}
-			if res.Err != nil {
-				r.noteErr("poll", res.Err)
-				continue
-			}
-			if len(res.Inbox) > 0 {
-				r.sink.Arm(res.Inbox)
-				r.armed.Add(int64(len(res.Inbox)))
-			}
-			if res.InboxMore {
+			if r.polled(reqs[i].P, &replies[i]) && replies[i].InboxMore {
 				next = append(next, reqs[i])
 			}
 		}
 		clear(replies)
 		reqs, taken = next, taken+share
 	}
+}
+
+// polled handles the failure of partition p's part of a poll (a fenced
+// partition is released), or arms the inbox entries it took; it reports
+// whether the part succeeded.
+func (r *Recoverer) polled(p int, res *persist.PollReply) bool {
+	if errors.Is(res.Err, persist.ErrFenced) {
+		r.log.Warn("wheelq: partition fenced, releasing", "partition", p)
+		r.lose(p)
+		return false
+	}
+	if res.Err != nil {
+		r.noteErr("poll", res.Err)
+		return false
+	}
+	if len(res.Inbox) > 0 {
+		r.sink.Arm(res.Inbox)
+		r.armed.Add(int64(len(res.Inbox)))
+	}
+	return true
 }
 
 // armRound arms a page of every partition scanned, merged: the oldest go
