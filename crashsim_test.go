@@ -43,7 +43,7 @@ func crashConfig() Config {
 
 // TestCrashChild is the child process of TestCrashKill9; it does nothing
 // unless the parent set its environment. It runs the queue and appends one
-// line per handler start to the log: "id due_us start_us attempt pid".
+// line per handler start to the log: "id due_us start_us attempt pid rerun".
 func TestCrashChild(t *testing.T) {
 	addr := os.Getenv(envChildRedis)
 	if addr == "" {
@@ -60,12 +60,16 @@ func TestCrashChild(t *testing.T) {
 }
 
 // fireLogger is the child processes' handler: it appends one line per
-// start to f, "id due_us start_us attempt pid" (readFires reads them), and
+// start to f, "id due_us start_us attempt pid rerun" (readFires reads them), and
 // takes 0-2 ms, so that runs are in flight at a kill sometimes.
 func fireLogger(f *os.File) Handler {
 	var mu sync.Mutex
 	return HandlerFunc(func(_ context.Context, j *Job) error {
-		line := fmt.Sprintf("%s %d %d %d %d\n", j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), j.Attempt, os.Getpid())
+		rerun := 0
+		if j.Rerun {
+			rerun = 1
+		}
+		line := fmt.Sprintf("%s %d %d %d %d %d\n", j.ID, j.Due.UnixMicro(), time.Now().UnixMicro(), j.Attempt, os.Getpid(), rerun)
 		mu.Lock()
 		_, err := f.WriteString(line) // one write(2): survives SIGKILL
 		mu.Unlock()
@@ -110,7 +114,8 @@ func (c *child) kill() {
 type fire struct {
 	dueUs, startUs int64
 	attempt        int
-	proc           int // pid of the child that ran it (0: not recorded)
+	proc           int  // pid of the child that ran it (0: not recorded)
+	rerun          bool // Job.Rerun: an earlier run of it was interrupted
 }
 
 func readFires(t *testing.T, path string) map[string][]fire {
@@ -121,14 +126,14 @@ func readFires(t *testing.T, path string) map[string][]fire {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) != 5 {
+		if len(fs) != 6 {
 			continue // a line cut by a kill
 		}
 		due, _ := strconv.ParseInt(fs[1], 10, 64)
 		start, _ := strconv.ParseInt(fs[2], 10, 64)
 		att, _ := strconv.Atoi(fs[3])
 		proc, _ := strconv.Atoi(fs[4])
-		out[fs[0]] = append(out[fs[0]], fire{due, start, att, proc})
+		out[fs[0]] = append(out[fs[0]], fire{due, start, att, proc, fs[5] == "1"})
 	}
 	return out
 }

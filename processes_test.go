@@ -3,6 +3,7 @@ package wheelq
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -51,7 +52,13 @@ func TestTeamChild(t *testing.T) {
 	}
 	f, err := os.OpenFile(os.Getenv(envTeamLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	require.NoError(t, err)
-	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), teamConfig("team", os.Getenv(envTeamInstance)))
+	cfg := teamConfig("team", os.Getenv(envTeamInstance))
+	// The queue's log, for a parent's failure report (teamLogs).
+	qlog, err := os.Create(fmt.Sprintf("%s.queue-%d", os.Getenv(envTeamLog), os.Getpid()))
+	require.NoError(t, err)
+	defer qlog.Close()
+	cfg.Logger = slog.New(slog.NewTextHandler(qlog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	q, err := New(redis.NewClient(&redis.Options{Addr: addr}), cfg)
 	require.NoError(t, err)
 	require.NoError(t, q.Handle("c", fireLogger(f)))
 	term := make(chan os.Signal, 1)
@@ -114,6 +121,22 @@ func (c *child) term(t *testing.T) {
 	case <-c.done:
 	case <-time.After(wait):
 		t.Fatal("the child did not exit after SIGTERM")
+	}
+}
+
+// teamLogs logs what the team's worker processes' queues logged (beside
+// the fires' log): a failure's report.
+func teamLogs(t *testing.T, logPath string) {
+	t.Helper()
+	paths, _ := filepath.Glob(logPath + ".queue-*")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			t.Logf("%s: %s", filepath.Base(p), strings.TrimSpace(line))
+		}
 	}
 }
 
@@ -347,6 +370,12 @@ func TestTeamRollingRestart(t *testing.T) {
 		if len(fs) > 1 {
 			twice = append(twice, id)
 		}
+	}
+	if dups > 0 {
+		for _, id := range twice {
+			t.Logf("%s ran %+v", id, fires[id])
+		}
+		teamLogs(t, tm.logPath)
 	}
 	require.Zero(t, dups, "a rolling restart runs no job twice: %s", strings.Join(twice, ", "))
 	p50, p99, most := lateness(fires)
