@@ -242,7 +242,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.settle = newSettler(settleDeps{
 		stageDeps: sd, leases: q.recov, backoff: cfg.Backoff, obs: cfg.Observer,
 		arm:     func(key string, dueUs int64) { q.arm(key, dueUs, nil) },
-		precise: func() bool { return q.gate.len() > 0 },
+		precise: q.jobsWaiting,
 	}, bc, q.calls.Slot(claimers).Call, q.calls.Slot(claimers+1).Call)
 	q.gate, err = newStartGate(gateDeps{
 		clock: cfg.Clock, work: q.work, stop: q.stopDispatch, leases: q.recov,
@@ -283,16 +283,21 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.resolves = batch.NewBatcher(rc, func(ctx context.Context, ops []persist.ResolveOp) ([]byte, error) {
 		_, wall := wheel.Readings(q.clock)
 		now := wall.UnixMicro()
-		if len(ops) <= preciseSettle || q.gate.len() == 0 {
-			return store.Resolve(ctx, now, ops)
+		resolve := func(part []persist.ResolveOp) ([]byte, error) { return store.Resolve(ctx, now, part) }
+		if !q.jobsWaiting() {
+			return resolve(ops)
 		}
-		// Jobs wait in the start gate for their time: calls of whole
-		// partitions, as the settles' (storeOutcomes).
-		return partitionCalls(ops, cfg.Partitions, func(o persist.ResolveOp) int { return store.PartitionOf(o.Key) }, &q.resolving,
-			func(part []persist.ResolveOp) ([]byte, error) { return store.Resolve(ctx, now, part) })
+		// As the settles' (storeOutcomes).
+		return partitionCalls(ops, cfg.Partitions, func(o persist.ResolveOp) int { return store.PartitionOf(o.Key) }, &q.resolving, resolve)
 	})
 	return q, nil
 }
+
+// jobsWaiting reports whether claimed jobs wait in the start gate for
+// their time: then outcomes and acks are stored in calls of whole
+// partitions (partitionCalls), so that no call holds Redis long while
+// they come due.
+func (q *Queue) jobsWaiting() bool { return q.gate.len() > 0 }
 
 // Handle registers the handler of a topic, replacing any earlier one. It
 // may be called before or after Start.

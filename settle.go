@@ -106,9 +106,10 @@ const settleLinger = 5 * time.Millisecond
 // whole, and on a machine of two cores shared by Redis, the queue and
 // other work, the jobs coming due meanwhile wait for a core about as
 // long: at 10,000 jobs a second a settle carried about 77 acks and held
-// Redis 1-2 ms. Quiet precision64's p99 was 472 µs so, 271 µs in calls
-// of 8 (of whole partitions), 243 µs in calls of 4, which beside a CPU hog
-// was worse than 8 (docs/benchmarks-history.md).
+// Redis 1-2 ms, and quiet precision64's p99 went from 472 µs to 271 µs
+// with calls of 8. Calls of 4 were quicker still on a quiet machine (p99
+// 243 against 288 µs in the same runs) but slower beside a CPU hog
+// (docs/benchmarks-history.md).
 const preciseSettle = 8
 
 // corruptJob is a job to dead-letter for a record that cannot be decoded:
@@ -129,7 +130,8 @@ type settleDeps struct {
 	// partition and it is due within the loaded window).
 	arm func(key string, dueUs int64)
 	// precise reports whether claimed jobs wait for their time in the
-	// start gate: then outcomes go in calls of about preciseSettle.
+	// start gate (Queue.jobsWaiting): then outcomes go in calls of about
+	// preciseSettle.
 	precise func() bool
 }
 
@@ -267,37 +269,42 @@ func (s *settler) exec(ctx context.Context, os []persist.Outcome) error {
 func (s *settler) storeOutcomes(ctx context.Context, os []persist.Outcome) ([]bool, error) {
 	_, wall := wheel.Readings(s.clock)
 	now := wall.UnixMicro()
-	if len(os) <= preciseSettle || s.precise == nil || !s.precise() {
-		return s.store.Settle(ctx, s.fence, now, os)
+	settle := func(part []persist.Outcome) ([]bool, error) { return s.store.Settle(ctx, s.fence, now, part) }
+	if s.precise == nil || !s.precise() {
+		return settle(os)
 	}
-	return partitionCalls(os, len(s.fence), func(o persist.Outcome) int { return s.store.PartitionOf(o.Key) }, &s.byPart,
-		func(part []persist.Outcome) ([]bool, error) { return s.store.Settle(ctx, s.fence, now, part) })
+	return partitionCalls(os, len(s.fence), func(o persist.Outcome) int { return s.store.PartitionOf(o.Key) }, &s.byPart, settle)
 }
 
-// partitionCalls runs call on items in calls of whole partitions in turn
-// (partOf gives an item's, of nparts), each closed once it carries
-// preciseSettle items or more, and returns the results in the order of
-// items. A call's Redis time is mostly per item and per partition
+// partitionCalls runs call on items: at once when they are preciseSettle
+// or fewer, else in calls of whole partitions in turn (partOf gives an
+// item's, of nparts), each closed once it carries preciseSettle items or
+// more. It returns the results in the order of items. A call's Redis time is mostly per item and per partition
 // touched, so the calls together touch each partition once, as one call
 // would have, and cost Redis about what it would; an item's partition
 // keeps its items' order. buf is the caller's buffer for the items sorted
 // by partition, reused (emptied after). The first error stops the calls.
 func partitionCalls[T, R any](items []T, nparts int, partOf func(T) int, buf *[]T, call func([]T) ([]R, error)) ([]R, error) {
-	// Counting sort by partition: ends[p+1] ends as where p's items end.
+	if len(items) <= preciseSettle {
+		return call(items)
+	}
+	// Counting sort by partition: ends[p+1] ends as where p's items end;
+	// where[i] is first item i's partition, then its place.
 	ends := make([]int, nparts+1)
-	for _, it := range items {
-		ends[partOf(it)+1]++
+	where := make([]int, len(items))
+	for i, it := range items {
+		where[i] = partOf(it)
+		ends[where[i]+1]++
 	}
 	for p := 1; p < len(ends); p++ {
 		ends[p] += ends[p-1]
 	}
 	at := slices.Clone(ends[:nparts])
-	where := make([]int, len(items))
 	sorted := slices.Grow((*buf)[:0], len(items))[:len(items)]
 	*buf = sorted
 	defer clear(sorted) // the items go with the call
 	for i, it := range items {
-		p := partOf(it)
+		p := where[i]
 		where[i] = at[p]
 		sorted[at[p]] = it
 		at[p]++
