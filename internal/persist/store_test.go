@@ -1267,3 +1267,25 @@ func TestPollInboxMore(t *testing.T) {
 	require.Empty(t, res.Inbox)
 	require.False(t, res.InboxMore)
 }
+
+// TestPollInboxNone: a poll that asks for no inbox entries leaves them,
+// and its partition's step does not fail (a count of 0 pops an empty
+// array: no scores to read).
+func TestPollInboxNone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
+	require.NoError(t, err)
+	_, err = b.store.Write(b.ctx, nil, []Write{{Key: "i/0", Due: 1000, Record: rec("")}})
+	require.NoError(t, err)
+	res, err := b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 0)
+	require.NoError(t, err)
+	require.Empty(t, res.Inbox)
+	require.False(t, res.InboxMore)
+	res, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 10)
+	require.NoError(t, err)
+	require.Equal(t, []Entry{{"i/0", 1000}}, res.Inbox)
+}

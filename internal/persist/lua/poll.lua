@@ -46,6 +46,7 @@
 -- which the store puts before this script.
 local new, ttl, maxInbox, page, floor = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local head, out = {}, {''}
+local inboxCap = tonumber(maxInbox)
 
 local function step(k, a)
   if redis.call('GET', KEYS[k]) ~= ARGV[a] then
@@ -75,10 +76,10 @@ local function step(k, a)
   local nin, more = 0, ''
   if not reset then
     local keys = redis.call('LPOP', KEYS[k + 2], maxInbox)
-    if keys and #keys > 0 and #keys >= tonumber(maxInbox) then
-      more = '+'
-    end
-    if keys then
+    if keys and #keys > 0 then -- a count of 0 pops an empty array
+      if #keys >= inboxCap then
+        more = '+'
+      end
       -- One ZMSCORE, not a ZSCORE per entry: a poll after a burst of
       -- Schedules by others holds thousands.
       local scores = many('ZMSCORE', KEYS[k + 3], keys)
