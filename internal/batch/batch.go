@@ -146,6 +146,10 @@ func (b *Batcher[T, R]) Do(ctx context.Context, req T) (R, error) {
 		defer b.outstanding.Add(-1)
 		return b.direct(ctx, req)
 	}
+	if err := ctx.Err(); err != nil {
+		b.mu.RUnlock()
+		return zero, err // sends nothing (a select of two ready cases picks at random)
+	}
 	b.startFlushers()
 	c := b.pool.Get().(*call[T, R])
 	c.req = req
@@ -198,6 +202,13 @@ func (b *Batcher[T, R]) DoAll(ctx context.Context, reqs []T) ([]R, []error) {
 	}
 send:
 	for i, req := range reqs {
+		if ctx.Err() != nil {
+			// A select with both cases ready picks one at random: an
+			// ended ctx sends nothing more.
+			b.outstanding.Add(-int64(len(reqs) - i))
+			fail(i, ctx.Err())
+			break
+		}
 		c := b.pool.Get().(*call[T, R])
 		c.req = req
 		select {
