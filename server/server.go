@@ -75,6 +75,8 @@ type Server struct {
 	cert atomic.Pointer[tls.Certificate]
 	hsrv *http.Server
 	resp *resp.Server // nil unless resp.addr is set
+	// pushes are the deliverers of pushed topics, closed after the queue.
+	pushes []*push.Deliverer
 }
 
 // New checks cfg and builds the server; Run starts it.
@@ -130,8 +132,9 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		if to == 0 {
 			to = cfg.Push.Timeout.D()
 		}
-		d, err := push.New(push.Target{URL: u, Secret: pt.Secret.Reveal(), Timeout: to}, cfg.Push.AllowHosts, nil)
+		d, err := push.New(push.Target{URL: u, Secret: pt.Secret.Reveal(), Timeout: to}, cfg.Push.AllowHosts)
 		if err == nil {
+			s.pushes = append(s.pushes, d)
 			err = q.Handle(pt.Topic, d)
 		}
 		if l := (wheelq.Limit{Concurrency: pt.Concurrency, GlobalConcurrency: pt.GlobalConcurrency, Rate: pt.Rate, Per: pt.Per.D()}); err == nil && l != (wheelq.Limit{}) {
@@ -456,6 +459,9 @@ func (s *Server) stop() error {
 	qerr := s.q.Shutdown(sctx)
 	if qerr != nil {
 		qerr = fmt.Errorf("server: queue shutdown: %w", qerr)
+	}
+	for _, d := range s.pushes {
+		d.Close()
 	}
 	s.log.Info("wheelq server: stopped")
 	return errors.Join(herr, qerr)

@@ -13,11 +13,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -42,7 +43,8 @@ const (
 
 // maxIdlePerHost is how many idle connections a deliverer keeps to its
 // receiver: as many as pushes may run at once (Config.Concurrency's
-// default, 64), and some.
+// default, 64), and some (net/http's default Transport keeps 2 per host,
+// and most pushes to one receiver dialled anew).
 const maxIdlePerHost = 128
 
 // Target is where a topic's jobs go.
@@ -55,15 +57,17 @@ type Target struct {
 
 // Deliverer is the wheelq.Handler of one pushed topic.
 type Deliverer struct {
-	t      Target
-	key    []byte
-	client *http.Client
-	clock  func() time.Time
+	t     Target
+	key   []byte
+	conns *poster
+	clock func() time.Time
 }
 
 // New checks t against the allowed hosts (host:port as in the URL) and
-// returns its deliverer.
-func New(t Target, allow []string, transport http.RoundTripper) (*Deliverer, error) {
+// returns its deliverer. Pushes go straight to the target (no proxy from
+// the environment: the allow-list names where they go), over HTTP/1.1
+// connections kept for the next push.
+func New(t Target, allow []string) (*Deliverer, error) {
 	if t.URL == nil || (t.URL.Scheme != "http" && t.URL.Scheme != "https") {
 		return nil, fmt.Errorf("push: target %v: want an http(s) URL", t.URL)
 	}
@@ -74,21 +78,24 @@ func New(t Target, allow []string, transport http.RoundTripper) (*Deliverer, err
 	if err != nil || !strings.HasPrefix(t.Secret, "whsec_") || len(key) < 16 {
 		return nil, errors.New("push: secret: want whsec_ then the base64 of at least 16 bytes")
 	}
-	if transport == nil {
-		// Keep a connection per concurrent delivery: the default keeps 2
-		// idle per host, so most pushes to one receiver dialled anew.
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = maxIdlePerHost
-		transport = t
+	port := t.URL.Port()
+	var tc *tls.Config
+	switch {
+	case t.URL.Scheme == "https":
+		tc = &tls.Config{ServerName: t.URL.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+		if port == "" {
+			port = "443"
+		}
+	case port == "":
+		port = "80"
 	}
-	c := &http.Client{
-		Transport: transport,
-		Timeout:   t.Timeout,
-		// A redirect could lead anywhere: it is a failed delivery.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	return &Deliverer{t: t, key: key, client: c, clock: time.Now}, nil
+	return &Deliverer{t: t, key: key, conns: newPoster(net.JoinHostPort(t.URL.Hostname(), port), tc), clock: time.Now}, nil
 }
+
+// Close closes the connections kept for the next push. Pushes still
+// running close theirs as they end; a push after Close dials anew and
+// keeps nothing.
+func (d *Deliverer) Close() { d.conns.close() }
 
 // Sign returns the webhook-signature header's value for id, the unix
 // timestamp ts and body under secret key.
@@ -143,17 +150,20 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 		b, _ := json.Marshal(j.Headers)
 		req.Header.Set(HeaderHeaders, string(b))
 	}
-	resp, err := d.client.Do(req)
+	if d.t.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.t.Timeout)
+		defer cancel()
+	}
+	r, err := d.conns.post(ctx, req)
 	if err != nil {
 		return fmt.Errorf("push to %s: %w", d.t.URL.Redacted(), err)
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+	if r.status >= 200 && r.status < 300 {
 		return nil
 	}
-	err = fmt.Errorf("push to %s: %s", d.t.URL.Redacted(), resp.Status)
-	if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
+	err = fmt.Errorf("push to %s: %d %s", d.t.URL.Redacted(), r.status, http.StatusText(r.status))
+	if s, perr := strconv.Atoi(r.retryAfter); perr == nil && s > 0 {
 		return wheelq.RetryAfter(time.Duration(s)*time.Second, err)
 	}
 	return err

@@ -1,6 +1,7 @@
 package push_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -47,7 +48,7 @@ func TestDeliver(t *testing.T) {
 	}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL + "/hook")
-	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host}, nil)
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
 	require.NoError(t, err)
 	j := &wheelq.Job{Topic: "hooks", ID: "o/1", Attempt: 2, Payload: []byte{0, 1, 0xff}, Headers: map[string]string{"traceparent": "00-a"}}
 	require.NoError(t, d.HandleJob(context.Background(), j))
@@ -73,10 +74,10 @@ func TestDeliver(t *testing.T) {
 
 func TestAllowList(t *testing.T) {
 	u, _ := url.Parse("http://169.254.169.254/latest/meta-data")
-	_, err := push.New(push.Target{URL: u, Secret: secret}, []string{"127.0.0.1:9000"}, nil)
+	_, err := push.New(push.Target{URL: u, Secret: secret}, []string{"127.0.0.1:9000"})
 	require.ErrorIs(t, err, push.ErrNotAllowed)
 	u, _ = url.Parse("http://127.0.0.1:9000/x")
-	_, err = push.New(push.Target{URL: u, Secret: "whsec_short"}, []string{"127.0.0.1:9000"}, nil)
+	_, err = push.New(push.Target{URL: u, Secret: "whsec_short"}, []string{"127.0.0.1:9000"})
 	require.Error(t, err)
 }
 
@@ -97,7 +98,7 @@ func TestReusesConnections(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL + "/hook")
-	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host}, nil)
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range 32 {
@@ -113,4 +114,162 @@ func TestReusesConnections(t *testing.T) {
 	// its way back); with the default transport's 2 idle per host, 173 to
 	// 291.
 	require.LessOrEqual(t, conns.Load(), int32(96), "640 pushes from 32 goroutines: about one connection each")
+}
+
+// rawReceiver accepts connections and answers each request read with
+// reply(k), where k counts requests over all connections; closeAfter
+// closes the connection after the reply (without saying so in it, as a
+// receiver closing an idle connection does). It counts connections and
+// requests.
+type rawReceiver struct {
+	l               net.Listener
+	conns, requests atomic.Int32
+}
+
+func startRaw(t *testing.T, reply func(k int32) string, closeAfter bool) *rawReceiver {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &rawReceiver{l: l}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			r.conns.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					k := r.requests.Add(1)
+					if _, err := io.WriteString(c, reply(k)); err != nil || closeAfter {
+						return
+					}
+				}
+			})
+		}
+	})
+	return r
+}
+
+func (r *rawReceiver) deliverer(t *testing.T, timeout time.Duration) *push.Deliverer {
+	t.Helper()
+	u, _ := url.Parse("http://" + r.l.Addr().String() + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: timeout}, []string{u.Host})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d
+}
+
+const noContent = "HTTP/1.1 204 No Content\r\n\r\n"
+
+// TestClosedIdleConnectionRetried: a kept connection the receiver closed
+// while it was idle is found out by the next push, which goes again on a
+// new connection: it succeeds, and the receiver saw each push once.
+func TestClosedIdleConnectionRetried(t *testing.T) {
+	r := startRaw(t, func(int32) string { return noContent }, true)
+	d := r.deliverer(t, 5*time.Second)
+	for i := range 3 {
+		require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1, Payload: []byte("p")}))
+	}
+	require.EqualValues(t, 3, r.requests.Load(), "each push reached the receiver once")
+	require.EqualValues(t, 3, r.conns.Load())
+}
+
+// TestConnectionKept: a receiver that keeps its connections gets every
+// push on the first one; one that says Connection: close, or whose reply
+// is longer than a push reads, gets a new connection for the next push.
+func TestConnectionKept(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		reply string
+		conns int32
+	}{
+		{"kept", noContent, 1},
+		{"connection close", "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n", 3},
+		{"a long reply", "HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat("x", 70000), 3},
+		{"100 Continue first", "HTTP/1.1 100 Continue\r\n\r\n" + noContent, 1},
+		{"HTTP/1.0", "HTTP/1.0 204 No Content\r\n\r\n", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRaw(t, func(int32) string { return c.reply }, false)
+			d := r.deliverer(t, 5*time.Second)
+			for i := range 3 {
+				require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1}))
+			}
+			require.EqualValues(t, 3, r.requests.Load())
+			require.Equal(t, c.conns, r.conns.Load())
+		})
+	}
+}
+
+// TestSilentReceiver: a receiver that never answers fails the push at
+// the target's timeout, or when the queue's ctx ends (its shutdown); the
+// connection is not kept, and a receiver that answers again is reached.
+func TestSilentReceiver(t *testing.T) {
+	silent := atomic.Bool{}
+	silent.Store(true)
+	r := startRaw(t, func(int32) string {
+		for silent.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return noContent
+	}, false)
+	d := r.deliverer(t, 200*time.Millisecond)
+	began := time.Now()
+	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(began), 5*time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	d2 := r.deliverer(t, 0) // no timeout of its own
+	err = d2.HandleJob(ctx, &wheelq.Job{Topic: "t", ID: "b", Attempt: 1})
+	require.ErrorIs(t, err, context.Canceled)
+
+	silent.Store(false)
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "c", Attempt: 1}))
+	require.EqualValues(t, 3, r.conns.Load(), "neither interrupted connection was used again")
+}
+
+// TestDeliverTLS: an https target is reached over TLS, its certificate
+// checked against the roots trusted.
+func TestDeliverTLS(t *testing.T) {
+	var got atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
+	require.NoError(t, err)
+	defer d.Close()
+	job := &wheelq.Job{Topic: "t", ID: "a", Attempt: 1}
+	require.Error(t, d.HandleJob(context.Background(), job), "a certificate no root vouches for fails")
+	require.Zero(t, got.Load())
+	push.TrustForTest(d, srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs)
+	require.NoError(t, d.HandleJob(context.Background(), job))
+	require.NoError(t, d.HandleJob(context.Background(), job))
+	require.EqualValues(t, 2, got.Load())
+}
+
+// TestCloseClosesKeptConnections: Close closes the idle connections; a
+// push after it still goes, on a connection not kept.
+func TestCloseClosesKeptConnections(t *testing.T) {
+	r := startRaw(t, func(int32) string { return noContent }, false)
+	d := r.deliverer(t, 5*time.Second)
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1}))
+	d.Close()
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "b", Attempt: 1}))
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "c", Attempt: 1}))
+	require.EqualValues(t, 3, r.conns.Load())
 }

@@ -1,0 +1,226 @@
+package push
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// maxReply is how much of a reply's body a delivery reads (and discards):
+// a connection whose reply was longer is closed rather than kept.
+const maxReply = 64 << 10
+
+// idleFor is how long a kept connection may wait for its next push; one
+// idle longer is closed rather than tried (receivers close theirs after
+// 5 s (Node, Apache) to 75 s (nginx); one closed sooner costs a retry on
+// a new connection, not a failed push).
+const idleFor = 30 * time.Second
+
+// poster posts to one receiver over keep-alive HTTP/1.1 connections it
+// keeps, writing each request and reading its reply on the calling
+// goroutine. net/http's Transport hands every request to two goroutines
+// of its connection (one writes it, one reads the reply) and the reply
+// back: at 10,000 pushes a second those hand-offs were a third of the
+// server's CPU (docs/benchmarks-history.md, "A push on the caller's
+// goroutine").
+type poster struct {
+	addr   string      // host:port
+	tls    *tls.Config // nil: plain HTTP
+	dialer net.Dialer
+	now    func() time.Time
+
+	mu     sync.Mutex
+	idle   []*pconn // the most recently used last
+	closed bool
+}
+
+// pconn is a kept connection.
+type pconn struct {
+	nc    net.Conn
+	cr    countingReader
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	since time.Time // idle since
+}
+
+// countingReader counts the bytes a connection gave: a kept connection
+// that ends before the first byte of a reply was closed by the receiver
+// while idle, and the request is sent again on a new one.
+type countingReader struct {
+	r net.Conn
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func newPoster(addr string, tlsConf *tls.Config) *poster {
+	return &poster{addr: addr, tls: tlsConf, now: time.Now}
+}
+
+// reply is what a delivery needs of a response.
+type reply struct {
+	status     int
+	retryAfter string
+}
+
+// post sends req (whose body GetBody can give again) and reads its reply,
+// within ctx. A kept connection the receiver had closed is retried once
+// on a new connection.
+func (p *poster) post(ctx context.Context, req *http.Request) (reply, error) {
+	for try := 0; ; try++ {
+		c, kept, err := p.get(ctx)
+		if err != nil {
+			return reply{}, err
+		}
+		if try > 0 {
+			if req.Body, err = req.GetBody(); err != nil {
+				p.drop(c)
+				return reply{}, err
+			}
+		}
+		r, keep, err := c.roundTrip(ctx, req)
+		if err == nil {
+			if keep {
+				p.put(c)
+			} else {
+				p.drop(c)
+			}
+			return r, nil
+		}
+		p.drop(c)
+		if kept && c.cr.n == 0 && try == 0 && ctx.Err() == nil && stale(err) {
+			continue
+		}
+		return reply{}, err
+	}
+}
+
+// stale says whether err is what a write to or a read from a connection
+// the receiver closed while it was idle gives.
+func stale(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// roundTrip writes req and reads its reply on c. keep says whether c may
+// carry another request.
+func (c *pconn) roundTrip(ctx context.Context, req *http.Request) (reply, bool, error) {
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.nc.SetDeadline(d)
+	}
+	// An end of ctx without a deadline (the queue's shutdown) interrupts
+	// what the connection is waiting for.
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	r, keep, err := c.exchange(req)
+	if !stop() {
+		keep = false // ctx ended meanwhile: the deadline is in the past
+	}
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	if keep {
+		_ = c.nc.SetDeadline(time.Time{})
+	}
+	return r, keep, err
+}
+
+func (c *pconn) exchange(req *http.Request) (reply, bool, error) {
+	if err := req.Write(c.bw); err != nil {
+		return reply{}, false, err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return reply{}, false, err
+	}
+	resp, err := http.ReadResponse(c.br, req)
+	// Informational replies (100 Continue and the like) come before the
+	// reply; a protocol switch is none a push asked for.
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(c.br, req)
+	}
+	if err != nil {
+		return reply{}, false, err
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxReply+1))
+	resp.Body.Close()
+	keep := err == nil && n <= maxReply && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}, keep, nil
+}
+
+// get gives a kept connection (kept true) or dials one.
+func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
+	now := p.now()
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		if now.Sub(c.since) < idleFor {
+			p.mu.Unlock()
+			return c, true, nil
+		}
+		// The most recently used is too old: so are the others.
+		old := append(p.idle, c)
+		p.idle = nil
+		p.mu.Unlock()
+		for _, o := range old {
+			p.drop(o)
+		}
+	} else {
+		p.mu.Unlock()
+	}
+	var nc net.Conn
+	if p.tls != nil {
+		nc, err = (&tls.Dialer{NetDialer: &p.dialer, Config: p.tls}).DialContext(ctx, "tcp", p.addr)
+	} else {
+		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	c = &pconn{nc: nc, cr: countingReader{r: nc}}
+	c.br = bufio.NewReaderSize(&c.cr, 4096)
+	c.bw = bufio.NewWriterSize(nc, 4096)
+	return c, false, nil
+}
+
+// put keeps c for the next push (up to maxIdlePerHost).
+func (p *poster) put(c *pconn) {
+	c.since = p.now()
+	c.cr.n = 0
+	p.mu.Lock()
+	if !p.closed && len(p.idle) < maxIdlePerHost {
+		p.idle = append(p.idle, c)
+		c = nil
+	}
+	p.mu.Unlock()
+	if c != nil {
+		p.drop(c)
+	}
+}
+
+func (p *poster) drop(c *pconn) { _ = c.nc.Close() }
+
+// close closes the kept connections; pushes still running close theirs
+// when they end.
+func (p *poster) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.drop(c)
+	}
+}
