@@ -161,24 +161,33 @@ func (c *pconn) exchange(req *http.Request) (reply, bool, error) {
 // get gives a kept connection (kept true) or dials one.
 func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 	now := p.now()
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
 		c = p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-		if now.Sub(c.since) < idleFor {
+		if now.Sub(c.since) >= idleFor {
+			// The most recently used is too old: so are the others.
+			old := append(p.idle, c)
+			p.idle = nil
 			p.mu.Unlock()
+			for _, o := range old {
+				p.drop(o)
+			}
+			break
+		}
+		p.mu.Unlock()
+		// A TLS connection may hold records the receiver sent unasked
+		// (session tickets): only a plain one is looked at.
+		if p.tls != nil || quiet(c.nc) {
 			return c, true, nil
 		}
-		// The most recently used is too old: so are the others.
-		old := append(p.idle, c)
-		p.idle = nil
-		p.mu.Unlock()
-		for _, o := range old {
-			p.drop(o)
-		}
-	} else {
-		p.mu.Unlock()
+		p.drop(c)
 	}
 	var nc net.Conn
 	if p.tls != nil {
@@ -195,8 +204,13 @@ func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 	return c, false, nil
 }
 
-// put keeps c for the next push (up to maxIdlePerHost).
+// put keeps c for the next push (up to maxIdlePerHost). One with bytes
+// read past its reply is closed: the receiver sent what no push asked.
 func (p *poster) put(c *pconn) {
+	if c.br.Buffered() > 0 {
+		p.drop(c)
+		return
+	}
 	c.since = p.now()
 	c.cr.n = 0
 	p.mu.Lock()

@@ -3,6 +3,7 @@ package push_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -116,21 +117,26 @@ func TestReusesConnections(t *testing.T) {
 	require.LessOrEqual(t, conns.Load(), int32(96), "640 pushes from 32 goroutines: about one connection each")
 }
 
-// rawReceiver accepts connections and answers each request read with
-// reply(k), where k counts requests over all connections; closeAfter
-// closes the connection after the reply (without saying so in it, as a
-// receiver closing an idle connection does). It counts connections and
-// requests.
+// rawReceiver accepts connections (over TLS if tc is set) and answers
+// each request read with reply(k), where k counts requests over all
+// connections, and 20 ms later with later(k) if that is not empty (bytes
+// no push asked for); closeAfter closes the connection after the reply
+// (without saying so in it, as a receiver closing an idle connection
+// does). It counts connections and requests.
 type rawReceiver struct {
 	l               net.Listener
+	tls             bool
 	conns, requests atomic.Int32
 }
 
-func startRaw(t *testing.T, reply func(k int32) string, closeAfter bool) *rawReceiver {
+func startRaw(t *testing.T, tc *tls.Config, reply, later func(k int32) string, closeAfter bool) *rawReceiver {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	r := &rawReceiver{l: l}
+	r := &rawReceiver{l: l, tls: tc != nil}
+	if tc != nil {
+		l = tls.NewListener(l, tc)
+	}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { l.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -153,6 +159,12 @@ func startRaw(t *testing.T, reply func(k int32) string, closeAfter bool) *rawRec
 					if _, err := io.WriteString(c, reply(k)); err != nil || closeAfter {
 						return
 					}
+					if later != nil {
+						if s := later(k); s != "" {
+							time.Sleep(20 * time.Millisecond)
+							_, _ = io.WriteString(c, s)
+						}
+					}
 				}
 			})
 		}
@@ -162,7 +174,11 @@ func startRaw(t *testing.T, reply func(k int32) string, closeAfter bool) *rawRec
 
 func (r *rawReceiver) deliverer(t *testing.T, timeout time.Duration) *push.Deliverer {
 	t.Helper()
-	u, _ := url.Parse("http://" + r.l.Addr().String() + "/hook")
+	scheme := "http"
+	if r.tls {
+		scheme = "https"
+	}
+	u, _ := url.Parse(scheme + "://" + r.l.Addr().String() + "/hook")
 	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: timeout}, []string{u.Host})
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
@@ -171,17 +187,56 @@ func (r *rawReceiver) deliverer(t *testing.T, timeout time.Duration) *push.Deliv
 
 const noContent = "HTTP/1.1 204 No Content\r\n\r\n"
 
-// TestClosedIdleConnectionRetried: a kept connection the receiver closed
-// while it was idle is found out by the next push, which goes again on a
-// new connection: it succeeds, and the receiver saw each push once.
-func TestClosedIdleConnectionRetried(t *testing.T) {
-	r := startRaw(t, func(int32) string { return noContent }, true)
-	d := r.deliverer(t, 5*time.Second)
-	for i := range 3 {
-		require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1, Payload: []byte("p")}))
+// TestClosedIdleConnection: a kept connection the receiver closed while
+// it was idle is not used: a plain one is seen closed before the push
+// (the socket is looked at), a TLS one when the push finds it closed, and
+// the push goes again on a new connection. Each push succeeds, and the
+// receiver saw each once.
+func TestClosedIdleConnection(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	roots := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	tc := srv.TLS.Clone()
+	srv.Close()
+	for _, c := range []struct {
+		name string
+		tls  *tls.Config
+	}{{"plain", nil}, {"TLS", tc}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRaw(t, c.tls, func(int32) string { return noContent }, nil, true)
+			d := r.deliverer(t, 5*time.Second)
+			if c.tls != nil {
+				push.TrustForTest(d, roots)
+			}
+			for i := range 3 {
+				require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1, Payload: []byte("p")}))
+				time.Sleep(10 * time.Millisecond) // the receiver's close arrives
+			}
+			require.EqualValues(t, 3, r.requests.Load(), "each push reached the receiver once")
+			require.EqualValues(t, 3, r.conns.Load())
+		})
 	}
-	require.EqualValues(t, 3, r.requests.Load(), "each push reached the receiver once")
-	require.EqualValues(t, 3, r.conns.Load())
+}
+
+// TestUnaskedReplyNotTaken: bytes a receiver sends that no push asked
+// for (a second reply to one request), with the reply or later while the
+// connection is idle, are not read as the next push's reply: that push
+// goes on a new connection and gets its own.
+func TestUnaskedReplyNotTaken(t *testing.T) {
+	const unasked = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
+	for _, c := range []struct {
+		name         string
+		reply, later string
+	}{{"with the reply", noContent + unasked, ""}, {"later", noContent, unasked}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRaw(t, nil, func(int32) string { return c.reply }, func(int32) string { return c.later }, false)
+			d := r.deliverer(t, 5*time.Second)
+			for i := range 2 {
+				require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1}))
+				time.Sleep(50 * time.Millisecond) // the later bytes arrive
+			}
+			require.EqualValues(t, 2, r.conns.Load())
+		})
+	}
 }
 
 // TestConnectionKept: a receiver that keeps its connections gets every
@@ -200,7 +255,7 @@ func TestConnectionKept(t *testing.T) {
 		{"HTTP/1.0", "HTTP/1.0 204 No Content\r\n\r\n", 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := startRaw(t, func(int32) string { return c.reply }, false)
+			r := startRaw(t, nil, func(int32) string { return c.reply }, nil, false)
 			d := r.deliverer(t, 5*time.Second)
 			for i := range 3 {
 				require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1}))
@@ -217,12 +272,12 @@ func TestConnectionKept(t *testing.T) {
 func TestSilentReceiver(t *testing.T) {
 	silent := atomic.Bool{}
 	silent.Store(true)
-	r := startRaw(t, func(int32) string {
+	r := startRaw(t, nil, func(int32) string {
 		for silent.Load() {
 			time.Sleep(5 * time.Millisecond)
 		}
 		return noContent
-	}, false)
+	}, nil, false)
 	d := r.deliverer(t, 200*time.Millisecond)
 	began := time.Now()
 	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1})
@@ -265,7 +320,7 @@ func TestDeliverTLS(t *testing.T) {
 // TestCloseClosesKeptConnections: Close closes the idle connections; a
 // push after it still goes, on a connection not kept.
 func TestCloseClosesKeptConnections(t *testing.T) {
-	r := startRaw(t, func(int32) string { return noContent }, false)
+	r := startRaw(t, nil, func(int32) string { return noContent }, nil, false)
 	d := r.deliverer(t, 5*time.Second)
 	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1}))
 	d.Close()
