@@ -263,3 +263,43 @@ func writeAllocsProfile(path string) error {
 	}
 	return f.Close()
 }
+
+// heldObserver holds the JobSucceeded call until released.
+type heldObserver struct {
+	NopObserver
+	in, release chan struct{}
+}
+
+func (o heldObserver) JobSucceeded(string, time.Duration) {
+	o.in <- struct{}{}
+	<-o.release
+}
+
+// TestRunCountedUntilItsOutcomeIsQueued: between a handler's return and
+// its outcome's hand-over to the settler (where the Observer is told),
+// Stats counted the run neither as Running nor as UnstoredOutcomes,
+// while its job was still pending in Redis: a caller waiting for both to
+// be 0 read a Pending count one too high (TestScrape in
+// contrib/prometheus failed so beside stress-ng).
+func TestRunCountedUntilItsOutcomeIsQueued(t *testing.T) {
+	t.Parallel()
+	obs := heldObserver{in: make(chan struct{}), release: make(chan struct{})}
+	b := setup(t, Config{Observer: obs})
+	q := b.q
+	require.NoError(t, q.Handle("ok", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	_, err := q.Schedule(b.ctx, "ok", nil)
+	require.NoError(t, err)
+	var once sync.Once
+	release := func() { once.Do(func() { close(obs.release) }) }
+	defer release() // on a failure too: the queue's shutdown waits for it
+	<-obs.in        // the handler returned; its outcome is not handed over yet
+	s, err := q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.Pending)
+	require.Equal(t, 1, s.Running+s.UnstoredOutcomes, "a run whose outcome is not stored is counted")
+	release()
+	require.Eventually(t, func() bool {
+		s, err := q.Stats(b.ctx)
+		return err == nil && s.Running == 0 && s.UnstoredOutcomes == 0 && s.Pending == 0
+	}, 10*time.Second, time.Millisecond)
+}

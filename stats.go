@@ -42,7 +42,9 @@ type Stats struct {
 	// InMemory is the number of jobs in memory: armed, or claimed and
 	// waiting for their time.
 	InMemory int
-	// Running is the number of handlers running.
+	// Running is the number of runs whose handlers are running or
+	// returned with the outcome not yet queued for Redis; with
+	// UnstoredOutcomes it counts every run whose outcome is not stored.
 	Running int
 	// Stuck is the number of handlers that ignored their context past
 	// HandlerTimeout and its grace (StuckGrace) and have not returned:

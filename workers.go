@@ -90,14 +90,17 @@ func (q *Queue) run(t *task, slot *runctx.Slot, cur *atomic.Pointer[jobRun]) {
 			return
 		}
 	}
-	q.running.Add(-1)
 	if q.crashAt(crashpoint.AfterRun, t.key) {
+		q.running.Add(-1)
 		return
 	}
 	if obs != nil {
 		observeRun(obs, job.Topic, began, err)
 	}
 	q.settle.settle(t, attempt, err)
+	// Counted as running until its outcome is queued (UnstoredOutcomes):
+	// a run not yet stored is always in one of the two.
+	q.running.Add(-1)
 	q.freeTask(t)
 }
 
