@@ -279,11 +279,12 @@ func (s *settler) storeOutcomes(ctx context.Context, os []persist.Outcome) ([]bo
 // partitionCalls runs call on items: at once when they are preciseSettle
 // or fewer, else in calls of whole partitions in turn (partOf gives an
 // item's, of nparts), each closed once it carries preciseSettle items or
-// more. It returns the results in the order of items. A call's Redis time is mostly per item and per partition
-// touched, so the calls together touch each partition once, as one call
-// would have, and cost Redis about what it would; an item's partition
-// keeps its items' order. buf is the caller's buffer for the items sorted
-// by partition, reused (emptied after). The first error stops the calls.
+// more. It returns the results in the order of items. A call's Redis
+// time is mostly per item and per partition touched, so the calls
+// together touch each partition once, as one call would have, and cost
+// Redis about what it would; an item's partition keeps its items' order.
+// buf is the caller's buffer for the items sorted by partition, reused
+// (emptied after). The first error stops the calls.
 func partitionCalls[T, R any](items []T, nparts int, partOf func(T) int, buf *[]T, call func([]T) ([]R, error)) ([]R, error) {
 	if len(items) <= preciseSettle {
 		return call(items)
