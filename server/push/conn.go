@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -51,16 +52,28 @@ type pconn struct {
 	since time.Time // idle since
 }
 
-// countingReader counts the bytes a connection gave: a kept connection
-// that ends before the first byte of a reply was closed by the receiver
-// while idle, and the request is sent again on a new one.
+// maxReplyRead bounds the bytes a push reads for its reply, head and
+// body (http.ReadResponse has no bound on a head's size).
+const maxReplyRead = 1<<20 + maxReply
+
+// errReplyTooLarge is a reply whose head ran past maxReplyRead.
+var errReplyTooLarge = errors.New("reply head too large")
+
+// countingReader counts the bytes a connection gave for a push's reply
+// (reset when it is kept): a kept connection that ends before the first
+// byte of a reply was closed by the receiver while idle, and the request
+// is sent again on a new one; and a reply that runs past maxReplyRead
+// fails the push.
 type countingReader struct {
 	r net.Conn
 	n int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
+	if c.n >= maxReplyRead {
+		return 0, errReplyTooLarge
+	}
+	n, err := c.r.Read(p[:min(int64(len(p)), maxReplyRead-c.n)])
 	c.n += int64(n)
 	return n, err
 }
@@ -127,8 +140,14 @@ func (c *pconn) roundTrip(ctx context.Context, req *http.Request) (reply, bool, 
 	if !stop() {
 		keep = false // ctx ended meanwhile: the deadline is in the past
 	}
-	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w: %w", cerr, err)
+		} else if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+			// The connection's deadline is ctx's: it passed a moment
+			// before ctx's own timer said so.
+			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
 	}
 	if keep {
 		_ = c.nc.SetDeadline(time.Time{})

@@ -278,6 +278,7 @@ func TestSilentReceiver(t *testing.T) {
 		}
 		return noContent
 	}, nil, false)
+	t.Cleanup(func() { silent.Store(false) }) // before the receiver's: it waits for its replies
 	d := r.deliverer(t, 200*time.Millisecond)
 	began := time.Now()
 	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1})
@@ -327,4 +328,18 @@ func TestCloseClosesKeptConnections(t *testing.T) {
 	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "b", Attempt: 1}))
 	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "c", Attempt: 1}))
 	require.EqualValues(t, 3, r.conns.Load())
+}
+
+// TestEndlessReplyHead: a receiver whose reply's head does not end fails
+// the push once a bound is read, rather than filling the server's memory
+// until the timeout.
+func TestEndlessReplyHead(t *testing.T) {
+	r := startRaw(t, nil, func(int32) string {
+		return "HTTP/1.1 200 OK\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("x", 1000)+"\r\n", 2000)
+	}, nil, false)
+	d := r.deliverer(t, 10*time.Second)
+	began := time.Now()
+	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1})
+	require.ErrorContains(t, err, "reply head too large")
+	require.Less(t, time.Since(began), 5*time.Second, "not at the timeout")
 }
