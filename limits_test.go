@@ -149,7 +149,10 @@ func TestLimitGlobalConcurrency(t *testing.T) {
 }
 
 // TestLimitRate: a rate of 40 a second over two processes spaces the
-// starts: any one-second window holds at most 41 of them.
+// starts 25 ms apart: any 41 starts in a row span a second, less what a
+// start may come late on a busy machine (up to 100 ms allowed; beside
+// stress-ng 42 starts fell in one second, as when one comes more than a
+// spacing late and the 41 after it on time).
 func TestLimitRate(t *testing.T) {
 	t.Parallel()
 	var c concurrency
@@ -161,12 +164,8 @@ func TestLimitRate(t *testing.T) {
 	starts := slices.Clone(c.starts)
 	c.mu.Unlock()
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-	for i := range starts {
-		j := i
-		for j < len(starts) && starts[j].Sub(starts[i]) < time.Second {
-			j++
-		}
-		require.LessOrEqual(t, j-i, 41, "starts in the second from %v", starts[i])
+	for i := 0; i+40 < len(starts); i++ {
+		require.GreaterOrEqual(t, starts[i+40].Sub(starts[i]), 900*time.Millisecond, "41 starts from %v", starts[i])
 	}
 	spread := starts[len(starts)-1].Sub(starts[0])
 	require.Greater(t, spread, 1400*time.Millisecond, "59 gaps of 25 ms")
