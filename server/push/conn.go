@@ -20,18 +20,18 @@ import (
 const maxReply = 64 << 10
 
 // idleFor is how long a kept connection may wait for its next push; one
-// idle longer is closed rather than tried (receivers close theirs after
-// 5 s (Node, Apache) to 75 s (nginx); one closed sooner costs a retry on
-// a new connection, not a failed push).
+// idle longer is closed rather than tried. Receivers close theirs after
+// 5 s (Node, Apache) to 75 s (nginx); one they closed is seen so before
+// it is used (over TLS, by the push, which goes again on a new one).
 const idleFor = 30 * time.Second
 
 // poster posts to one receiver over keep-alive HTTP/1.1 connections it
 // keeps, writing each request and reading its reply on the calling
 // goroutine. net/http's Transport hands every request to two goroutines
 // of its connection (one writes it, one reads the reply) and the reply
-// back: at 10,000 pushes a second those hand-offs were a third of the
-// server's CPU (docs/benchmarks-history.md, "A push on the caller's
-// goroutine").
+// back: at 10,000 pushes a second those two goroutines were a third of
+// the server's CPU, and the server spends 0.88x the CPU per push without
+// them (docs/benchmarks-history.md, "A push on the caller's goroutine").
 type poster struct {
 	addr   string      // host:port
 	tls    *tls.Config // nil: plain HTTP
