@@ -162,7 +162,7 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 	if r.status >= 200 && r.status < 300 {
 		return nil
 	}
-	err = fmt.Errorf("push to %s: %d %s", d.t.URL.Redacted(), r.status, http.StatusText(r.status))
+	err = fmt.Errorf("push to %s: %s", d.t.URL.Redacted(), strings.TrimSpace(strconv.Itoa(r.status)+" "+http.StatusText(r.status)))
 	if s, perr := strconv.Atoi(r.retryAfter); perr == nil && s > 0 {
 		return wheelq.RetryAfter(time.Duration(s)*time.Second, err)
 	}
