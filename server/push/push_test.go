@@ -124,9 +124,9 @@ func TestReusesConnections(t *testing.T) {
 // (without saying so in it, as a receiver closing an idle connection
 // does). It counts connections and requests.
 type rawReceiver struct {
-	l               net.Listener
-	tls             bool
-	conns, requests atomic.Int32
+	l                      net.Listener
+	tls                    bool
+	conns, requests, lated atomic.Int32 // lated: later bytes written
 }
 
 func startRaw(t *testing.T, tc *tls.Config, reply, later func(k int32) string, closeAfter bool) *rawReceiver {
@@ -163,6 +163,7 @@ func startRaw(t *testing.T, tc *tls.Config, reply, later func(k int32) string, c
 						if s := later(k); s != "" {
 							time.Sleep(20 * time.Millisecond)
 							_, _ = io.WriteString(c, s)
+							r.lated.Add(1) // on loopback, in the push's socket now
 						}
 					}
 				}
@@ -230,10 +231,11 @@ func TestUnaskedReplyNotTaken(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := startRaw(t, nil, func(int32) string { return c.reply }, func(int32) string { return c.later }, false)
 			d := r.deliverer(t, 5*time.Second)
-			for i := range 2 {
-				require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: fmt.Sprint(i), Attempt: 1}))
-				time.Sleep(50 * time.Millisecond) // the later bytes arrive
+			require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "0", Attempt: 1}))
+			if c.later != "" {
+				require.Eventually(t, func() bool { return r.lated.Load() == 1 }, 10*time.Second, time.Millisecond, "the later bytes sent")
 			}
+			require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1}))
 			require.EqualValues(t, 2, r.conns.Load())
 		})
 	}
