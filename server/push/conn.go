@@ -30,7 +30,7 @@ const idleFor = 30 * time.Second
 // goroutine. net/http's Transport hands every request to two goroutines
 // of its connection (one writes it, one reads the reply) and the reply
 // back: at 10,000 pushes a second those two goroutines were a third of
-// the server's CPU, and the server spends 0.88x the CPU per push without
+// the server's CPU, and the server spends about 0.9x the CPU per push without
 // them (docs/benchmarks-history.md, "A push on the caller's goroutine").
 type poster struct {
 	addr   string      // host:port
