@@ -30,8 +30,9 @@ const idleFor = 30 * time.Second
 // goroutine. net/http's Transport hands every request to two goroutines
 // of its connection (one writes it, one reads the reply) and the reply
 // back: at 10,000 pushes a second those two goroutines were a third of
-// the server's CPU, and the server spends about 0.9x the CPU per push without
-// them (docs/benchmarks-history.md, "A push on the caller's goroutine").
+// the server's CPU, and without them the server spends about 0.9x the
+// CPU per push (docs/benchmarks-history.md, "A push on the caller's
+// goroutine").
 type poster struct {
 	addr   string      // host:port
 	tls    *tls.Config // nil: plain HTTP
