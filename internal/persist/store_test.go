@@ -1236,16 +1236,12 @@ func TestSteerKey(t *testing.T) {
 func TestPollInboxMore(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
-	require.NoError(t, err)
-	require.True(t, held)
-	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
-	require.NoError(t, err)
+	ownAndAnnounce(t, b, 1, 10_000)
 	var ws []Write
 	for i := range 5 {
 		ws = append(ws, Write{Key: fmt.Sprintf("i/%d", i), Due: 1000 + int64(i), Record: rec("")})
 	}
-	_, err = b.store.Write(b.ctx, nil, ws) // a non-owner's: into the inbox
+	_, err := b.store.Write(b.ctx, nil, ws) // a non-owner's: into the inbox
 	require.NoError(t, err)
 	_, err = b.store.Cancel(b.ctx, "i/1") // its entry stays, and is skipped
 	require.NoError(t, err)
@@ -1274,12 +1270,8 @@ func TestPollInboxMore(t *testing.T) {
 func TestPollInboxNone(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	held, _, err := b.store.Lease(b.ctx, 0, LeaseAcquire, "O", time.Minute)
-	require.NoError(t, err)
-	require.True(t, held)
-	_, err = b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, true, 100)
-	require.NoError(t, err)
-	_, err = b.store.Write(b.ctx, nil, []Write{{Key: "i/0", Due: 1000, Record: rec("")}})
+	ownAndAnnounce(t, b, 1, 10_000)
+	_, err := b.store.Write(b.ctx, nil, []Write{{Key: "i/0", Due: 1000, Record: rec("")}})
 	require.NoError(t, err)
 	res, err := b.store.Poll(b.ctx, 0, "O", 10_000, time.Minute, false, 0)
 	require.NoError(t, err)

@@ -266,11 +266,18 @@ func (s *fakeSink) snapshot() ([]string, []int) {
 }
 
 func setup(t *testing.T) (*Recoverer, *fakeStore, *fakeSink, *wheel.FakeClock, chan struct{}) {
+	return setupWith(t, func(*Config) {})
+}
+
+// setupWith is setup with the Config changed by edit first.
+func setupWith(t *testing.T, edit func(*Config)) (*Recoverer, *fakeStore, *fakeSink, *wheel.FakeClock, chan struct{}) {
 	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
 	store, sink := newFakeStore(t), &fakeSink{}
 	passes := make(chan struct{}, 100)
-	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
-		LeaseTTL: 3 * time.Second, PageSize: 2, Clock: clk, OnPass: func() { passes <- struct{}{} }})
+	cfg := Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
+		LeaseTTL: 3 * time.Second, PageSize: 2, Clock: clk, OnPass: func() { passes <- struct{}{} }}
+	edit(&cfg)
+	r, err := New(store, sink, cfg)
 	require.NoError(t, err)
 	store.r = r
 	return r, store, sink, clk, passes
@@ -393,13 +400,7 @@ func TestReloadFirstCallReadsAboutAPage(t *testing.T) {
 // Redis 5.6 ms (BenchmarkPollInbox).
 func TestInboxTakenInShares(t *testing.T) {
 	t.Parallel()
-	clk := wheel.NewFakeClock(time.Unix(1_000_000, 0))
-	store, sink := newFakeStore(t), &fakeSink{}
-	passes := make(chan struct{}, 100)
-	r, err := New(store, sink, Config{Token: "me", Horizon: time.Minute, PollInterval: time.Second,
-		LeaseTTL: 3 * time.Second, PageSize: 100, Clock: clk, OnPass: func() { passes <- struct{}{} }})
-	require.NoError(t, err)
-	store.r = r
+	r, store, sink, clk, passes := setupWith(t, func(c *Config) { c.PageSize = 100 })
 	r.Start(context.Background())
 	defer func() { require.NoError(t, r.Stop(context.Background())) }()
 	<-r.Ready()
