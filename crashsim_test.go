@@ -60,8 +60,9 @@ func TestCrashChild(t *testing.T) {
 }
 
 // fireLogger is the child processes' handler: it appends one line per
-// start to f, "id due_us start_us attempt pid rerun" (readFires reads them), and
-// takes 0-2 ms, so that runs are in flight at a kill sometimes.
+// start to f, "id due_us start_us attempt pid rerun" (readFires reads
+// them), and takes 0-2 ms, so that runs are in flight at a kill
+// sometimes.
 func fireLogger(f *os.File) Handler {
 	var mu sync.Mutex
 	return HandlerFunc(func(_ context.Context, j *Job) error {
