@@ -124,3 +124,26 @@ func procCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// sleepUntil blocks the calling thread in clock_nanosleep(2) until the
+// monotonic clock reaches deadline (the floor workload: the kernel's own
+// precise sleep, without Go's poller or timers).
+func sleepUntil(deadline time.Time) {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		time.Sleep(d)
+		return
+	}
+	ts = unix.NsecToTimespec(ts.Nano() + int64(d))
+	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+	}
+}
+
+// sleeperThread sets the calling thread's timer slack to 1 ns (prctl
+// PR_SET_TIMERSLACK; the default is 50 µs), so that clock_nanosleep wakes
+// it at its deadline as a timerfd would: the floor workload's thread.
+func sleeperThread() { _ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0) }

@@ -20,3 +20,9 @@ func (c *wakeClock) report(io.Writer, time.Duration) {}
 
 // procCPU is 0: not measured here.
 func procCPU() time.Duration { return 0 }
+
+// sleepUntil sleeps until deadline (clock_nanosleep on Linux).
+func sleepUntil(deadline time.Time) { time.Sleep(time.Until(deadline)) }
+
+// sleeperThread does nothing off Linux (timer slack is Linux's).
+func sleeperThread() {}
