@@ -279,26 +279,55 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &limitedConn{Conn: c, max: l.max}, nil
+	return newLimitedConn(c, l.max), nil
 }
 
 // limitedConn refuses to read more than max bytes between two commands
 // dispatched: redcon's reader grows its buffer without a bound while a
-// command is incomplete.
+// command is incomplete. And it passes on no frame whose stated length is
+// out of bounds (frames).
 type limitedConn struct {
 	net.Conn
 	max  int64
 	read atomic.Int64
+	// frames follows the stream; refused is its refusal, returned by the
+	// next Read once the bytes before the refused command were passed on.
+	// Both owned by the reader.
+	frames  *frames
+	refused error
+}
+
+func newLimitedConn(c net.Conn, max int64) *limitedConn {
+	return &limitedConn{Conn: c, max: max, frames: newFrames(max)}
 }
 
 func (c *limitedConn) Read(b []byte) (int, error) {
+	if c.refused != nil {
+		return 0, c.refuse()
+	}
 	if c.max > 0 && c.read.Load() > c.max {
 		_, _ = c.Conn.Write([]byte("-ERR command past the limit of the server (resp.max_command_bytes)\r\n"))
 		return 0, errLimit
 	}
 	n, err := c.Conn.Read(b)
 	c.read.Add(int64(n))
+	if n > 0 {
+		var ok int
+		if ok, c.refused = c.frames.scan(b[:n]); c.refused != nil {
+			if ok == 0 {
+				return 0, c.refuse()
+			}
+			return ok, nil
+		}
+	}
 	return n, err
+}
+
+// refuse answers the refused frame with a protocol error, as Redis does,
+// and returns the error that ends the connection.
+func (c *limitedConn) refuse() error {
+	_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.refused.Error() + "\r\n"))
+	return c.refused
 }
 
 // Write writes b, or nothing when b is empty: redcon flushes its buffer

@@ -3,6 +3,7 @@ package resp_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -242,4 +243,48 @@ func redisCLI(t *testing.T, addr string) func(args ...string) string {
 		require.NoError(t, err, "%s", out)
 		return strings.TrimSpace(string(out))
 	}
+}
+
+// TestHugeLengthsRefused: lengths no client sends, refused from their
+// header line alone with a protocol error and the connection closed, the
+// server serving on. redcon (used unmodified) let a bulk length near
+// 2^63 overflow its bounds check and panic on the connection's goroutine,
+// which took the whole process down, and looped for ever over an array
+// length near 2^63 without the bytes to match.
+func TestHugeLengthsRefused(t *testing.T) {
+	t.Parallel()
+	addr := start(t, nil, "p")
+	for _, frame := range []string{
+		"*1\r\n$9223372036854775807\r\nx\r\n",
+		"*9223372036854775807\r\n$1\r\nx\r\n",
+		"*1\r\n$9223372036854775806\r\n",
+		"*2\r\n$4\r\nPING\r\n$1099511627776\r\n",
+		"*1048577\r\n$4\r\nPING\r\n",
+		"*1\r\n$123456789012345678901234567890\r\n",
+		"*" + strings.Repeat("1", 40) + "\r\n",
+	} {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+		_, err = c.Write([]byte(frame))
+		require.NoError(t, err)
+		reply, err := io.ReadAll(c)
+		require.NoError(t, err, "%q: the connection is closed, not left hanging", frame)
+		require.True(t, strings.HasPrefix(string(reply), "-ERR Protocol error: "), "%q: %q", frame, reply)
+		c.Close()
+	}
+	// Commands before a refused one in the same write are served.
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = c.Write([]byte("PING\r\n*1\r\n$4\r\nPING\r\n*1\r\n$9223372036854775807\r\n"))
+	require.NoError(t, err)
+	reply, err := io.ReadAll(c)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(reply), "+PONG\r\n+PONG\r\n-ERR Protocol error: "), "%q", reply)
+
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.NoError(t, rdb.Ping(context.Background()).Err(), "still serving")
 }
