@@ -36,11 +36,11 @@ func newTable() map[string]spec {
 		"client":        {-2, false, cmdClient, "CLIENT SETNAME name | GETNAME | SETINFO attr value | ID"},
 		"quit":          {-1, true, cmdQuit, "QUIT"},
 		"command":       {-1, true, cmdCommand, "COMMAND [COUNT | DOCS [name...]]"},
-		"wq.schedule":   {-3, false, cmdSchedule, "WQ.SCHEDULE topic payload [ID id] [DELAY ms | AT unix-ms] [MAXATTEMPTS n] [REPLACE] [HEADER name value]..."},
+		"wq.schedule":   {-3, false, cmdSchedule, "WQ.SCHEDULE topic payload [ID id] [DELAY ms | DELAYUS us | AT unix-ms | ATUS unix-us] [MAXATTEMPTS n] [REPLACE] [HEADER name value]..."},
 		"wq.cancel":     {3, false, cmdCancel, "WQ.CANCEL topic id"},
-		"wq.reschedule": {5, false, cmdReschedule, "WQ.RESCHEDULE topic id DELAY ms | AT unix-ms"},
+		"wq.reschedule": {5, false, cmdReschedule, "WQ.RESCHEDULE topic id DELAY ms | DELAYUS us | AT unix-ms | ATUS unix-us"},
 		"wq.get":        {3, false, cmdGet, "WQ.GET topic id"},
-		"wq.reserve":    {-3, false, cmdReserve, "WQ.RESERVE [COUNT n] [BLOCK ms] [TTR ms] TOPICS topic [topic...]"},
+		"wq.reserve":    {-3, false, cmdReserve, "WQ.RESERVE [COUNT n] [BLOCK ms] [TTR ms] [WITHMETA] TOPICS topic [topic...]"},
 		"wq.ack":        {4, false, cmdAck, "WQ.ACK topic id token"},
 		"wq.nack":       {-4, false, cmdNack, "WQ.NACK topic id token [RETRY ms] [PERMANENT] [ERROR message]"},
 		"wq.touch":      {-4, false, cmdTouch, "WQ.TOUCH topic id token [TTR ms]"},
@@ -67,6 +67,30 @@ func num(b []byte, what string, lo, hi int64) (int64, error) {
 
 // maxMS is the largest millisecond count taken (a year and a day).
 const maxMS = 366 * 24 * 3600 * 1000
+
+// parseWhen reads a due time option's value: DELAY ms and DELAYUS µs (a
+// delay, at most a year and a day; at is zero), or AT and ATUS, Unix time
+// in ms and µs (at).
+func parseWhen(opt string, b []byte) (delay time.Duration, at time.Time, err error) {
+	var n int64
+	switch opt {
+	case "DELAY":
+		n, err = num(b, opt, 0, maxMS)
+		delay = time.Duration(n) * time.Millisecond
+	case "DELAYUS":
+		n, err = num(b, opt, 0, maxMS*1000)
+		delay = time.Duration(n) * time.Microsecond
+	case "AT":
+		if n, err = num(b, opt, 0, 1<<50); err == nil {
+			at = time.UnixMilli(n)
+		}
+	default: // ATUS
+		if n, err = num(b, opt, 0, 1<<50*1000); err == nil {
+			at = time.UnixMicro(n)
+		}
+	}
+	return delay, at, err
+}
 
 func (s *Server) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.opts.Timeout)
@@ -269,9 +293,9 @@ func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
 			need = 0
 		case "HEADER":
 			need = 2
-		case "ID", "DELAY", "AT", "MAXATTEMPTS":
+		case "ID", "DELAY", "DELAYUS", "AT", "ATUS", "MAXATTEMPTS":
 		default:
-			return a, invalid("syntax error: unknown option '%s' (ID, DELAY, AT, MAXATTEMPTS, REPLACE, HEADER)", clip(args[i]))
+			return a, invalid("syntax error: unknown option '%s' (ID, DELAY, DELAYUS, AT, ATUS, MAXATTEMPTS, REPLACE, HEADER)", clip(args[i]))
 		}
 		if i+need >= len(args) {
 			return a, invalid("syntax error: %s needs %d argument(s)", opt, need)
@@ -280,23 +304,19 @@ func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
 		case "ID":
 			a.ID = string(args[i+1])
 			a.Opts = append(a.Opts, wheelq.ID(a.ID))
-		case "DELAY", "AT":
+		case "DELAY", "DELAYUS", "AT", "ATUS":
 			if when {
-				return a, invalid("syntax error: DELAY or AT, once")
+				return a, invalid("syntax error: one of DELAY, DELAYUS, AT and ATUS, once")
 			}
 			when = true
-			if opt == "DELAY" {
-				n, err := num(args[i+1], "DELAY", 0, maxMS)
-				if err != nil {
-					return a, err
-				}
-				a.Opts = append(a.Opts, wheelq.After(time.Duration(n)*time.Millisecond))
+			delay, at, err := parseWhen(opt, args[i+1])
+			if err != nil {
+				return a, err
+			}
+			if at.IsZero() {
+				a.Opts = append(a.Opts, wheelq.After(delay))
 			} else {
-				n, err := num(args[i+1], "AT", 0, 1<<50)
-				if err != nil {
-					return a, err
-				}
-				a.Opts = append(a.Opts, wheelq.At(time.UnixMilli(n)))
+				a.Opts = append(a.Opts, wheelq.At(at))
 			}
 		case "MAXATTEMPTS":
 			n, err := num(args[i+1], "MAXATTEMPTS", 1, 1<<31-1)
@@ -413,22 +433,18 @@ func cmdReschedule(s *Server, c redcon.Conn, sess *session, args [][]byte) error
 	if err := sess.p.Allow(auth.Produce, topic); err != nil {
 		return err
 	}
-	var at time.Time
-	switch strings.ToUpper(string(args[2])) {
-	case "DELAY":
-		n, err := num(args[3], "DELAY", 0, maxMS)
-		if err != nil {
-			return err
-		}
-		at = time.Now().Add(time.Duration(n) * time.Millisecond)
-	case "AT":
-		n, err := num(args[3], "AT", 0, 1<<50)
-		if err != nil {
-			return err
-		}
-		at = time.UnixMilli(n)
+	opt := strings.ToUpper(string(args[2]))
+	switch opt {
+	case "DELAY", "DELAYUS", "AT", "ATUS":
 	default:
-		return invalid("syntax error: WQ.RESCHEDULE topic id DELAY ms | AT unix-ms")
+		return invalid("syntax error: WQ.RESCHEDULE topic id DELAY ms | DELAYUS us | AT unix-ms | ATUS unix-us")
+	}
+	delay, at, err := parseWhen(opt, args[3])
+	if err != nil {
+		return err
+	}
+	if at.IsZero() {
+		at = time.Now().Add(delay)
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
@@ -458,7 +474,7 @@ func cmdGet(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		return err
 	}
 	// A map (RESP3), or a flat array of field, value (RESP2).
-	fields := []any{"topic", j.Topic, "id", j.ID, "state", j.State.String(), "due_ms", ms(j.Due),
+	fields := []any{"topic", j.Topic, "id", j.ID, "state", j.State.String(), "due_ms", ms(j.Due), "due_us", us(j.Due),
 		"attempts", j.Attempts, "max_attempts", j.MaxAttempts, "last_error", j.LastError,
 		"created_ms", ms(j.Created), "finished_ms", ms(j.Finished), "reserved", boolInt(j.Reserved)}
 	w := sess.out(c)
@@ -488,6 +504,13 @@ func cmdGet(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	return nil
 }
 
+func us(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
@@ -499,6 +522,9 @@ func boolInt(b bool) int {
 type ReserveArgs struct {
 	Opts  wheelq.ReserveOptions
 	Block time.Duration // 0: do not wait
+	// Meta (WITHMETA) adds each job's max attempts, last error and
+	// headers to its reply.
+	Meta bool
 }
 
 // ParseReserve parses WQ.RESERVE's arguments (after the name); maxBlock
@@ -512,6 +538,10 @@ func ParseReserve(args [][]byte, maxBlock time.Duration) (ReserveArgs, error) {
 				a.Opts.Topics = append(a.Opts.Topics, string(t))
 			}
 			break
+		}
+		if opt == "WITHMETA" {
+			a.Meta = true
+			continue
 		}
 		if i+1 >= len(args) {
 			return a, invalid("syntax error: %s needs a value", clip(args[i]))
@@ -536,12 +566,12 @@ func ParseReserve(args [][]byte, maxBlock time.Duration) (ReserveArgs, error) {
 			}
 			a.Opts.TTR = time.Duration(n) * time.Millisecond
 		default:
-			return a, invalid("syntax error: unknown option '%s' (COUNT, BLOCK, TTR, then TOPICS)", clip(args[i]))
+			return a, invalid("syntax error: unknown option '%s' (COUNT, BLOCK, TTR, WITHMETA, then TOPICS)", clip(args[i]))
 		}
 		i++
 	}
 	if len(a.Opts.Topics) == 0 {
-		return a, invalid("syntax error: WQ.RESERVE [COUNT n] [BLOCK ms] [TTR ms] TOPICS topic [topic...]")
+		return a, invalid("syntax error: WQ.RESERVE [COUNT n] [BLOCK ms] [TTR ms] [WITHMETA] TOPICS topic [topic...]")
 	}
 	return a, nil
 }
@@ -600,10 +630,15 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		return nil
 	}
 	// Each job: topic, id, token, payload, attempt, due (unix ms),
-	// deadline (unix ms).
+	// deadline (unix ms); WITHMETA adds max attempts, last error and
+	// headers (a map).
 	c.WriteArray(len(got))
 	for _, r := range got {
-		c.WriteArray(7)
+		if a.Meta {
+			c.WriteArray(10)
+		} else {
+			c.WriteArray(7)
+		}
 		c.WriteBulkString(r.Topic)
 		c.WriteBulkString(r.ID)
 		c.WriteBulkString(r.Token)
@@ -611,6 +646,15 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		c.WriteInt(r.Job.Attempt)
 		c.WriteInt64(r.Job.Due.UnixMilli())
 		c.WriteInt64(r.Deadline.UnixMilli())
+		if a.Meta {
+			c.WriteInt(r.Job.MaxAttempts)
+			c.WriteBulkString(r.Job.LastError)
+			sess.out(c).Map(len(r.Job.Headers))
+			for k, v := range r.Job.Headers {
+				c.WriteBulkString(k)
+				c.WriteBulkString(v)
+			}
+		}
 	}
 	if err := redcon.BaseWriter(c).Flush(); err != nil {
 		// Not written: the jobs go back at once. (A reply written but

@@ -288,3 +288,83 @@ func TestHugeLengthsRefused(t *testing.T) {
 	defer rdb.Close()
 	require.NoError(t, rdb.Ping(context.Background()).Err(), "still serving")
 }
+
+// getFields is WQ.GET's reply as a map (RESP2's flat array).
+func getFields(t *testing.T, rdb *redis.Client, topic, id string) map[string]any {
+	t.Helper()
+	get, err := rdb.Do(context.Background(), "WQ.GET", topic, id).Slice()
+	require.NoError(t, err)
+	m := map[string]any{}
+	for i := 0; i+1 < len(get); i += 2 {
+		m[get[i].(string)] = get[i+1]
+	}
+	return m
+}
+
+// TestMicrosecondsAndMeta: due times in µs (DELAYUS, ATUS) are kept to
+// the µs, as WQ.GET's due_us shows; WQ.RESERVE WITHMETA adds max
+// attempts, last error and headers (a flat array in RESP2, a map in
+// RESP3), and without it the reply keeps its 7 fields.
+func TestMicrosecondsAndMeta(t *testing.T) {
+	t.Parallel()
+	addr := start(t, nil, "p")
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond).Add(123 * time.Microsecond)
+	require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "p", "x", "ID", "a", "ATUS", at.UnixMicro()).Err())
+	m := getFields(t, rdb, "p", "a")
+	require.EqualValues(t, at.UnixMicro(), m["due_us"])
+	require.EqualValues(t, at.UnixMilli(), m["due_ms"])
+
+	before := time.Now().UnixMicro()
+	require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "p", "x", "ID", "b", "DELAYUS", 3_600_000_007).Err())
+	after := time.Now().UnixMicro()
+	due := getFields(t, rdb, "p", "b")["due_us"].(int64)
+	require.GreaterOrEqual(t, due, before+3_600_000_007)
+	require.LessOrEqual(t, due, after+3_600_000_007)
+
+	at2 := at.Add(time.Minute + 77*time.Microsecond)
+	require.NoError(t, rdb.Do(ctx, "WQ.RESCHEDULE", "p", "a", "ATUS", at2.UnixMicro()).Err())
+	require.EqualValues(t, at2.UnixMicro(), getFields(t, rdb, "p", "a")["due_us"])
+	before = time.Now().UnixMicro()
+	require.NoError(t, rdb.Do(ctx, "WQ.RESCHEDULE", "p", "a", "DELAYUS", 7_200_000_005).Err())
+	after = time.Now().UnixMicro()
+	due = getFields(t, rdb, "p", "a")["due_us"].(int64)
+	require.GreaterOrEqual(t, due, before+7_200_000_005)
+	require.LessOrEqual(t, due, after+7_200_000_005)
+
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.SCHEDULE", "p", "x", "DELAYUS", -1).Err(), "ERR DELAYUS")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.SCHEDULE", "p", "x", "DELAY", 1, "ATUS", 1).Err(), "ERR syntax error: one of DELAY")
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.RESCHEDULE", "p", "a", "ATUS", "soon").Err(), "ERR ATUS")
+
+	// WITHMETA, RESP2: max attempts, last error, headers as a flat array.
+	require.NoError(t, rdb.Do(ctx, "WQ.SCHEDULE", "p", "y", "ID", "c", "MAXATTEMPTS", 3, "HEADER", "trace", "t1").Err())
+	res, err := rdb.Do(ctx, "WQ.RESERVE", "BLOCK", 10000, "TOPICS", "p").Slice()
+	require.NoError(t, err)
+	job := res[0].([]any)
+	require.Len(t, job, 7, "without WITHMETA the reply keeps its 7 fields")
+	require.NoError(t, rdb.Do(ctx, "WQ.NACK", "p", "c", job[2], "RETRY", 0, "ERROR", "smtp down").Err())
+	res, err = rdb.Do(ctx, "WQ.RESERVE", "WITHMETA", "BLOCK", 10000, "TOPICS", "p").Slice()
+	require.NoError(t, err)
+	job = res[0].([]any)
+	require.Len(t, job, 10)
+	require.Equal(t, "c", job[1])
+	require.EqualValues(t, 2, job[4])
+	require.EqualValues(t, 3, job[7])
+	require.Equal(t, "smtp down", job[8])
+	require.Equal(t, []any{"trace", "t1"}, job[9])
+	require.NoError(t, rdb.Do(ctx, "WQ.NACK", "p", "c", job[2], "RETRY", 0, "ERROR", "again").Err())
+
+	// RESP3: the headers are a map.
+	r3 := redis.NewClient(&redis.Options{Addr: addr, Protocol: 3})
+	defer r3.Close()
+	res, err = r3.Do(ctx, "WQ.RESERVE", "WITHMETA", "BLOCK", 10000, "TOPICS", "p").Slice()
+	require.NoError(t, err)
+	job = res[0].([]any)
+	require.Len(t, job, 10)
+	require.EqualValues(t, 3, job[4])
+	require.Equal(t, "again", job[8])
+	require.Equal(t, map[any]any{"trace": "t1"}, job[9])
+}
