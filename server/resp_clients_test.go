@@ -56,6 +56,9 @@ func TestRESPPHP(t *testing.T) {
 	require.Contains(t, out, "ping true")
 	require.Contains(t, out, "scheduled 1001")
 	require.Contains(t, out, "acked 1001 (order 1001) attempt 1: true")
+	require.Contains(t, out, "cancel 1002: 1")
+	require.Contains(t, out, "nacked 1003 attempt 1")
+	require.Contains(t, out, "acked 1003 attempt 2")
 	require.Contains(t, out, "cancel missing: NOTFOUND")
 }
 

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -52,9 +55,9 @@ func servedSerial(t *testing.T, url string) int64 {
 	return resp.TLS.PeerCertificates[0].SerialNumber.Int64()
 }
 
-// TestServerTLSReload: with TLS and tokens, SIGHUP swaps the certificate
-// for new connections and re-reads the tokens; a reload with a broken
-// certificate keeps the one in use.
+// TestServerTLSReload: with TLS and tokens, on HTTP and RESP alike,
+// SIGHUP swaps the certificate for new connections and re-reads the
+// tokens; a reload with a broken certificate keeps the one in use.
 func TestServerTLSReload(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	dir := t.TempDir()
@@ -71,9 +74,50 @@ func TestServerTLSReload(t *testing.T) {
 [http]
 tls_cert = "`+certFile+`"
 tls_key = "`+keyFile+`"
+[resp]
+addr = "127.0.0.1:0"
 `), 0o600))
-	p := startServerTLS(t, cfg, redisURL(rs))
+	p := startServerTLS(t, cfg, redisURL(rs), "-pull", "tls")
 	require.EqualValues(t, 1, servedSerial(t, p.URL))
+	var respAddr string
+	waitFor(t, func() bool {
+		m := respListening.FindStringSubmatch(p.Log())
+		if m != nil {
+			respAddr = m[1]
+		}
+		return m != nil
+	})
+	// The RESP front end speaks TLS with the same certificate and tokens:
+	// a plain connection gets nothing it can read as RESP; go-redis over
+	// TLS authenticates, schedules, reserves with a block and acks.
+	plain, err := net.DialTimeout("tcp", respAddr, 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, plain.SetDeadline(time.Now().Add(5*time.Second)))
+	_, _ = plain.Write([]byte("PING\r\n"))
+	got, _ := io.ReadAll(plain)
+	plain.Close()
+	require.NotContains(t, string(got), "PONG", "no plain RESP on a TLS port")
+	respClient := func(tok string) *redis.Client {
+		return redis.NewClient(&redis.Options{Addr: respAddr, Password: tok, MaxRetries: -1,
+			TLSConfig: &tls.Config{InsecureSkipVerify: true}})
+	}
+	ctx := context.Background()
+	r1 := respClient(tok1)
+	defer r1.Close()
+	id, err := r1.Do(ctx, "WQ.SCHEDULE", "tls", "over tls", "DELAY", 100).Text()
+	require.NoError(t, err)
+	res, err := r1.Do(ctx, "WQ.RESERVE", "BLOCK", 10000, "TOPICS", "tls").Slice()
+	require.NoError(t, err)
+	job := res[0].([]any)
+	require.Equal(t, []any{id, "over tls"}, []any{job[1], job[3]})
+	require.NoError(t, r1.Do(ctx, "WQ.ACK", "tls", id, job[2]).Err())
+	respSerial := func() int64 {
+		c, err := tls.Dial("tcp", respAddr, &tls.Config{InsecureSkipVerify: true})
+		require.NoError(t, err)
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	require.EqualValues(t, 1, respSerial())
 	authed := func(tok string) int {
 		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 		req, _ := http.NewRequest("GET", p.URL+"/v1/counts", nil)
@@ -92,6 +136,11 @@ tls_key = "`+keyFile+`"
 	waitFor(t, func() bool { return servedSerial(t, p.URL) == 2 })
 	require.Equal(t, 401, authed(tok1), "a revoked token is refused at once")
 	require.Equal(t, 200, authed(tok2))
+	require.EqualValues(t, 2, respSerial(), "RESP shows the new certificate too")
+	require.ErrorContains(t, r1.Do(ctx, "WQ.COUNTS").Err(), "NOAUTH", "the revoked token on an open RESP connection")
+	r2 := respClient(tok2)
+	defer r2.Close()
+	require.NoError(t, r2.Do(ctx, "WQ.COUNTS").Err())
 
 	require.NoError(t, os.WriteFile(certFile, []byte("not a certificate"), 0o600))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
@@ -110,8 +159,8 @@ func waitFor(t *testing.T, ok func() bool) {
 }
 
 // startServerTLS starts a TLS server (its readiness checked over TLS).
-func startServerTLS(t *testing.T, cfg, redis string) *proc {
+func startServerTLS(t *testing.T, cfg, redis string, args ...string) *proc {
 	t.Helper()
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return startServerWith(t, c, nil, "-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redis)
+	return startServerWith(t, c, nil, append([]string{"-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redis}, args...)...)
 }

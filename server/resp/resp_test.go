@@ -203,7 +203,8 @@ func TestPipelineAndRaw(t *testing.T) {
 	require.NoError(t, rdb.Ping(context.Background()).Err(), "still serving")
 }
 
-// TestRedisCLI: redis-cli, scripted, schedules, reserves and acks.
+// TestRedisCLI: redis-cli, scripted, schedules, cancels, reserves with a
+// block, nacks and acks.
 func TestRedisCLI(t *testing.T) {
 	t.Parallel()
 	needRedisCLI(t)
@@ -219,6 +220,18 @@ func TestRedisCLI(t *testing.T) {
 	require.Equal(t, "OK", cli("WQ.ACK", "cli", "o-1", lines[2]))
 	require.Contains(t, cli("WQ.GET", "cli", "o-1"), "done")
 	require.Contains(t, cli("WQ.CANCEL", "cli", "nope"), "NOTFOUND")
+
+	// Cancelled before its time; and a run nacked, then acked.
+	require.Equal(t, "o-2", cli("WQ.SCHEDULE", "cli", "later", "ID", "o-2", "DELAY", "3600000"))
+	require.Equal(t, "1", cli("WQ.CANCEL", "cli", "o-2"))
+	require.Contains(t, cli("WQ.GET", "cli", "o-2"), "cancelled")
+	require.Equal(t, "o-3", cli("WQ.SCHEDULE", "cli", "retry me", "ID", "o-3"))
+	lines = strings.Split(cli("WQ.RESERVE", "BLOCK", "5000", "TOPICS", "cli"), "\n")
+	require.Equal(t, []string{"o-3", "1"}, []string{lines[1], lines[4]})
+	require.Equal(t, "OK", cli("WQ.NACK", "cli", "o-3", lines[2], "RETRY", "0", "ERROR", "busy"))
+	lines = strings.Split(cli("WQ.RESERVE", "BLOCK", "5000", "TOPICS", "cli"), "\n")
+	require.Equal(t, []string{"o-3", "2"}, []string{lines[1], lines[4]}, "retried after the nack")
+	require.Equal(t, "OK", cli("WQ.ACK", "cli", "o-3", lines[2]))
 }
 
 // needRedisCLI skips t without redis-cli (fails it when
