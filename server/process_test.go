@@ -447,6 +447,52 @@ timeout = "5s"
 	return cfg
 }
 
+// TestServerPushTopicBackoff: a pushed topic's retry_base reaches the
+// queue: after a failed push the job is due again about retry_base later
+// (1h ±25%), not after the queue's backoff (1s ±25%).
+func TestServerPushTopicBackoff(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	hits := make(chan struct{}, 10)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- struct{}{}
+		http.Error(w, "down", http.StatusBadGateway)
+	}))
+	defer recv.Close()
+	cfg := pushConfig(t, recv.URL, 3, []byte("0123456789abcdef0123456789abcdef"))
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("retry_base = \"1h\"\nretry_max = \"2h\"\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	p := startServer(t, nil, "-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs))
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/hooks", "", map[string]any{"id": "b1", "payload": "x"}, nil))
+	select {
+	case <-hits:
+	case <-time.After(wait):
+		t.Fatal("never pushed")
+	}
+	failed := time.Now()
+	deadline := time.Now().Add(wait)
+	for {
+		var info map[string]any
+		require.Equal(t, 200, call(t, "GET", p.URL+"/v1/jobs/hooks/b1", "", nil, &info))
+		if info["state"] == "pending" && info["attempts"] == float64(1) {
+			due, err := time.Parse(time.RFC3339Nano, info["due"].(string))
+			require.NoError(t, err)
+			require.Greater(t, due.Sub(failed), 44*time.Minute, "retried after the topic's backoff: %v", info)
+			require.Less(t, due.Sub(failed), 76*time.Minute, "%v", info)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "not retried: %v", info)
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-hits:
+		t.Fatal("pushed again before the topic's backoff")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
 // TestServerPushLimit: a pushed topic's concurrency = 1 and rate = 20
 // (per second) hold: the receiver never sees two POSTs at once, and the
 // i-th comes no sooner than 50 ms × i after the due time.

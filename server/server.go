@@ -132,7 +132,11 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		if to == 0 {
 			to = cfg.Push.Timeout.D()
 		}
-		d, err := push.New(push.Target{URL: u, Secret: pt.Secret.Reveal(), Timeout: to}, cfg.Push.AllowHosts)
+		t := push.Target{URL: u, Secret: pt.Secret.Reveal(), Timeout: to}
+		if pt.RetryBase > 0 {
+			t.Backoff = push.Exponential(pt.RetryBase.D(), pt.RetryMax.D())
+		}
+		d, err := push.New(t, cfg.Push.AllowHosts)
 		if err == nil {
 			s.pushes = append(s.pushes, d)
 			err = q.Handle(pt.Topic, d)

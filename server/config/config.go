@@ -159,6 +159,12 @@ type PushTopic struct {
 	GlobalConcurrency int      `toml:"global_concurrency"`
 	Rate              int      `toml:"rate"`
 	Per               Duration `toml:"per"`
+	// RetryBase and RetryMax are the topic's backoff: a failed push is
+	// tried again after RetryBase, doubling per attempt up to RetryMax
+	// (default 1h), each within ±25% (0: the queue's backoff, 1s doubling
+	// up to 1h). A receiver's Retry-After still wins.
+	RetryBase Duration `toml:"retry_base"`
+	RetryMax  Duration `toml:"retry_max"`
 }
 
 // Token is one API token: its id (the non-secret part of the token
@@ -469,6 +475,12 @@ func (c *Config) Validate() error {
 		}
 		if p.Timeout < 0 {
 			return bad(key+".timeout", "below 0")
+		}
+		if p.RetryBase < 0 {
+			return bad(key+".retry_base", "below 0 (0: the queue's backoff)")
+		}
+		if p.RetryMax != 0 && (p.RetryBase == 0 || p.RetryMax < p.RetryBase) {
+			return bad(key+".retry_max", "%v needs a retry_base of at most it", p.RetryMax.D())
 		}
 	}
 	for i, t := range c.Tokens {

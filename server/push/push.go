@@ -4,8 +4,9 @@
 // HMAC-SHA256 of "id.timestamp.body" under the secret), so receivers can
 // use an existing verifier. A 2xx reply acks the job; anything else, a
 // redirect, a timeout or a refused connection is a failed attempt, retried
-// by the queue's backoff (a Retry-After of seconds on the reply is
-// honoured) and dead-lettered after its last attempt.
+// by the topic's backoff (Target.Backoff) or else the queue's (a
+// Retry-After of seconds on the reply is honoured) and dead-lettered after
+// its last attempt.
 package push
 
 import (
@@ -18,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -53,6 +55,27 @@ type Target struct {
 	// Secret is the signing secret: "whsec_" and base64.
 	Secret  string
 	Timeout time.Duration
+	// Backoff, if not nil, is the delay before the next try after failed
+	// attempt n (1 for the first run), instead of the queue's backoff; a
+	// receiver's Retry-After wins over both.
+	Backoff func(attempt int) time.Duration
+}
+
+// Exponential is a Target.Backoff: base after the first failed attempt,
+// doubling per attempt up to most (1h when 0), each scaled by a random
+// factor in [0.75, 1.25) so that pushes that failed together do not all
+// come back together.
+func Exponential(base, most time.Duration) func(attempt int) time.Duration {
+	if most <= 0 {
+		most = time.Hour
+	}
+	return func(attempt int) time.Duration {
+		d := most
+		if n := max(attempt-1, 0); n < 40 && base<<n > 0 && base<<n < most {
+			d = base << n
+		}
+		return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+	}
 }
 
 // Deliverer is the wheelq.Handler of one pushed topic.
@@ -157,7 +180,7 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 	}
 	r, err := d.conns.post(ctx, req)
 	if err != nil {
-		return fmt.Errorf("push to %s: %w", d.t.URL.Redacted(), err)
+		return d.retry(j, fmt.Errorf("push to %s: %w", d.t.URL.Redacted(), err))
 	}
 	if r.status >= 200 && r.status < 300 {
 		return nil
@@ -166,5 +189,14 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 	if s, perr := strconv.Atoi(r.retryAfter); perr == nil && s > 0 {
 		return wheelq.RetryAfter(time.Duration(s)*time.Second, err)
 	}
-	return err
+	return d.retry(j, err)
+}
+
+// retry is a failed attempt's error: retried after the topic's backoff,
+// if it has one (else the queue's).
+func (d *Deliverer) retry(j *wheelq.Job, err error) error {
+	if d.t.Backoff == nil {
+		return err
+	}
+	return wheelq.RetryAfter(d.t.Backoff(j.Attempt), err)
 }

@@ -345,3 +345,60 @@ func TestEndlessReplyHead(t *testing.T) {
 	require.ErrorContains(t, err, "reply head too large")
 	require.Less(t, time.Since(began), 5*time.Second, "not at the timeout")
 }
+
+// TestTopicBackoff: with a Target.Backoff, a failed push (a status, or a
+// refused connection) is retried after the topic's delay for its attempt,
+// within ±25%; a receiver's Retry-After wins; without one the error is
+// left to the queue's backoff.
+func TestTopicBackoff(t *testing.T) {
+	retryAfter := ""
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second,
+		Backoff: push.Exponential(2*time.Second, 10*time.Second)}, []string{u.Host})
+	require.NoError(t, err)
+	defer d.Close()
+	delay := func(d *push.Deliverer, attempt int) time.Duration {
+		t.Helper()
+		err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "hooks", ID: "a", Attempt: attempt})
+		var re *wheelq.RetryError
+		require.True(t, errors.As(err, &re), "%v", err)
+		return re.Delay
+	}
+	for attempt, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 4: 10 * time.Second, 60: 10 * time.Second} {
+		got := delay(d, attempt)
+		require.GreaterOrEqual(t, got, want*3/4, "attempt %d", attempt)
+		require.Less(t, got, want*5/4, "attempt %d", attempt)
+	}
+	retryAfter = "7"
+	require.Equal(t, 7*time.Second, delay(d, 1), "the receiver's Retry-After wins")
+	retryAfter = ""
+
+	// A refused connection is a failed attempt too.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gone, _ := url.Parse("http://" + ln.Addr().String() + "/hook")
+	require.NoError(t, ln.Close())
+	dg, err := push.New(push.Target{URL: gone, Secret: secret, Timeout: 5 * time.Second,
+		Backoff: push.Exponential(time.Minute, 0)}, []string{gone.Host})
+	require.NoError(t, err)
+	defer dg.Close()
+	got := delay(dg, 1)
+	require.GreaterOrEqual(t, got, 45*time.Second)
+	require.Less(t, got, 75*time.Second)
+
+	// No Backoff: the queue's backoff decides.
+	plain, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
+	require.NoError(t, err)
+	defer plain.Close()
+	err = plain.HandleJob(context.Background(), &wheelq.Job{Topic: "hooks", ID: "a", Attempt: 1})
+	var re *wheelq.RetryError
+	require.Error(t, err)
+	require.False(t, errors.As(err, &re), "%v", err)
+}
