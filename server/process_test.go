@@ -62,7 +62,8 @@ type proc struct {
 	done chan struct{}
 }
 
-var listening = regexp.MustCompile(`wheelq server: listening" addr=(https?://[0-9.:]+)`)
+// listening finds the server's address in its log, text or JSON.
+var listening = regexp.MustCompile(`wheelq server: listening"(?: addr=|,"addr":")(https?://[0-9.:]+)`)
 
 // startServer starts wheelq-server with args (its Redis and address come
 // from the caller) and waits until it listens and is ready.

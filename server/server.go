@@ -272,14 +272,14 @@ func (s *Server) Handler() (http.Handler, error) {
 	mux.Handle("/", s.api)
 	if s.cfg.HTTP.Metrics {
 		metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
-		mux.Handle("GET /metrics", s.authenticated(auth.Admin, metrics))
+		mux.Handle("GET /metrics", s.api.Logged("GET /metrics", s.authenticated(auth.Admin, metrics)))
 	}
 	if s.cfg.HTTP.UI {
 		dash, err := dashboard.New(s.q, dashboard.Options{Title: "wheelq server", Authorize: s.authorizeUI, ReadOnly: s.cfg.HTTP.UIReadOnly})
 		if err != nil {
 			return nil, err
 		}
-		mux.Handle("/ui/", s.challenge(http.StripPrefix("/ui", dash)))
+		mux.Handle("/ui/", s.api.Logged("/ui/", s.challenge(http.StripPrefix("/ui", dash))))
 	}
 	return mux, nil
 }

@@ -147,17 +147,42 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, pattern := a.mux.Handler(r)
 	if pattern == "" {
 		// The mux's own 404 or 405: said in JSON.
+		start, sw := time.Now(), &statusWriter{ResponseWriter: w}
+		if a.opts.Access {
+			defer a.access(r, "-", sw, start, "-")
+		}
 		rec := &statusOnly{header: http.Header{}}
 		h.ServeHTTP(rec, r)
 		if rec.status == http.StatusMethodNotAllowed {
-			w.Header().Set("Allow", rec.header.Get("Allow"))
-			a.writeErr(w, r, apierr.New(apierr.MethodNotAllow, "%s is not allowed on %s", r.Method, r.URL.Path))
+			sw.Header().Set("Allow", rec.header.Get("Allow"))
+			a.writeErr(sw, r, apierr.New(apierr.MethodNotAllow, "%s is not allowed on %s", r.Method, r.URL.Path))
 			return
 		}
-		a.writeErr(w, r, apierr.New(apierr.NoRoute, "no route %s %s", r.Method, r.URL.Path))
+		a.writeErr(sw, r, apierr.New(apierr.NoRoute, "no route %s %s", r.Method, r.URL.Path))
 		return
 	}
 	a.mux.ServeHTTP(w, r) // which sets the path's values
+}
+
+// Logged puts the requests h serves (the server's paths outside the API:
+// /metrics, /ui/) in the access log, under route, when Options.Access.
+func (a *API) Logged(route string, h http.Handler) http.Handler {
+	if !a.opts.Access {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start, sw := time.Now(), &statusWriter{ResponseWriter: w}
+		defer a.access(r, route, sw, start, "-")
+		h.ServeHTTP(sw, r)
+	})
+}
+
+// access writes r's line of the access log: what was asked, the route
+// that served it, the reply's status and size, how long it took, and the
+// token's id ("-": none, or not looked at).
+func (a *API) access(r *http.Request, route string, sw *statusWriter, start time.Time, who string) {
+	a.opts.Logger.Info("http", "method", r.Method, "path", r.URL.Path, "route", route, "status", sw.status,
+		"bytes", sw.n, "dur", time.Since(start), "token", who, "remote", r.RemoteAddr)
 }
 
 // statusOnly records the status the mux's own reply would have had.
@@ -196,8 +221,7 @@ func (a *API) endpoint(rt Route) http.Handler {
 				}
 			}
 			if a.opts.Access {
-				a.opts.Logger.Info("http", "method", r.Method, "path", r.URL.Path, "route", rt.Pattern, "status", sw.status,
-					"bytes", sw.n, "dur", time.Since(start), "token", who, "remote", r.RemoteAddr)
+				a.access(r, rt.Pattern, sw, start, who)
 			}
 		}()
 		var p *auth.Principal
