@@ -19,13 +19,17 @@ func FuzzDecode(f *testing.F) {
 		`{"jobs":[{"topic":"t","id":"a"},{"topic":"u","payload":"x"}]}`,
 		`{"topics":["a","b"],"max":10,"ttr_ms":30000,"wait_ms":1000}`,
 		`{"token":"abc","error":"e","retry_after_ms":5,"permanent":true}`,
+		`{"receipts":[{"topic":"t","id":"a","token":"x"}]}`, `{"jobs":[{"topic":"t","id":"a"}]}`,
+		`{"topic":"t","every_ms":1000,"time_zone":"Europe/Paris","missed":"each","start":"2026-11-26T10:00:00Z"}`,
+		`{"topic":"t","cron":"*/5 * * * *","payload_base64":"AA==","max_missed":-1}`,
 		`{"delay_ms":-1}`, `{"a":1}`, `[]`, `{"id":"x"} {}`, "{\"payload\":\"\xff\"}", `{"delay_ms":1e400}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, v := range []any{&httpapi.ScheduleRequest{}, &httpapi.BatchRequest{}, &httpapi.ReserveRequest{},
-			&httpapi.NackRequest{}, &httpapi.TouchRequest{}, &httpapi.TimeRequest{}, &httpapi.AckRequest{}} {
+			&httpapi.NackRequest{}, &httpapi.TouchRequest{}, &httpapi.TimeRequest{}, &httpapi.AckRequest{},
+			&httpapi.AckBatchRequest{}, &httpapi.CancelBatchRequest{}, &httpapi.RecurringRequest{}} {
 			err := httpapi.Decode(strings.NewReader(string(b)), v)
 			if err != nil {
 				var e *apierr.Error
