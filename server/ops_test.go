@@ -54,7 +54,8 @@ func TestServerRedisDown(t *testing.T) {
 	waitFor(t, func() bool { return call(t, "GET", p.URL+"/readyz", "", nil, nil) == 200 })
 }
 
-// TestServerEdges: oversized headers are refused (431); /metrics and the
+// TestServerEdges: oversized headers are refused (431, with the API's
+// JSON error and code); /metrics and the
 // dashboard need a token (the dashboard asks a browser for it as a Basic
 // password); the dashboard's page and its API answer with one.
 func TestServerEdges(t *testing.T) {
@@ -90,14 +91,23 @@ produce = ["orders.*"]
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header, string(b)
 	}
-	st, _, _ := get("/healthz", map[string]string{"X-Big": strings.Repeat("x", 64<<10)})
+	// Past max_header_bytes: the API's JSON error with its code; past
+	// twice that, net/http's own refusal (it reads no further).
+	st, h, body := get("/healthz", map[string]string{"X-Big": strings.Repeat("x", 5000)})
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, st)
+	require.Equal(t, "application/json", h.Get("Content-Type"))
+	require.Contains(t, body, `"code":"too_large"`)
+	require.Contains(t, body, "http.max_header_bytes")
+	st, _, _ = get("/healthz", map[string]string{"X-Big": strings.Repeat("x", 3500)})
+	require.Equal(t, 200, st, "a head within the limit")
+	st, _, _ = get("/healthz", map[string]string{"X-Big": strings.Repeat("x", 64<<10)})
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, st)
 
 	st, _, _ = get("/metrics", nil)
 	require.Equal(t, 401, st)
 	st, _, _ = get("/metrics", map[string]string{"Authorization": "Bearer " + vtok})
 	require.Equal(t, 403, st, "metrics need admin on every topic")
-	st, _, body := get("/metrics", map[string]string{"Authorization": "Bearer " + tok})
+	st, _, body = get("/metrics", map[string]string{"Authorization": "Bearer " + tok})
 	require.Equal(t, 200, st)
 	require.Contains(t, body, "wheelq_owned_partitions")
 	// The process's own: its heap and collections, CPU, memory and files.
@@ -105,7 +115,7 @@ produce = ["orders.*"]
 		require.Contains(t, body, "\n"+name, "/metrics has %s", name)
 	}
 
-	st, h, _ := get("/ui/", nil)
+	st, h, _ = get("/ui/", nil)
 	require.Equal(t, 401, st)
 	require.Contains(t, h.Get("WWW-Authenticate"), "Basic")
 	basic := func(tk string) map[string]string {

@@ -398,8 +398,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	c := s.cfg.HTTP
 	s.hsrv = &http.Server{
-		Handler: h, ReadTimeout: c.ReadTimeout.D(), ReadHeaderTimeout: c.ReadHeaderTimeout.D(),
-		WriteTimeout: c.WriteTimeout.D(), IdleTimeout: c.IdleTimeout.D(), MaxHeaderBytes: c.MaxHeaderBytes,
+		// Heads past max_header_bytes get the API's JSON error
+		// (HeaderLimit); net/http's own plain-text refusal is left for
+		// those past twice that, a hard cap on what is read.
+		Handler: s.api.HeaderLimit(c.MaxHeaderBytes, h), ReadTimeout: c.ReadTimeout.D(), ReadHeaderTimeout: c.ReadHeaderTimeout.D(),
+		WriteTimeout: c.WriteTimeout.D(), IdleTimeout: c.IdleTimeout.D(), MaxHeaderBytes: 2 * c.MaxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	scheme := "http"

@@ -177,6 +177,39 @@ func (a *API) Logged(route string, h http.Handler) http.Handler {
 	})
 }
 
+// HeaderLimit refuses, with a JSON 431 and the too_large code, a request
+// whose head (request line and headers) is past most bytes, before h
+// sees it. net/http refuses heads past http.Server.MaxHeaderBytes itself,
+// with a plain-text 431 and no code: the server sets that higher (a hard
+// cap on what is read), so that a head past the configured limit gets
+// the API's error like any other bad input.
+func (a *API) HeaderLimit(most int, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := headBytes(r); n > most {
+			sw := &statusWriter{ResponseWriter: w}
+			if a.opts.Access {
+				defer a.access(r, "-", sw, time.Now(), "-")
+			}
+			writeJSON(sw, http.StatusRequestHeaderFieldsTooLarge, ErrorResponse{Error: *apierr.New(apierr.TooLarge,
+				"request head of about %d bytes: the limit is %d (http.max_header_bytes)", n, most)})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// headBytes is about the size of r's head as sent: the request line, the
+// Host header and every other, each with its ": " and CRLF.
+func headBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
 // access writes r's line of the access log: what was asked, the route
 // that served it, the reply's status and size, how long it took, and the
 // token's id ("-": none, or not looked at).
