@@ -221,8 +221,9 @@ func cmdClient(_ *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	return nil
 }
 
-func cmdQuit(_ *Server, c redcon.Conn, _ *session, _ [][]byte) error {
+func cmdQuit(_ *Server, c redcon.Conn, sess *session, _ [][]byte) error {
 	c.WriteString("OK")
+	sess.closed = true
 	return c.Close()
 }
 
@@ -375,9 +376,6 @@ func schedulePipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, m
 	var keys []string
 	var at []int
 	for i, a := range all {
-		if i > 0 && sess.lim != nil {
-			sess.lim.dispatched()
-		}
 		sa, err := ParseSchedule(a)
 		if err == nil {
 			err = sess.p.Allow(auth.Produce, sa.Topic)
@@ -598,6 +596,7 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		// Answer what was pipelined before, then block, watching for the
 		// client's leaving.
 		if err := redcon.BaseWriter(c).Flush(); err != nil {
+			sess.closed = true
 			return c.Close()
 		}
 		w = watchPeer(c.NetConn(), cancel)
@@ -613,6 +612,7 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 				// goes back at once rather than lapsing at its
 				// time-to-run.
 				s.release(got)
+				sess.closed = true
 				return c.Close()
 			}
 		} else {
@@ -661,6 +661,7 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		// never read, the connection closing after, is a lost reply: its
 		// jobs lapse at their time-to-run.)
 		s.release(got)
+		sess.closed = true
 		return c.Close()
 	}
 	return nil
@@ -740,9 +741,6 @@ func ackPipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more i
 	rs := make([]wheelq.Receipt, 0, len(all))
 	idx := make([]int, 0, len(all))
 	for i, a := range all {
-		if i > 0 && sess.lim != nil {
-			sess.lim.dispatched()
-		}
 		r, err := receipt(sess, a)
 		if err != nil {
 			errs[i] = err

@@ -45,9 +45,6 @@ func cmdSAdd(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	adds := make([]sadd, len(all))
 	var jobs []wheelq.BatchJob
 	for k, a := range all {
-		if k > 0 && sess.lim != nil {
-			sess.lim.dispatched()
-		}
 		topic, pairs := string(a[0]), a[1:]
 		ad := &adds[k]
 		if len(pairs)%2 != 0 {

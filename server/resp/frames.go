@@ -6,7 +6,7 @@ import (
 )
 
 // The frame check: the bytes a connection sends pass it before redcon
-// parses them. redcon (used unmodified) trusts the lengths a client
+// parses them, whole commands only (limitedConn). redcon (used unmodified) trusts the lengths a client
 // states: a bulk length near 2^63 overflowed its bounds check and panicked
 // on the connection's goroutine, where nothing recovers, which ended the
 // whole process; an array length near 2^63 with no bytes to match kept
@@ -65,17 +65,15 @@ func newFrames(maxCommandBytes int64) *frames {
 	return f
 }
 
-// scan follows b, the next bytes of the stream. When a header line in b
-// states a length out of bounds (or is no length at all), it returns the
-// error and ok, how many of b's bytes may pass: those of the commands
-// that ended before the refused one began, so that they are still served.
-// Once refused, the stream is not followed any further.
-func (f *frames) scan(b []byte) (ok int, err error) {
-	cmdStart := 0 // where the current command began in b (0: before b)
+// scan follows b, the next bytes of the stream. It returns done, the
+// offset in b just past the last command that b completes (0: none), and,
+// when a header line in b states a length out of bounds (or is no length
+// at all), the refusal: the commands before the refused one are those up
+// to done. Once refused, the stream is not followed any further.
+func (f *frames) scan(b []byte) (done int, err error) {
 	for i := 0; i < len(b); {
 		switch f.st {
 		case atStart:
-			cmdStart = i
 			if b[i] == '*' {
 				f.st, f.n = inArrayLine, 0
 				i++
@@ -85,13 +83,13 @@ func (f *frames) scan(b []byte) (ok int, err error) {
 		case inInline:
 			j := bytes.IndexByte(b[i:], '\n')
 			if j < 0 {
-				return len(b), nil
+				return done, nil
 			}
 			i += j + 1
-			f.st = atStart
+			f.st, done = atStart, i
 		case atBulkStart:
 			if b[i] != '$' {
-				return cmdStart, frameError("expected '$', got '" + string(b[i]) + "'")
+				return done, frameError("expected '$', got '" + string(b[i]) + "'")
 			}
 			f.st, f.n = inBulkLine, 0
 			i++
@@ -100,25 +98,25 @@ func (f *frames) scan(b []byte) (ok int, err error) {
 			i++
 			if c != '\n' {
 				if f.n == len(f.line) {
-					return cmdStart, f.lengthError()
+					return done, f.lengthError()
 				}
 				f.line[f.n] = c
 				f.n++
 				continue
 			}
 			if f.n == 0 || f.line[f.n-1] != '\r' {
-				return cmdStart, f.lengthError()
+				return done, f.lengthError()
 			}
 			v, perr := strconv.ParseInt(string(f.line[:f.n-1]), 10, 64)
 			if f.st == inArrayLine {
 				if perr != nil || v <= 0 || v > maxArgs {
-					return cmdStart, f.lengthError()
+					return done, f.lengthError()
 				}
 				f.args, f.st = int(v), atBulkStart
 				continue
 			}
 			if perr != nil || v < 0 || v > f.maxBulk {
-				return cmdStart, f.lengthError()
+				return done, f.lengthError()
 			}
 			f.skip, f.st = v+2, inBulkBody
 		case inBulkBody:
@@ -129,14 +127,14 @@ func (f *frames) scan(b []byte) (ok int, err error) {
 			i += int(k)
 			if f.skip -= k; f.skip == 0 {
 				if f.args--; f.args == 0 {
-					f.st = atStart
+					f.st, done = atStart, i
 				} else {
 					f.st = atBulkStart
 				}
 			}
 		}
 	}
-	return len(b), nil
+	return done, nil
 }
 
 // lengthError is the refusal of the header line being read, in Redis's

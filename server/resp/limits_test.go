@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/config"
 	"github.com/wheelq/wheelq/server/internal/servertest"
 )
@@ -165,4 +166,48 @@ func TestConnectionCommands(t *testing.T) {
 	reply, err := io.ReadAll(c)
 	require.NoError(t, err)
 	require.Equal(t, "+OK\r\n", string(reply))
+}
+
+// TestQuitEndsTheConnection: commands sent after QUIT in the same write
+// are not run (as Redis), though they were read with it.
+func TestQuitEndsTheConnection(t *testing.T) {
+	t.Parallel()
+	addr := start(t, nil, "p")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Write([]byte("QUIT\r\nWQ.SCHEDULE p x ID afterquit\r\n*4\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$1\r\ny\r\n$2\r\nID\r\n"))
+	require.NoError(t, err)
+	reply, err := io.ReadAll(c)
+	require.NoError(t, err)
+	require.Equal(t, "+OK\r\n", string(reply))
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.ErrorContains(t, rdb.Do(context.Background(), "WQ.GET", "p", "afterquit").Err(), "NOTFOUND", "a command after QUIT ran")
+}
+
+// TestUnauthenticatedHoldLittle: with tokens, a connection that has not
+// authenticated may not hold an unfinished command past 64 KiB (a
+// stranger cannot make the server hold resp.max_command_bytes for each
+// of its connections); once authenticated it may send commands up to
+// resp.max_command_bytes.
+func TestUnauthenticatedHoldLittle(t *testing.T) {
+	t.Parallel()
+	tok, sum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	addr := start(t, []config.Token{{ID: "shop", SHA256: sum, Produce: []string{"*"}, Admin: []string{"*"}}}, "p")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, _ = c.Write([]byte("*3\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$200000\r\n" + strings.Repeat("x", 100_000)))
+	reply, _ := io.ReadAll(c)
+	require.Contains(t, string(reply), "-ERR command past the limit of the server (resp.max_command_bytes)")
+
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: tok})
+	defer rdb.Close()
+	id, err := rdb.Do(context.Background(), "WQ.SCHEDULE", "p", strings.Repeat("x", 200_000), "DELAY", 60000).Text()
+	require.NoError(t, err, "an authenticated connection sends a 200 KB payload")
+	require.NotEmpty(t, id)
 }

@@ -85,6 +85,9 @@ type session struct {
 	az    *auth.Authorizer
 	// proto is the protocol HELLO chose: 2 (the default) or 3.
 	proto int
+	// closed says the connection was closed by a command (QUIT, a
+	// reserve whose client left): commands read with it are not run.
+	closed bool
 }
 
 // out writes the replies whose shape depends on the protocol.
@@ -173,6 +176,9 @@ func (s *Server) accept(c redcon.Conn) bool {
 	az := s.authz()
 	if p, err := az.Authenticate(""); err == nil {
 		sess.p, sess.az = p, az // a loopback server without tokens
+		if sess.lim != nil {
+			sess.lim.authed.Store(true)
+		}
 	}
 	c.SetContext(sess)
 	return true
@@ -188,8 +194,8 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 		sess = &session{}
 		c.SetContext(sess)
 	}
-	if sess.lim != nil {
-		sess.lim.dispatched()
+	if sess.closed {
+		return // after QUIT, or a reserve that closed the connection
 	}
 	defer func() {
 		if v := recover(); v != nil {
@@ -223,6 +229,9 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 	}
 	if err := spec.run(s, c, sess, cmd.Args[1:]); err != nil {
 		s.writeErr(c, err)
+	}
+	if sess.lim != nil {
+		sess.lim.authed.Store(sess.p != nil)
 	}
 }
 
@@ -282,19 +291,42 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 	return newLimitedConn(c, l.max), nil
 }
 
-// limitedConn refuses to read more than max bytes between two commands
-// dispatched: redcon's reader grows its buffer without a bound while a
-// command is incomplete. And it passes on no frame whose stated length is
-// out of bounds (frames).
+// preAuthMax caps an unfinished command before the connection has
+// authenticated (AUTH and HELLO are short), as Redis caps an
+// unauthenticated client's: a stranger cannot make the server hold
+// MaxCommandBytes per connection.
+const preAuthMax = 64 << 10
+
+// readChunk is the least room a limitedConn reads into.
+const readChunk = 16 << 10
+
+// limitedConn is what redcon reads a connection through. It hands redcon
+// whole commands only: the bytes of an unfinished one wait here until it
+// is complete (frames finds where each ends). redcon parses an unfinished
+// command from its first byte again on every read, so a client sending a
+// large command a few bytes at a time made the server's work grow with
+// the square of its size (a connection sending 1 KB/s kept a core busy);
+// now each command is parsed once. An unfinished command past max bytes
+// (preAuthMax before the connection authenticated) is refused and the
+// connection closed, and so is a frame whose stated length is out of
+// bounds (frames).
 type limitedConn struct {
 	net.Conn
-	max  int64
-	read atomic.Int64
-	// frames follows the stream; refused is its refusal, returned by the
-	// next Read once the bytes before the refused command were passed on.
-	// Both owned by the reader.
-	frames  *frames
-	refused error
+	max int64
+	// authed says the session has authenticated (set by the command
+	// loop): the whole max applies.
+	authed atomic.Bool
+
+	// Owned by the reader (redcon's connection goroutine): buf[r:w] read
+	// from the network and not yet handed on, of which buf[r:ready] are
+	// whole commands; refused is the frame check's refusal and err the
+	// network's error, each returned once the whole commands before it
+	// were handed on.
+	frames      *frames
+	buf         []byte
+	r, ready, w int
+	refused     error
+	err         error
 }
 
 func newLimitedConn(c net.Conn, max int64) *limitedConn {
@@ -302,25 +334,72 @@ func newLimitedConn(c net.Conn, max int64) *limitedConn {
 }
 
 func (c *limitedConn) Read(b []byte) (int, error) {
-	if c.refused != nil {
-		return 0, c.refuse()
-	}
-	if c.max > 0 && c.read.Load() > c.max {
-		_, _ = c.Conn.Write([]byte("-ERR command past the limit of the server (resp.max_command_bytes)\r\n"))
-		return 0, errLimit
-	}
-	n, err := c.Conn.Read(b)
-	c.read.Add(int64(n))
-	if n > 0 {
-		var ok int
-		if ok, c.refused = c.frames.scan(b[:n]); c.refused != nil {
-			if ok == 0 {
-				return 0, c.refuse()
+	for c.ready == c.r {
+		switch {
+		case c.refused != nil:
+			return 0, c.refuse()
+		case c.err != nil:
+			return 0, c.err
+		}
+		if c.r == c.w {
+			c.r, c.ready, c.w = 0, 0, 0
+			if len(c.buf) > 4*readChunk {
+				c.buf = nil // a large command's room is not kept
 			}
-			return ok, nil
+		}
+		if most := c.limit(); most > 0 && int64(c.w-c.r) > most {
+			_, _ = c.Conn.Write([]byte("-ERR command past the limit of the server (resp.max_command_bytes)\r\n"))
+			c.err = errLimit
+			return 0, errLimit
+		}
+		if len(c.buf)-c.w < readChunk {
+			c.room()
+		}
+		n, err := c.Conn.Read(c.buf[c.w:])
+		if n > 0 {
+			done, ferr := c.frames.scan(c.buf[c.w : c.w+n])
+			if done > 0 {
+				c.ready = c.w + done
+			}
+			c.w += n
+			c.refused = ferr
+		}
+		if err != nil {
+			c.err = err
 		}
 	}
-	return n, err
+	n := copy(b, c.buf[c.r:c.ready])
+	c.r += n
+	return n, nil
+}
+
+// limit is the most bytes an unfinished command may hold now.
+func (c *limitedConn) limit() int64 {
+	if c.authed.Load() {
+		return c.max
+	}
+	if c.max <= 0 {
+		return preAuthMax
+	}
+	return min(c.max, preAuthMax)
+}
+
+// room makes readChunk bytes of room after buf[w]: it moves the
+// unfinished command to the front when that frees at least as much as it
+// copies, else moves it into a buffer twice as large, so that each byte
+// is copied a bounded number of times however the command arrives.
+func (c *limitedConn) room() {
+	pending := c.w - c.r
+	if c.r >= pending && c.r >= readChunk {
+		copy(c.buf, c.buf[c.r:c.w])
+	} else {
+		nb := make([]byte, max(2*len(c.buf), pending+readChunk))
+		copy(nb, c.buf[c.r:c.w])
+		c.buf = nb
+	}
+	c.ready -= c.r
+	c.w -= c.r
+	c.r = 0
 }
 
 // refuse answers the refused frame with a protocol error, as Redis does,
@@ -339,6 +418,3 @@ func (c *limitedConn) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
-
-// dispatched restarts the count: a command was completed.
-func (c *limitedConn) dispatched() { c.read.Store(0) }
