@@ -374,7 +374,7 @@ func (h *Handler) act(k Kind) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s takes a topic, and no id or all", k))
 			return
 		case topicOnly:
-		case req.All && k == KindRun:
+		case req.All && k != KindRequeue && k != KindCancel:
 			writeError(w, http.StatusBadRequest, "all is for requeue and cancel (of a topic's dead jobs)")
 			return
 		case req.All && (req.Topic == "" || req.ID != ""):

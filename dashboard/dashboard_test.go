@@ -350,6 +350,8 @@ func TestActionsChangeRedisAndRefuseCrossSite(t *testing.T) {
 		body, want string
 	}{
 		{KindRun, `{"topic":"hooks","all":true}`, "all is for requeue and cancel"},
+		// Removing a schedule never touches dead jobs (it cancelled them).
+		{KindUnrecur, `{"topic":"hooks","all":true}`, "all is for requeue and cancel"},
 		{KindRequeue, `{"topic":"hooks","id":"h-1","all":true}`, "all needs a topic and no id"},
 		{KindCancel, `{"all":true}`, "all needs a topic and no id"},
 	} {
