@@ -238,6 +238,10 @@ func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
 		return nil, bad("Missed", "%v", r.Missed)
 	case r.MaxMissed < 0 || r.MaxMissed > 1000:
 		return nil, bad("MaxMissed", "%d: want 0 to 1000 (0: 100)", r.MaxMissed)
+	case !r.Start.IsZero() && !within(r.Start, now, maxRecurSpan):
+		return nil, bad("Start", "%v: want a time within 100 years of now", r.Start)
+	case !r.End.IsZero() && !within(r.End, now, maxRecurSpan):
+		return nil, bad("End", "%v: want a time within 100 years of now", r.End)
 	case !r.Start.IsZero() && !r.End.IsZero() && r.End.Before(r.Start):
 		return nil, bad("End", "%v is before Start %v", r.End, r.Start)
 	}
@@ -267,6 +271,17 @@ func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
 	p.spec = string(b)
 	p.part = q.store.PartitionOf(r.Name)
 	return p, nil
+}
+
+// maxRecurSpan bounds how far from now a schedule's Start and End may
+// lie: the slots are reckoned in time.Duration from them, which saturates
+// past 292 years (a Start in the year 1000 had every slot reckoned wrong
+// and none ever stored).
+const maxRecurSpan = 100 * 365 * 24 * time.Hour
+
+// within says whether t lies within span of now, either side.
+func within(t, now time.Time, span time.Duration) bool {
+	return !t.Before(now.Add(-span)) && !t.After(now.Add(span))
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -187,6 +187,8 @@ func TestRecurringBadInput(t *testing.T) {
 		{"bad max attempts", func(r *Recurring) { r.MaxAttempts = -1 }, ErrInvalidOption, "Recurring.MaxAttempts"},
 		{"bad policy", func(r *Recurring) { r.Missed = 7 }, ErrInvalidOption, "Recurring.Missed"},
 		{"bad max missed", func(r *Recurring) { r.MaxMissed = -1 }, ErrInvalidOption, "Recurring.MaxMissed"},
+		{"start in the year 1000", func(r *Recurring) { r.Start = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC) }, ErrInvalidOption, "Recurring.Start"},
+		{"end in the year 3000", func(r *Recurring) { r.End = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC) }, ErrInvalidOption, "Recurring.End"},
 		{"end before start", func(r *Recurring) { r.Start, r.End = time.Now().Add(time.Hour), time.Now() }, ErrInvalidOption, "Recurring.End"},
 		{"every slot past", func(r *Recurring) { r.End = time.Now().Add(-time.Hour) }, ErrInvalidOption, "in the past"},
 		{"never matches", func(r *Recurring) { r.Every, r.Cron = 0, "0 0 30 2 *" }, ErrInvalidOption, "no slot to come"},

@@ -15,6 +15,10 @@ import (
 	"github.com/wheelq/wheelq/server/auth"
 )
 
+// maxEveryMs is the longest interval taken (100 years), far inside
+// time.Duration's range.
+const maxEveryMs = 100 * 365 * 24 * 3600 * 1000
+
 // RecurringRequest is the body of PUT /v1/recurring/{name}: the fields of
 // wheelq.Recurring. Give cron or every_ms. missed is "latest" (the
 // default), "skip" or "each".
@@ -74,8 +78,9 @@ func (r *RecurringRequest) recurring(name string) (wheelq.Recurring, error) {
 	default:
 		out.Payload = r.PayloadBase64
 	}
-	if r.EveryMs < 0 {
-		return out, apierr.New(apierr.Invalid, "every_ms %d: want > 0", r.EveryMs)
+	if r.EveryMs < 0 || r.EveryMs > maxEveryMs {
+		// (past the bound, every_ms in time.Duration would wrap)
+		return out, apierr.New(apierr.Invalid, "every_ms %d: want 10 to %d (100 years)", r.EveryMs, int64(maxEveryMs))
 	}
 	m, ok := missedPolicies[r.Missed]
 	if !ok {

@@ -53,6 +53,10 @@ func TestRecurring(t *testing.T) {
 	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "cron": "61 * * * *"})
 	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "every_ms": 200, "missed": "never"})
 	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "every_ms": 200, "time_zone": "Mars/Base"})
+	// An interval that would wrap time.Duration, and a start too far
+	// back for the slots to be reckoned from it.
+	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "every_ms": int64(9_000_000_000_000_000)})
+	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "every_ms": 200, "start": "1000-01-01T00:00:00Z"})
 	e.fails(403, apierr.Forbidden, "PUT", "/v1/recurring/other", map[string]any{"topic": "mail", "every_ms": 200})
 
 	e.ok(204, "DELETE", "/v1/recurring/beat-200", nil, nil)
