@@ -215,9 +215,17 @@ func cmdSCard(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	return nil
 }
 
+// maxDelQueues is the most queues one DEL takes.
+const maxDelQueues = 100
+
 // cmdDel cancels every pending job of each queue (admin); replies with how
 // many of the queues had any.
 func cmdDel(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
+	if len(args) > maxDelQueues {
+		// Each queue is a pass over the namespace: refused up front
+		// rather than cut off by the command's timeout half done.
+		return invalid("DEL takes at most %d queues a call, not %d", maxDelQueues, len(args))
+	}
 	for _, a := range args {
 		if err := sess.p.Allow(auth.Admin, string(a)); err != nil {
 			return err

@@ -2,6 +2,7 @@ package resp_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -127,6 +128,11 @@ func TestDelayedQueueErrors(t *testing.T) {
 	require.ErrorContains(t, rdb.Do(ctx, "SPOP", "q", "1001").Err(), "ERR count")
 	require.ErrorContains(t, rdb.Do(ctx, "SPOP", "unpulled").Err(), "TOPICMODE ")
 	require.ErrorContains(t, rdb.Do(ctx, "KEYS", "[").Err(), "ERR bad pattern")
+	many := []any{"DEL"}
+	for i := range 101 {
+		many = append(many, fmt.Sprint("q", i))
+	}
+	require.ErrorContains(t, rdb.Do(ctx, many...).Err(), "ERR DEL takes at most 100 queues")
 	require.ErrorIs(t, rdb.SPop(ctx, "q").Err(), redis.Nil, "SPOP without count: a null, as Redis's")
 	require.NoError(t, rdb.SAdd(ctx, "q", "only", "0").Err())
 	var v string
