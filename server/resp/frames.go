@@ -6,18 +6,18 @@ import (
 )
 
 // The frame check: the bytes a connection sends pass it before redcon
-// parses them, whole commands only (limitedConn). redcon (used unmodified) trusts the lengths a client
-// states: a bulk length near 2^63 overflowed its bounds check and panicked
-// on the connection's goroutine, where nothing recovers, which ended the
-// whole process; an array length near 2^63 with no bytes to match kept
-// the goroutine looping for ever. frames reads each array's and each
+// parses them, and limitedConn hands redcon the whole commands it finds.
+// redcon (used unmodified) trusts the lengths a client states: a bulk
+// length near 2^63 overflowed its bounds check and panicked on the
+// connection's goroutine, where nothing recovers, which ended the whole
+// process; an array length near 2^63 with no bytes to match kept the
+// goroutine looping for ever. frames reads each array's and each
 // argument's length from its header line alone and refuses one no client
 // sends, before redcon sees it.
 
 const (
 	// maxArgs is the most arguments a command may have: Redis's own cap
-	// on a multibulk length (1M). redcon walks the stated count on each
-	// read of an incomplete command, so the count bounds that walk too.
+	// on a multibulk length (1M).
 	maxArgs = 1 << 20
 	// maxBulkDefault caps an argument's length without MaxCommandBytes:
 	// Redis's default proto-max-bulk-len (512 MiB).
