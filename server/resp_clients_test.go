@@ -19,6 +19,13 @@ func startRESP(t *testing.T, pull string) (*proc, string) {
 	t.Helper()
 	rs := redistest.Start(t, redistest.Options{})
 	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", pull, "-set", "resp.addr=127.0.0.1:0")
+	return p, respAddr(t, p)
+}
+
+// respAddr waits until p's log says where its RESP front end listens,
+// and returns that address.
+func respAddr(t *testing.T, p *proc) string {
+	t.Helper()
 	var addr string
 	waitFor(t, func() bool {
 		m := respListening.FindStringSubmatch(p.Log())
@@ -27,7 +34,7 @@ func startRESP(t *testing.T, pull string) (*proc, string) {
 		}
 		return m != nil
 	})
-	return p, addr
+	return addr
 }
 
 // TestRESPPython: redis-py (Debian's python3-redis) schedules, cancels,

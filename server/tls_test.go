@@ -79,18 +79,11 @@ addr = "127.0.0.1:0"
 `), 0o600))
 	p := startServerTLS(t, cfg, redisURL(rs), "-pull", "tls")
 	require.EqualValues(t, 1, servedSerial(t, p.URL))
-	var respAddr string
-	waitFor(t, func() bool {
-		m := respListening.FindStringSubmatch(p.Log())
-		if m != nil {
-			respAddr = m[1]
-		}
-		return m != nil
-	})
+	respAt := respAddr(t, p)
 	// The RESP front end speaks TLS with the same certificate and tokens:
 	// a plain connection gets nothing it can read as RESP; go-redis over
 	// TLS authenticates, schedules, reserves with a block and acks.
-	plain, err := net.DialTimeout("tcp", respAddr, 5*time.Second)
+	plain, err := net.DialTimeout("tcp", respAt, 5*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, plain.SetDeadline(time.Now().Add(5*time.Second)))
 	_, _ = plain.Write([]byte("PING\r\n"))
@@ -98,7 +91,7 @@ addr = "127.0.0.1:0"
 	plain.Close()
 	require.NotContains(t, string(got), "PONG", "no plain RESP on a TLS port")
 	respClient := func(tok string) *redis.Client {
-		return redis.NewClient(&redis.Options{Addr: respAddr, Password: tok, MaxRetries: -1,
+		return redis.NewClient(&redis.Options{Addr: respAt, Password: tok, MaxRetries: -1,
 			TLSConfig: &tls.Config{InsecureSkipVerify: true}})
 	}
 	ctx := context.Background()
@@ -112,7 +105,7 @@ addr = "127.0.0.1:0"
 	require.Equal(t, []any{id, "over tls"}, []any{job[1], job[3]})
 	require.NoError(t, r1.Do(ctx, "WQ.ACK", "tls", id, job[2]).Err())
 	respSerial := func() int64 {
-		c, err := tls.Dial("tcp", respAddr, &tls.Config{InsecureSkipVerify: true})
+		c, err := tls.Dial("tcp", respAt, &tls.Config{InsecureSkipVerify: true})
 		require.NoError(t, err)
 		defer c.Close()
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()

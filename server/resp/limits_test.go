@@ -33,10 +33,7 @@ func TestLimits(t *testing.T) {
 		c.Queue.Pull = []string{"p"}
 	}).RESP
 	dial := func() (net.Conn, func(string) string) {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
-		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		c := rawConn(t, addr)
 		return c, func(cmd string) string {
 			_, err := c.Write([]byte(cmd))
 			require.NoError(t, err)
@@ -50,9 +47,7 @@ func TestLimits(t *testing.T) {
 	_, sendB := dial()
 	require.Equal(t, "+PONG\r\n", sendA("PING\r\n"))
 	require.Equal(t, "+PONG\r\n", sendB("PING\r\n"))
-	third, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	require.NoError(t, third.SetDeadline(time.Now().Add(10*time.Second)))
+	third := rawConn(t, addr)
 	reply, err := io.ReadAll(third)
 	require.NoError(t, err, "refused and closed")
 	require.Equal(t, "-ERR max number of clients reached\r\n", string(reply))
@@ -157,10 +152,7 @@ func TestConnectionCommands(t *testing.T) {
 	require.Contains(t, summary[1], "WITHMETA")
 
 	// QUIT: +OK, then the server closes the connection.
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	c := rawConn(t, addr)
 	_, err = c.Write([]byte("QUIT\r\n"))
 	require.NoError(t, err)
 	reply, err := io.ReadAll(c)
@@ -173,11 +165,8 @@ func TestConnectionCommands(t *testing.T) {
 func TestQuitEndsTheConnection(t *testing.T) {
 	t.Parallel()
 	addr := start(t, nil, "p")
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	_, err = c.Write([]byte("QUIT\r\nWQ.SCHEDULE p x ID afterquit\r\n*4\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$1\r\ny\r\n$2\r\nID\r\n"))
+	c := rawConn(t, addr)
+	_, err := c.Write([]byte("QUIT\r\nWQ.SCHEDULE p x ID afterquit\r\n*4\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$1\r\ny\r\n$2\r\nID\r\n"))
 	require.NoError(t, err)
 	reply, err := io.ReadAll(c)
 	require.NoError(t, err)
@@ -197,10 +186,7 @@ func TestUnauthenticatedHoldLittle(t *testing.T) {
 	tok, sum, err := auth.Generate("shop")
 	require.NoError(t, err)
 	addr := start(t, []config.Token{{ID: "shop", SHA256: sum, Produce: []string{"*"}, Admin: []string{"*"}}}, "p")
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	c := rawConn(t, addr)
 	_, _ = c.Write([]byte("*3\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$200000\r\n" + strings.Repeat("x", 100_000)))
 	reply, _ := io.ReadAll(c)
 	require.Contains(t, string(reply), "-ERR command past the limit of the server (resp.max_command_bytes)")

@@ -234,6 +234,17 @@ func TestRedisCLI(t *testing.T) {
 	require.Equal(t, "OK", cli("WQ.ACK", "cli", "o-3", lines[2]))
 }
 
+// rawConn dials addr for raw RESP bytes, with a deadline of wait for
+// every read and write; the test's end closes it.
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(wait)))
+	return c
+}
+
 // needRedisCLI skips t without redis-cli (fails it when
 // WHEELQ_REQUIRE_CLIENTS is set).
 func needRedisCLI(t *testing.T) {
@@ -276,10 +287,8 @@ func TestHugeLengthsRefused(t *testing.T) {
 		"*1\r\n$123456789012345678901234567890\r\n",
 		"*" + strings.Repeat("1", 40) + "\r\n",
 	} {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
-		_, err = c.Write([]byte(frame))
+		c := rawConn(t, addr)
+		_, err := c.Write([]byte(frame))
 		require.NoError(t, err)
 		reply, err := io.ReadAll(c)
 		require.NoError(t, err, "%q: the connection is closed, not left hanging", frame)
@@ -287,11 +296,8 @@ func TestHugeLengthsRefused(t *testing.T) {
 		c.Close()
 	}
 	// Commands before a refused one in the same write are served.
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
-	_, err = c.Write([]byte("PING\r\n*1\r\n$4\r\nPING\r\n*1\r\n$9223372036854775807\r\n"))
+	c := rawConn(t, addr)
+	_, err := c.Write([]byte("PING\r\n*1\r\n$4\r\nPING\r\n*1\r\n$9223372036854775807\r\n"))
 	require.NoError(t, err)
 	reply, err := io.ReadAll(c)
 	require.NoError(t, err)
