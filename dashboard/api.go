@@ -1,7 +1,8 @@
 package dashboard
 
 // The JSON endpoints the page calls. Every answer is a JSON object; an
-// error is {"error": "..."} with a 4xx or 5xx status.
+// error is {"error": "...", "code": "..."} with a 4xx or 5xx status (see
+// Code).
 
 import (
 	"context"
@@ -29,16 +30,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+// errorBody is an error answer: the message for people, and its stable
+// code.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  Code   `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, status int, code Code, msg string) {
+	writeJSON(w, status, errorBody{Error: msg, Code: code})
 }
 
 func (h *Handler) fail(w http.ResponseWriter, err error) {
-	status := errorStatus(err)
-	if errors.Is(err, context.DeadlineExceeded) {
-		status = http.StatusGatewayTimeout
-	}
-	writeError(w, status, err.Error())
+	status, code := errorStatus(err)
+	writeError(w, status, code, err.Error())
 }
 
 // countsCache shares Queue.Counts among the dashboard's requests. Counts
@@ -169,7 +174,7 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	limit, err := intParam(qv.Get("limit"), 100, 1, wheelq.MaxListLimit)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "limit: "+err.Error())
+		writeError(w, http.StatusBadRequest, CodeInvalid, "limit: "+err.Error())
 		return
 	}
 	switch st := qv.Get("state"); st {
@@ -180,7 +185,7 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	case "dead":
 		f.State = wheelq.StateDead
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want pending, running or dead", st))
+		writeError(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("state %q: want pending, running or dead", st))
 		return
 	}
 	switch o := qv.Get("overdue"); o {
@@ -188,7 +193,7 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		f.Overdue = true
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("overdue %q: want 1 or 0", o))
+		writeError(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("overdue %q: want 1 or 0", o))
 		return
 	}
 	for _, p := range []struct {
@@ -198,7 +203,7 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 		if v := qv.Get(p.name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want RFC 3339, like 2026-11-24T09:00:00Z", p.name, v))
+				writeError(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("%s %q: want RFC 3339, like 2026-11-24T09:00:00Z", p.name, v))
 				return
 			}
 			*p.t = t
@@ -261,7 +266,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 	length, width, ok := timelineWindow(name)
 	if !ok {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("window %q: want minute, hour or day", name))
+		writeError(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("window %q: want minute, hour or day", name))
 		return
 	}
 	now := h.now()
@@ -308,7 +313,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 	qv := r.URL.Query()
 	topic, id := qv.Get("topic"), qv.Get("id")
 	if topic == "" || id == "" {
-		writeError(w, http.StatusBadRequest, "topic and id are required")
+		writeError(w, http.StatusBadRequest, CodeInvalid, "topic and id are required")
 		return
 	}
 	if !h.authorize(w, r, Action{Kind: KindView, Topic: topic, ID: id}) {
@@ -346,53 +351,57 @@ type actionRequest struct {
 func (h *Handler) act(k Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(HeaderName) == "" {
-			writeError(w, http.StatusForbidden, "missing header "+HeaderName+" (a cross-site request?)")
+			writeError(w, http.StatusForbidden, CodeCrossSite, "missing header "+HeaderName+" (a cross-site request?)")
 			return
 		}
 		if err := h.csrf.Check(r); err != nil {
-			writeError(w, http.StatusForbidden, "cross-origin request refused: "+err.Error())
+			writeError(w, http.StatusForbidden, CodeCrossSite, "cross-origin request refused: "+err.Error())
 			return
 		}
 		if h.opts.ReadOnly {
-			writeError(w, http.StatusForbidden, "the dashboard is read-only")
+			writeError(w, http.StatusForbidden, CodeReadOnly, "the dashboard is read-only")
 			return
 		}
 		var req actionRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, "bad request body: "+err.Error()+` (want JSON {"topic": "...", "id": "..."})`)
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, "request body past 64 KiB")
+				return
+			}
+			writeError(w, http.StatusBadRequest, CodeInvalid, "bad request body: "+err.Error()+` (want JSON {"topic": "...", "id": "..."})`)
 			return
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			writeError(w, http.StatusBadRequest, "bad request body: more than one JSON value")
+			writeError(w, http.StatusBadRequest, CodeInvalid, "bad request body: more than one JSON value")
 			return
 		}
 		topicOnly := k == KindPause || k == KindResume
 		switch {
 		case topicOnly && (req.Topic == "" || req.ID != "" || req.All):
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s takes a topic, and no id or all", k))
+			writeError(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("%s takes a topic, and no id or all", k))
 			return
 		case topicOnly:
 		case req.All && k != KindRequeue && k != KindCancel:
-			writeError(w, http.StatusBadRequest, "all is for requeue and cancel (of a topic's dead jobs)")
+			writeError(w, http.StatusBadRequest, CodeInvalid, "all is for requeue and cancel (of a topic's dead jobs)")
 			return
 		case req.All && (req.Topic == "" || req.ID != ""):
-			writeError(w, http.StatusBadRequest, "all needs a topic and no id")
+			writeError(w, http.StatusBadRequest, CodeInvalid, "all needs a topic and no id")
 			return
 		case !req.All && (req.Topic == "" || req.ID == ""):
-			writeError(w, http.StatusBadRequest, "topic and id are required")
+			writeError(w, http.StatusBadRequest, CodeInvalid, "topic and id are required")
 			return
 		}
 		at := h.now()
 		if req.At != "" {
 			if k != KindRequeue {
-				writeError(w, http.StatusBadRequest, "at is for requeue only")
+				writeError(w, http.StatusBadRequest, CodeInvalid, "at is for requeue only")
 				return
 			}
 			t, err := time.Parse(time.RFC3339, req.At)
 			if err != nil {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("at %q: want RFC 3339, like 2026-11-24T09:00:00Z", req.At))
+				writeError(w, http.StatusBadRequest, CodeInvalid, fmt.Sprintf("at %q: want RFC 3339, like 2026-11-24T09:00:00Z", req.At))
 				return
 			}
 			at = t

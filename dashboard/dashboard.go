@@ -29,6 +29,7 @@
 package dashboard
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -46,6 +47,29 @@ var staticFiles embed.FS
 // HeaderName is the request header every state-changing request must
 // carry (with any non-empty value); the dashboard's page sets it.
 const HeaderName = "X-Wheelq-Dashboard"
+
+// Code is the stable code of an error answered by the dashboard's JSON
+// endpoints, {"error": "a message for people", "code": "..."}: a script
+// driving the endpoints branches on the code, not on the message.
+type Code string
+
+// The codes of error answers, with their HTTP status.
+const (
+	CodeInvalid          Code = "invalid"            // 400: a bad parameter or request body
+	CodeForbidden        Code = "forbidden"          // 403: Options.Authorize said no
+	CodeCrossSite        Code = "cross_site"         // 403: an action without HeaderName, or from another origin
+	CodeReadOnly         Code = "read_only"          // 403: an action on a dashboard with Options.ReadOnly
+	CodeNotFound         Code = "not_found"          // 404: no such job
+	CodeNoRoute          Code = "no_route"           // 404: no such endpoint or file
+	CodeMethodNotAllowed Code = "method_not_allowed" // 405: an action asked for with another method than POST
+	CodeLayout           Code = "layout"             // 409: the namespace's layout is another version (wheelq.ErrLayout)
+	CodePaused           Code = "paused"             // 409: the topic is paused (wheelq.ErrPaused)
+	CodeTooLarge         Code = "too_large"          // 413: an action's body past 64 KiB
+	CodeInternal         Code = "internal"           // 500: a bug, or an error the dashboard has no code for
+	CodeUnavailable      Code = "unavailable"        // 503: Redis unreachable, or the queue closed: retry
+	CodeOutcomeUnknown   Code = "outcome_unknown"    // 504: Redis did not answer an action: it may have applied
+	CodeTimeout          Code = "timeout"            // 504: the request took past Options.Timeout
+)
 
 // Kind names what a request asks to do.
 type Kind string
@@ -167,7 +191,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /{$}", h.index)
 	h.mux.Handle("GET /static/", http.StripPrefix("/static", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
-			writeError(w, http.StatusNotFound, "no file "+r.URL.Path)
+			writeError(w, http.StatusNotFound, CodeNoRoute, "no file "+r.URL.Path)
 			return
 		}
 		h.static.ServeHTTP(w, r)
@@ -184,11 +208,11 @@ func (h *Handler) routes() {
 		for _, k := range actionKinds() {
 			if r.URL.Path == "/api/"+string(k) {
 				w.Header().Set("Allow", http.MethodPost)
-				writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s wants POST", k))
+				writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("%s wants POST", k))
 				return
 			}
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, CodeNoRoute, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
 }
 
@@ -232,7 +256,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, a Action) bo
 		if msg == "" {
 			msg = "not allowed"
 		}
-		writeError(w, http.StatusForbidden, msg)
+		writeError(w, http.StatusForbidden, CodeForbidden, msg)
 		return false
 	}
 	return true
@@ -252,7 +276,7 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := staticFiles.ReadFile("static/index.html")
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
 		return
 	}
 	page := strings.Replace(string(b), "{{TITLE}}", htmlEscaper.Replace(h.opts.Title), 2)
@@ -263,20 +287,24 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;")
 
-// errorStatus maps an error of the queue to an HTTP status.
-func errorStatus(err error) int {
+// errorStatus maps an error of the queue to an HTTP status and a code.
+func errorStatus(err error) (int, Code) {
 	switch {
 	case errors.Is(err, wheelq.ErrNotFound):
-		return http.StatusNotFound
+		return http.StatusNotFound, CodeNotFound
 	case errors.Is(err, wheelq.ErrInvalidTopic), errors.Is(err, wheelq.ErrInvalidID), errors.Is(err, wheelq.ErrInvalidCursor),
 		errors.Is(err, wheelq.ErrInvalidOption), errors.Is(err, wheelq.ErrTooFar):
-		return http.StatusBadRequest
-	case errors.Is(err, wheelq.ErrLayout), errors.Is(err, wheelq.ErrPaused):
-		return http.StatusConflict
+		return http.StatusBadRequest, CodeInvalid
+	case errors.Is(err, wheelq.ErrLayout):
+		return http.StatusConflict, CodeLayout
+	case errors.Is(err, wheelq.ErrPaused):
+		return http.StatusConflict, CodePaused
 	case errors.Is(err, wheelq.ErrUnavailable), errors.Is(err, wheelq.ErrClosed):
-		return http.StatusServiceUnavailable
+		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, wheelq.ErrOutcomeUnknown):
-		return http.StatusGatewayTimeout
+		return http.StatusGatewayTimeout, CodeOutcomeUnknown
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, CodeTimeout
 	}
-	return http.StatusInternalServerError
+	return http.StatusInternalServerError, CodeInternal
 }

@@ -121,7 +121,22 @@ func do(t *testing.T, method, url, body string, header map[string]string) reply 
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
 		require.NoError(t, json.Unmarshal(b, &r.body), string(b))
 	}
+	if r.status >= 400 && r.body != nil {
+		// Every error answer has the code of its status.
+		code, _ := r.body["code"].(string)
+		want, ok := codeStatus[Code(code)]
+		require.True(t, ok, "unknown code %q: %s", code, b)
+		require.Equal(t, want, r.status, "code %q: %s", code, b)
+	}
 	return r
+}
+
+// codeStatus is the status of each Code, as the constants' comments say.
+var codeStatus = map[Code]int{
+	CodeInvalid: 400, CodeForbidden: 403, CodeCrossSite: 403, CodeReadOnly: 403,
+	CodeNotFound: 404, CodeNoRoute: 404, CodeMethodNotAllowed: 405, CodeLayout: 409,
+	CodePaused: 409, CodeTooLarge: 413, CodeInternal: 500, CodeUnavailable: 503,
+	CodeOutcomeUnknown: 504, CodeTimeout: 504,
 }
 
 // pageHeader is what the page's fetch calls send with a state change.
@@ -287,6 +302,13 @@ func TestViewsShowTheNamespace(t *testing.T) {
 	}
 	r = do(t, http.MethodGet, base+"api/requeue", "", nil)
 	require.Equal(t, http.StatusMethodNotAllowed, r.status, "actions are POST only")
+	require.Equal(t, string(CodeMethodNotAllowed), r.body["code"])
+	for path, code := range map[string]Code{
+		"api/nothing": CodeNoRoute, "api/job?topic=orders&id=nope": CodeNotFound, "api/jobs?state=zombie": CodeInvalid,
+	} {
+		r = do(t, http.MethodGet, base+path, "", nil)
+		require.Equal(t, string(code), r.body["code"], path)
+	}
 }
 
 func urlEscape(s string) string {
@@ -323,6 +345,7 @@ func TestActionsChangeRedisAndRefuseCrossSite(t *testing.T) {
 		r := do(t, http.MethodPost, url, body, c.header)
 		require.Equal(t, http.StatusForbidden, r.status, c.name)
 		require.Contains(t, r.body["error"], c.msg, c.name)
+		require.Equal(t, string(CodeCrossSite), r.body["code"], c.name)
 	}
 	j, err := f.q.Lookup(ctx, deadTopic, deadID)
 	require.NoError(t, err)
@@ -342,7 +365,10 @@ func TestActionsChangeRedisAndRefuseCrossSite(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", c.body, r.raw)
 		require.Contains(t, r.body["error"], c.msg, c.body)
 	}
-	r := post(t, srv, KindRun, `{"topic":"orders","id":"o-123","at":"2026-01-01T00:00:00Z"}`)
+	r := post(t, srv, KindRequeue, `{"topic":"mail","id":"`+strings.Repeat("x", 65<<10)+`"}`)
+	require.Equal(t, http.StatusRequestEntityTooLarge, r.status, "a body past 64 KiB")
+	require.Equal(t, string(CodeTooLarge), r.body["code"])
+	r = post(t, srv, KindRun, `{"topic":"orders","id":"o-123","at":"2026-01-01T00:00:00Z"}`)
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Contains(t, r.body["error"], "at is for requeue only")
 	for _, c := range []struct {
@@ -457,6 +483,7 @@ func TestReadOnly(t *testing.T) {
 		r := post(t, srv, k, jobBody(deadTopic, deadID))
 		require.Equal(t, http.StatusForbidden, r.status, k)
 		require.Contains(t, r.body["error"], "read-only", k)
+		require.Equal(t, string(CodeReadOnly), r.body["code"], k)
 	}
 	j, err := f.q.Lookup(context.Background(), deadTopic, deadID)
 	require.NoError(t, err)
@@ -488,6 +515,7 @@ func TestAuthorize(t *testing.T) {
 	r := do(t, http.MethodGet, base, "", nil)
 	require.Equal(t, http.StatusForbidden, r.status)
 	require.Equal(t, "log in first", r.body["error"])
+	require.Equal(t, string(CodeForbidden), r.body["code"])
 	r = do(t, http.MethodGet, base+"api/job?topic=mail&id=x", "", nil)
 	require.Equal(t, http.StatusForbidden, r.status)
 
