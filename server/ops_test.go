@@ -103,10 +103,13 @@ produce = ["orders.*"]
 	st, _, _ = get("/healthz", map[string]string{"X-Big": strings.Repeat("x", 64<<10)})
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, st)
 
-	st, _, _ = get("/metrics", nil)
+	st, h, body = get("/metrics", nil)
 	require.Equal(t, 401, st)
-	st, _, _ = get("/metrics", map[string]string{"Authorization": "Bearer " + vtok})
+	require.Equal(t, "application/json", h.Get("Content-Type"))
+	require.Contains(t, body, `"code":"unauthorized"`)
+	st, _, body = get("/metrics", map[string]string{"Authorization": "Bearer " + vtok})
 	require.Equal(t, 403, st, "metrics need admin on every topic")
+	require.Contains(t, body, `"code":"forbidden"`)
 	st, _, body = get("/metrics", map[string]string{"Authorization": "Bearer " + tok})
 	require.Equal(t, 200, st)
 	require.Contains(t, body, "wheelq_owned_partitions")
@@ -115,17 +118,19 @@ produce = ["orders.*"]
 		require.Contains(t, body, "\n"+name, "/metrics has %s", name)
 	}
 
-	st, h, _ = get("/ui/", nil)
+	st, h, body = get("/ui/", nil)
 	require.Equal(t, 401, st)
 	require.Contains(t, h.Get("WWW-Authenticate"), "Basic")
+	require.Contains(t, body, `"code":"unauthorized"`)
 	basic := func(tk string) map[string]string {
 		return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+tk))}
 	}
 	st, _, body = get("/ui/", basic(tok))
 	require.Equal(t, 200, st)
 	require.Contains(t, body, "wheelq server")
-	st, _, _ = get("/ui/", basic("wq_ops_wrong"))
+	st, _, body = get("/ui/", basic("wq_ops_wrong"))
 	require.Equal(t, 403, st)
+	require.Contains(t, body, `"code":"forbidden"`, "the dashboard's own error answer")
 	st, _, _ = get("/ui/", basic(vtok))
 	require.Equal(t, 403, st, "the namespace's page needs a permission on every topic")
 }

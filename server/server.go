@@ -32,6 +32,7 @@ import (
 	"github.com/wheelq/wheelq"
 	wheelqprom "github.com/wheelq/wheelq/contrib/prometheus"
 	"github.com/wheelq/wheelq/dashboard"
+	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/config"
 	"github.com/wheelq/wheelq/server/httpapi"
@@ -294,11 +295,7 @@ func (s *Server) authenticated(perm auth.Perm, h http.Handler) http.Handler {
 		}
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wheelq"`)
-			status := http.StatusForbidden
-			if errors.Is(err, auth.ErrUnauthorized) {
-				status = http.StatusUnauthorized
-			}
-			http.Error(w, err.Error(), status)
+			s.api.WriteError(w, r, err)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -312,7 +309,7 @@ func (s *Server) challenge(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.api.Authorizer().Open() && httpapi.Bearer(r) == "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="wheelq dashboard (password: a token)"`)
-			http.Error(w, "a token is needed: give it as the password", http.StatusUnauthorized)
+			s.api.WriteError(w, r, apierr.New(apierr.Unauthorized, "a token is needed: give it as the password"))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -324,6 +324,10 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_, _ = w.Write(b)
 }
 
+// WriteError answers r with err as the API's JSON error and its code
+// (apierr.From): for handlers mounted beside the API (/metrics, /ui/).
+func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) { a.writeErr(w, r, err) }
+
 func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	e := apierr.From(err)
 	if e.Code == apierr.Internal {
