@@ -83,8 +83,10 @@ type limiter struct {
 	releases *batch.Retrier[persist.PermitRef]
 	warned   atomic.Int64 // the last warning of a failed Admit (unix ns)
 	loop     struct {
-		stop chan struct{}
-		done chan struct{}
+		stop  chan struct{}
+		done  chan struct{}
+		kick  chan struct{} // limits set, or a job queued for a global cap: the loop looks again
+		wakes atomic.Int64  // how often the loop woke (tests)
 	}
 }
 
@@ -158,6 +160,7 @@ func (q *Queue) Limit(topic string, l Limit) error {
 	}
 	lm.on.Store(len(lm.topics) > 0)
 	lm.mu.Unlock()
+	wake(lm.loop.kick)
 	if len(refire) > 0 {
 		q.claims.refire(refire)
 	}
@@ -167,8 +170,10 @@ func (q *Queue) Limit(topic string, l Limit) error {
 // newLimiter returns a limiter with no limits, giving global permits back
 // through releases.
 func newLimiter(releases *batch.Retrier[persist.PermitRef]) *limiter {
-	return &limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{},
+	lm := &limiter{topics: map[string]*topicLimit{}, held: map[string]heldPermit{}, granted: map[string]int64{},
 		waits: map[string]struct{}{}, releases: releases}
+	lm.loop.kick = make(chan struct{}, 1)
+	return lm
 }
 
 // enabled reports whether any topic has a limit.
@@ -189,6 +194,7 @@ func (lm *limiter) throttledTotal() uint64 { return lm.throttled.Load() }
 func (lm *limiter) wait(tl *topicLimit, f firedJob, global bool) {
 	if global {
 		tl.globalW = true
+		wake(lm.loop.kick)
 	}
 	if _, ok := lm.waits[f.key]; ok {
 		return
@@ -368,29 +374,58 @@ func (q *Queue) releasePermit(key string) {
 	}
 }
 
-// startLimits starts the limits' loop: it renews the global permits held
-// here (every LeaseTTL/3) and lets jobs refused by a global cap ask again
-// (every limitRetry). Shutdown stops it.
+// startLimits starts the limits' loop: while a topic is limited it
+// renews the global permits held here (every LeaseTTL/3), and while jobs
+// refused by a global cap wait it lets them ask again (every limitRetry).
+// With nothing to do it sleeps until kicked: an idle queue does not wake.
+// Shutdown stops it.
 func (q *Queue) startLimits() {
 	w := &q.limits.loop
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(w.done)
-		tick := time.NewTicker(limitRetry)
-		defer tick.Stop()
-		var renewed time.Time
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		defer timer.Stop()
+		var renewed, retryAt time.Time // retryAt: zero while no job waits for a global cap
 		for {
+			var next time.Time // zero: nothing to do until kicked
+			if q.limits.enabled() {
+				next = renewed.Add(q.cfg.LeaseTTL / 3)
+				if q.limits.globalWaiting() {
+					if retryAt.IsZero() {
+						retryAt = time.Now().Add(limitRetry)
+					}
+					if retryAt.Before(next) {
+						next = retryAt
+					}
+				} else {
+					retryAt = time.Time{}
+				}
+			}
+			var fire <-chan time.Time
+			if !next.IsZero() {
+				timer.Reset(time.Until(next))
+				fire = timer.C
+			}
 			select {
 			case <-w.stop:
 				return
-			case <-tick.C:
+			case <-w.kick:
+			case <-fire:
 			}
+			timer.Stop()
+			w.wakes.Add(1)
 			if !q.limits.enabled() {
 				continue
 			}
-			q.retryGlobal()
-			if time.Since(renewed) >= q.cfg.LeaseTTL/3 {
-				renewed = time.Now()
+			now := time.Now()
+			if !retryAt.IsZero() && !now.Before(retryAt) {
+				retryAt = time.Time{}
+				q.retryGlobal()
+			}
+			if now.Sub(renewed) >= q.cfg.LeaseTTL/3 {
+				renewed = now
 				q.renewPermits()
 			}
 		}
@@ -405,6 +440,18 @@ func (q *Queue) stopLimits() {
 	}
 	close(w.stop)
 	<-w.done
+}
+
+// globalWaiting reports whether jobs refused by a global cap wait here.
+func (lm *limiter) globalWaiting() bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	for _, tl := range lm.topics {
+		if tl.globalW && len(tl.waiting) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // retryGlobal refires the jobs waiting for a global cap (as many as the

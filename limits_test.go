@@ -95,6 +95,29 @@ func scheduleN(t *testing.T, q *Queue, topic string, n int, due time.Time) {
 	}
 }
 
+// TestLimitLoopIdle: the limits' loop does not wake while no topic is
+// limited, nor every limitRetry while a topic is limited but no job waits
+// for a global cap: an idle queue leaves the machine idle. (It woke every
+// 2 ms whatever the limits: 500 wakes a second, 5% of a core for an
+// idle wheelq-server on a KVM guest.) Jobs refused by a global cap are
+// retried at once all the same (TestLimitGlobalConcurrency).
+func TestLimitLoopIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	loop := &b.q.limits.loop
+	idle := func(what string) {
+		t.Helper()
+		before := loop.wakes.Load()
+		time.Sleep(300 * time.Millisecond)
+		require.LessOrEqual(t, loop.wakes.Load()-before, int64(2), "the loop woke while %s", what)
+	}
+	idle("no topic is limited")
+	require.NoError(t, b.q.Limit("sms", Limit{GlobalConcurrency: 1}))
+	idle("a topic is limited and no job waits")
+	require.NoError(t, b.q.Limit("sms", Limit{}))
+	idle("the limit is removed")
+}
+
 // TestLimitConcurrency: a topic capped at 2 runs at once in its process
 // never runs more, runs each job once on its first attempt, and counts
 // the jobs it held back; another topic is not held back by it.
