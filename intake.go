@@ -165,6 +165,9 @@ func (q *Queue) stored(j prepared, res persist.WriteResult, err error) (string, 
 	}
 	q.stats.scheduled.Add(1)
 	q.observeScheduled(j.rec.Topic)
+	if j.w.Replace {
+		q.dropStart(key) // a job it replaced may have waited for a start
+	}
 	// Announce, then scan: read LoadedUntil only now, after the write.
 	q.arm(key, j.w.Due, &j.rec)
 	return j.id, nil
@@ -217,6 +220,7 @@ func (q *Queue) Cancel(ctx context.Context, topic, id string) error {
 func (q *Queue) cancelled(topic, key string, ch persist.Change) error {
 	q.sched.Cancel(key)
 	q.cache.Remove(key)
+	q.dropStart(key)
 	if t, ok := q.gate.unhold(key); ok {
 		// Claimed here but not started: it never will.
 		q.settle.unclaim(t)
@@ -281,6 +285,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		r.Rev = rev
 		q.cache.Add(key, &r)
 	}
+	q.dropStart(key) // admitted again at its new time
 	if t, ok := q.gate.unhold(key); ok {
 		q.settle.unclaim(t) // claimed here but not started: it runs at the new time
 		if ch == persist.ChangedWhileRunning {

@@ -345,13 +345,27 @@ func (q *Queue) armForStart(key string, s int64, now, wall time.Time) {
 // lets the next job waiting for its topic's cap try again. Every way a
 // job leaves this process's in-flight set comes here (and a run's end,
 // earlier); a second call does nothing.
-func (q *Queue) releasePermit(key string) {
+func (q *Queue) releasePermit(key string) { q.release(key, false) }
+
+// dropStart gives back the permits of key if it waits for the start a rate
+// gave it (armed for it, not in flight): Cancel, Reschedule and a replacing
+// Schedule call it, since the job will not fire at that start (its entry
+// gone or moved) and would otherwise hold them for good.
+func (q *Queue) dropStart(key string) { q.release(key, true) }
+
+// release is releasePermit, or with waiting dropStart: only if key waits
+// for its start, checked under the same lock (a job admitted meanwhile
+// keeps its permits for its run).
+func (q *Queue) release(key string, waiting bool) {
 	lm := q.limits
 	if !lm.on.Load() {
 		return
 	}
 	lm.mu.Lock()
 	hp, ok := lm.held[key]
+	if _, granted := lm.granted[key]; waiting && !granted {
+		ok = false
+	}
 	if !ok {
 		lm.mu.Unlock()
 		return

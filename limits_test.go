@@ -118,6 +118,58 @@ func TestLimitLoopIdle(t *testing.T) {
 	idle("the limit is removed")
 }
 
+// TestLimitMovedWhileWaitingForItsStart: a job a rate gave a later start
+// waits for it armed, holding its topic's slot (and a global permit);
+// cancelled, or moved an hour ahead, before that start, it gives them
+// back, so the topic's next job runs. (Found by an audit: the slot was
+// held for good, and a global permit renewed for good, in every process.)
+func TestLimitMovedWhileWaitingForItsStart(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		l    Limit
+		move func(q *Queue, ctx context.Context) error
+	}{
+		{"cancel/Concurrency", Limit{Concurrency: 1, Rate: 1}, func(q *Queue, ctx context.Context) error { return q.Cancel(ctx, "api", "b") }},
+		{"cancel/GlobalConcurrency", Limit{GlobalConcurrency: 1, Rate: 1}, func(q *Queue, ctx context.Context) error { return q.Cancel(ctx, "api", "b") }},
+		{"reschedule/Concurrency", Limit{Concurrency: 1, Rate: 1}, func(q *Queue, ctx context.Context) error {
+			return q.Reschedule(ctx, "api", "b", time.Now().Add(time.Hour))
+		}},
+		{"replace/GlobalConcurrency", Limit{GlobalConcurrency: 1, Rate: 1}, func(q *Queue, ctx context.Context) error {
+			_, err := q.Schedule(ctx, "api", nil, ID("b"), OnDuplicate(Replace), At(time.Now().Add(time.Hour)))
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Config{LeaseTTL: time.Second})
+			r := newRuns()
+			require.NoError(t, b.q.Limit("api", c.l))
+			require.NoError(t, b.q.Handle("api", HandlerFunc(func(_ context.Context, j *Job) error { r.add(j); return nil })))
+			_, err := b.q.Schedule(b.ctx, "api", nil, ID("a"))
+			require.NoError(t, err)
+			require.Equal(t, "a", r.next(t).ID)
+			_, err = b.q.Schedule(b.ctx, "api", nil, ID("b")) // its start: a second after a's
+			require.NoError(t, err)
+			eventually(t, func() bool {
+				b.q.limits.mu.Lock()
+				defer b.q.limits.mu.Unlock()
+				_, ok := b.q.limits.granted[persist.JobKey("api", "b")]
+				return ok
+			}, "b waits for the start the rate gave it")
+			require.NoError(t, c.move(b.q, b.ctx))
+			_, err = b.q.Schedule(b.ctx, "api", nil, ID("c"))
+			require.NoError(t, err)
+			select {
+			case j := <-r.ch:
+				require.Equal(t, "c", j.ID)
+			case <-time.After(5 * time.Second):
+				t.Fatal("c never ran: b kept its slot")
+			}
+		})
+	}
+}
+
 // TestLimitConcurrency: a topic capped at 2 runs at once in its process
 // never runs more, runs each job once on its first attempt, and counts
 // the jobs it held back; another topic is not held back by it.

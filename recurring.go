@@ -559,6 +559,7 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 		for _, k := range drop {
 			q.sched.Cancel(k)
 			q.cache.Remove(k)
+			q.dropStart(k)
 		}
 		wm := old.Watermark
 		if changed && old.Spec != "" {
@@ -683,6 +684,7 @@ func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 		for _, k := range drop {
 			q.sched.Cancel(k)
 			q.cache.Remove(k)
+			q.dropStart(k)
 		}
 		return nil
 	}
