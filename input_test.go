@@ -459,4 +459,10 @@ func TestNilContextRefused(t *testing.T) {
 	_, err = b.q.Stats(nilCtx)
 	require.ErrorIs(t, err, ErrInvalidOption)
 	require.ErrorIs(t, b.q.Pause(nilCtx, "t"), ErrInvalidOption)
+	// A Nack given a receipt alone reads the reservation first: the nil
+	// context is refused before that (it panicked there).
+	require.NotPanics(t, func() {
+		err = b.q.Nack(nilCtx, &Reservation{Receipt: Receipt{Topic: "t", ID: "x", Token: "0123456789"}}, NackOptions{})
+	})
+	require.ErrorIs(t, err, ErrInvalidOption)
 }

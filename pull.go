@@ -866,6 +866,9 @@ func (q *Queue) Ack(ctx context.Context, r Receipt) error {
 // has it) is accepted: the job's record is then read from Redis first, one
 // more round trip. Errors as Ack's.
 func (q *Queue) Nack(ctx context.Context, res *Reservation, opts NackOptions) error {
+	if err := checkCtx(ctx, "nack"); err != nil {
+		return err // before a receipt's reservation is read with it
+	}
 	if res == nil {
 		return fmt.Errorf("%w: nil reservation", ErrInvalidOption)
 	}
@@ -1004,11 +1007,30 @@ func (q *Queue) Touch(ctx context.Context, r Receipt, ttr time.Duration) (time.T
 	}
 	_, wall := wheel.Readings(q.clock)
 	deadline := time.UnixMicro(ceilMicro(wall.Add(ttr)))
-	if err := q.resolve(ctx, r, persist.ResolveOp{Op: 't', Score: deadline.UnixMicro()}); err != nil {
+	err := q.resolve(ctx, r, persist.ResolveOp{Op: 't', Score: deadline.UnixMicro()})
+	if errors.Is(err, errKept) {
+		// Its deadline is later already, and stays: return it.
+		key := persist.JobKey(r.Topic, r.ID)
+		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
+		defer cancel()
+		rec, _, err := q.store.Get(cctx, key)
+		switch {
+		case errors.Is(err, persist.ErrNotFound):
+			return time.Time{}, fmt.Errorf("%w: %s is gone", ErrReservationLost, key)
+		case err != nil:
+			return time.Time{}, errs.Errorf("wheelq: touch %s: its later deadline is kept; reading it: %w", key, uncertain(err))
+		}
+		return rec.Due, nil
+	}
+	if err != nil {
 		return time.Time{}, err
 	}
 	return deadline, nil
 }
+
+// errKept is resolved's answer to a touch that left a later deadline as
+// it was (Touch reads it).
+var errKept = errors.New("wheelq: touch: the later deadline is kept")
 
 // receiptReservation reads the reserved job r names, for a Nack given a
 // Receipt alone. A job that is gone, or not reserved, is
@@ -1102,6 +1124,8 @@ func (q *Queue) resolved(r Receipt, op persist.ResolveOp, res byte) error {
 			}
 		}
 		return nil
+	case persist.ResolveKept:
+		return errKept
 	case persist.ResolveGone:
 		return fmt.Errorf("%w: job %s/%s was cancelled", ErrReservationLost, r.Topic, r.ID)
 	default:

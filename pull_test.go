@@ -130,6 +130,16 @@ func TestPullNackTouchLapse(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, dl.After(r2.Deadline))
 
+	// A Touch asking for less than is left keeps the later deadline, in
+	// Redis too (a restarted owner hands the job out by what Redis holds),
+	// and returns it. (Found by an audit: it shortened the deadline.)
+	dl2, err := b.q.Touch(b.ctx, r2.Receipt, MinTTR)
+	require.NoError(t, err)
+	require.Equal(t, dl, dl2, "the later deadline is kept and returned")
+	info, err := b.q.Lookup(b.ctx, "p", "n")
+	require.NoError(t, err)
+	require.Equal(t, dl, info.Due, "the deadline in Redis")
+
 	// A reservation left alone lapses: the job comes back, attempt 2. It
 	// lapses 300 ms after r2's first deadline: once it has, the engine has
 	// passed that deadline too, and r2 must still be ours.
@@ -147,7 +157,7 @@ func TestPullNackTouchLapse(t *testing.T) {
 
 	// Permanent: dead at once.
 	require.NoError(t, b.q.Nack(b.ctx, r4, NackOptions{Err: errors.New("bad"), Permanent: true}))
-	info, err := b.q.Lookup(b.ctx, "p", "l")
+	info, err = b.q.Lookup(b.ctx, "p", "l")
 	require.NoError(t, err)
 	require.Equal(t, StateDead, info.State)
 	require.Equal(t, "bad", info.LastError)

@@ -526,12 +526,13 @@ const (
 	Resolved    = '1' // applied (or applied before: a replay)
 	ResolveLost = 'x' // the reservation is not current
 	ResolveGone = 'c' // the job was cancelled
+	ResolveKept = 'k' // a touch that asked for an earlier deadline than the reservation's: it keeps its own
 )
 
 // Resolve applies ops on reservations, in order, in one round trip
 // (outside a cluster one call; in a cluster a call per partition,
 // pipelined), and returns one answer byte per op:
-// Resolved, ResolveLost or ResolveGone. now (unix µs) is an ack's finish
+// Resolved, ResolveLost, ResolveGone or ResolveKept. now (unix µs) is an ack's finish
 // time and a dead job's score.
 func (s *Store) Resolve(ctx context.Context, now int64, ops []ResolveOp) ([]byte, error) {
 	args, order, err := s.resolveArgs(now, ops)

@@ -113,7 +113,13 @@ while a <= #ARGV do
         redis.call('ZREM', pending, key)
         redis.call('ZADD', dead, ARGV[1], key)
       elseif op == 't' then
-        redis.call('ZADD', pending, score, key)
+        -- A touch moves the deadline later, never earlier.
+        local s = redis.call('ZSCORE', pending, key)
+        if s and tonumber(s) >= tonumber(score) then
+          r = 'k'
+        else
+          redis.call('ZADD', pending, score, key)
+        end
       elseif op == 'u' then
         redis.call('HDEL', running, key)
         redis.call('ZADD', pending, score, key)
