@@ -13,6 +13,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/recurs"
 )
 
 // maxEveryMs is the longest interval taken (100 years), far inside
@@ -130,15 +131,15 @@ func (a *API) putRecurring(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	if err := decode(w, r, a.opts.MaxBody, &req); err != nil {
 		return 0, nil, err
 	}
-	if err := p.Allow(auth.Produce, req.Topic); err != nil {
-		return 0, nil, err
-	}
 	rec, err := req.recurring(name)
 	if err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := a.ctx(r)
 	defer cancel()
+	if err := recurs.MayDeclare(ctx, a.q, p, name, req.Topic); err != nil {
+		return 0, nil, err
+	}
 	if err := a.q.DeclareRecurring(ctx, rec); err != nil {
 		return 0, nil, err
 	}

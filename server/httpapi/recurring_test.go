@@ -20,7 +20,12 @@ func TestRecurring(t *testing.T) {
 	t.Parallel()
 	shopTok, shopSum, err := auth.Generate("shop")
 	require.NoError(t, err)
-	az, err := auth.New([]auth.Entry{{ID: "shop", SHA256: shopSum, Perms: [3][]string{{"beat"}, {"beat"}}}}, true)
+	mailTok, mailSum, err := auth.Generate("mail")
+	require.NoError(t, err)
+	az, err := auth.New([]auth.Entry{
+		{ID: "shop", SHA256: shopSum, Perms: [3][]string{{"beat"}, {"beat"}}},
+		{ID: "mail", SHA256: mailSum, Perms: [3][]string{{"mail"}}},
+	}, true)
 	require.NoError(t, err)
 	e := setup(t, az, defaultOpts(), "beat")
 	e.tok = shopTok
@@ -49,6 +54,18 @@ func TestRecurring(t *testing.T) {
 	e.ok(200, "GET", "/v1/recurring", nil, &list)
 	require.Len(t, list.Recurring, 1)
 	require.Equal(t, "beat-200", list.Recurring[0].Name)
+
+	// Another tenant's token may not take the schedule over by declaring
+	// its name on a topic of its own (then delete it): replacing a
+	// schedule needs the right on the topic it has too. (Found by a red
+	// team: the PUT checked the new topic only.)
+	e.tok = mailTok
+	e.fails(403, apierr.Forbidden, "PUT", "/v1/recurring/beat-200", map[string]any{"topic": "mail", "every_ms": 3600000})
+	e.fails(403, apierr.Forbidden, "DELETE", "/v1/recurring/beat-200", nil)
+	e.tok = shopTok
+	e.ok(200, "GET", "/v1/recurring", nil, &list)
+	require.Len(t, list.Recurring, 1)
+	require.Equal(t, "beat", list.Recurring[0].Topic, "the schedule is the shop's still")
 
 	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "cron": "61 * * * *"})
 	e.fails(400, apierr.Invalid, "PUT", "/v1/recurring/bad", map[string]any{"topic": "beat", "every_ms": 200, "missed": "never"})

@@ -13,6 +13,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/recurs"
 )
 
 // ParseRecur parses WQ.RECUR's arguments (after the command's name):
@@ -103,11 +104,11 @@ func cmdRecur(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	if err != nil {
 		return err
 	}
-	if err := sess.p.Allow(auth.Produce, r.Topic); err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	if err := recurs.MayDeclare(ctx, s.q, sess.p, r.Name, r.Topic); err != nil {
+		return err
+	}
 	if err := s.q.DeclareRecurring(ctx, r); err != nil {
 		return err
 	}

@@ -8,6 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/config"
 )
 
 // TestRecur: WQ.RECUR declares a schedule (again: no change), WQ.RECURS
@@ -52,4 +55,33 @@ func TestRecur(t *testing.T) {
 	list, err = rdb.Do(ctx, "WQ.RECURS").Slice()
 	require.NoError(t, err)
 	require.Empty(t, list)
+}
+
+// TestRecurOtherTenant: a token may not take another tenant's schedule
+// over by declaring its name on a topic of its own, nor remove it: the
+// right on the schedule's own topic is needed too. (Found over HTTP by a
+// red team; the same check was missing here.)
+func TestRecurOtherTenant(t *testing.T) {
+	t.Parallel()
+	shopTok, shopSum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	mailTok, mailSum, err := auth.Generate("mail")
+	require.NoError(t, err)
+	addr := start(t, []config.Token{
+		{ID: "shop", SHA256: shopSum, Produce: []string{"beat"}},
+		{ID: "mail", SHA256: mailSum, Produce: []string{"mail"}},
+	})
+	ctx := context.Background()
+	shop := redis.NewClient(&redis.Options{Addr: addr, Password: shopTok, Protocol: 2})
+	defer shop.Close()
+	mail := redis.NewClient(&redis.Options{Addr: addr, Password: mailTok, Protocol: 2})
+	defer mail.Close()
+
+	require.NoError(t, shop.Do(ctx, "WQ.RECUR", "nightly", "beat", "EVERY", 60000).Err())
+	require.ErrorContains(t, mail.Do(ctx, "WQ.RECUR", "nightly", "mail", "EVERY", 3600000).Err(), "FORBIDDEN ")
+	require.ErrorContains(t, mail.Do(ctx, "WQ.UNRECUR", "nightly").Err(), "FORBIDDEN ")
+	list, err := shop.Do(ctx, "WQ.RECURS").Slice()
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, []any{"nightly", "beat"}, list[0].([]any)[:2], "the schedule is the shop's still")
 }
