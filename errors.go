@@ -1,9 +1,12 @@
 package wheelq
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -95,6 +98,24 @@ func uncertain(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
+
+// unreachable wraps in ErrUnavailable a failure to reach Redis or to hear
+// from it (a refused dial, a lost connection, no answer in time) of a call
+// that changed nothing in Redis (a read, or the reads before a write): the
+// caller may simply try again. Redis's own error replies, the queue's
+// errors and the caller's context ending are returned as they are.
+func unreachable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // Errors of the queue's life cycle.

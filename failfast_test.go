@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/breaker"
+	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -65,4 +67,39 @@ func TestReachStates(t *testing.T) {
 	probe, err = r.admit(at(t0.Add(3 * time.Second)))
 	require.NoError(t, err)
 	require.False(t, probe, "reachable again")
+}
+
+// TestReadsUnavailable: with Redis gone, the reads and the steering
+// calls say ErrUnavailable (a caller retries; the server answers 503),
+// not a bare dial error. (Found by a red team: wheelq-server answered
+// 500 internal for each.)
+func TestReadsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{LockDir: "-", WriteTimeout: time.Second})
+	require.NoError(t, q.Pull("p"))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	require.NoError(t, q.DeclareRecurring(b.ctx, Recurring{Name: "r", Topic: "p", Every: time.Hour}))
+	_, err := q.Lookup(b.ctx, "p", "x")
+	require.ErrorIs(t, err, ErrNotFound, "the layout is checked and known before Redis goes")
+	srv.Kill()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	for name, call := range map[string]func() error{
+		"Lookup":           func() error { _, err := q.Lookup(ctx, "p", "x"); return err },
+		"List":             func() error { _, _, err := q.List(ctx, JobFilter{}, "", 10); return err },
+		"Counts":           func() error { _, err := q.Counts(ctx); return err },
+		"Recurrings":       func() error { _, err := q.Recurrings(ctx); return err },
+		"Paused":           func() error { _, err := q.Paused(ctx); return err },
+		"Pause":            func() error { return q.Pause(ctx, "p") },
+		"Workers":          func() error { _, err := q.Workers(ctx); return err },
+		"DeadJobs":         func() error { _, err := q.DeadJobs(ctx, 10); return err },
+		"DeclareRecurring": func() error { return q.DeclareRecurring(ctx, Recurring{Name: "r2", Topic: "p", Every: time.Hour}) },
+		"RemoveRecurring":  func() error { return q.RemoveRecurring(ctx, "r") },
+	} {
+		assert.ErrorIs(t, call(), ErrUnavailable, name)
+	}
 }

@@ -100,7 +100,7 @@ func (q *Queue) Workers(ctx context.Context) ([]WorkerStats, error) {
 	}
 	all, err := q.pstore.Figures(ctx)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: workers: %w", err)
+		return nil, errs.Errorf("wheelq: workers: %w", unreachable(err))
 	}
 	out := make([]WorkerStats, 0, len(all))
 	for m, blob := range all {

@@ -117,7 +117,7 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 		return JobInfo{}, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return JobInfo{}, errs.Errorf("wheelq: lookup: %w", err)
+		return JobInfo{}, errs.Errorf("wheelq: lookup: %w", unreachable(err))
 	}
 	key := persist.JobKey(topic, id)
 	r, st, err := q.store.Get(ctx, key)
@@ -136,7 +136,7 @@ func (q *Queue) Lookup(ctx context.Context, topic, id string) (JobInfo, error) {
 		return JobInfo{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
-		return JobInfo{}, errs.Errorf("wheelq: lookup: %w", err)
+		return JobInfo{}, errs.Errorf("wheelq: lookup: %w", unreachable(err))
 	}
 	return infoOf(r, st), nil
 }
@@ -156,7 +156,7 @@ func (q *Queue) DeadJobs(ctx context.Context, limit int) ([]JobInfo, error) {
 	for cursor := ""; len(out) < limit; {
 		jobs, next, err := q.List(ctx, JobFilter{State: StateDead}, cursor, min(limit-len(out), MaxListLimit))
 		if err != nil {
-			return nil, errs.Errorf("wheelq: dead jobs: %w", err)
+			return nil, errs.Errorf("wheelq: dead jobs: %w", unreachable(err))
 		}
 		out = append(out, jobs...)
 		if next == "" {

@@ -200,7 +200,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 		return nil, "", ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, "", errs.Errorf("wheelq: list: %w", err)
+		return nil, "", errs.Errorf("wheelq: list: %w", unreachable(err))
 	}
 	type found struct {
 		e persist.Entry
@@ -211,7 +211,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 	for p := range q.cfg.Partitions {
 		pg, err := q.readPart(ctx, qu, p, from, limit)
 		if err != nil {
-			return nil, "", errs.Errorf("wheelq: list: %w", err)
+			return nil, "", errs.Errorf("wheelq: list: %w", unreachable(err))
 		}
 		for _, e := range pg.es {
 			all = append(all, found{e, p})
@@ -246,7 +246,7 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 		}
 		recs, marked, err := q.store.Details(ctx, p, keys)
 		if err != nil {
-			return nil, "", errs.Errorf("wheelq: list: %w", err)
+			return nil, "", errs.Errorf("wheelq: list: %w", unreachable(err))
 		}
 		for j, i := range idx {
 			if recs[j] == nil {
@@ -358,7 +358,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 		return nil, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, errs.Errorf("wheelq: counts: %w", err)
+		return nil, errs.Errorf("wheelq: counts: %w", unreachable(err))
 	}
 	_, wall := wheel.Readings(q.clock)
 	before := wall.Add(-OverdueAfter).UnixMicro()
@@ -376,7 +376,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 			for start := int64(0); start >= 0; {
 				ts, next, err := q.store.TallyTopics(ctx, p, dead, start, tallyPage, before)
 				if err != nil {
-					return nil, errs.Errorf("wheelq: counts: %w", err)
+					return nil, errs.Errorf("wheelq: counts: %w", unreachable(err))
 				}
 				for _, t := range ts {
 					c := of(t.Topic)
@@ -392,7 +392,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 		}
 		es, err := q.store.Running(ctx, p)
 		if err != nil {
-			return nil, errs.Errorf("wheelq: counts: %w", err)
+			return nil, errs.Errorf("wheelq: counts: %w", unreachable(err))
 		}
 		for _, e := range es {
 			topic, _, _ := strings.Cut(e.Key, persist.KeySep)
@@ -401,7 +401,7 @@ func (q *Queue) Counts(ctx context.Context) ([]TopicCounts, error) {
 	}
 	paused, err := q.store.PausedTopics(ctx)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: counts: %w", err)
+		return nil, errs.Errorf("wheelq: counts: %w", unreachable(err))
 	}
 	for _, t := range paused {
 		of(t).Paused = true

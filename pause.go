@@ -148,7 +148,7 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 		return ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return errs.Errorf("wheelq: %s: %w", op, err)
+		return errs.Errorf("wheelq: %s: %w", op, unreachable(err))
 	}
 	if paused {
 		// Known here at once, whatever the write's outcome: a pause
@@ -159,7 +159,7 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	if err := q.store.SetPaused(ctx, topic, paused); err != nil {
-		return errs.Errorf("wheelq: %s %s: %w", op, topic, err)
+		return errs.Errorf("wheelq: %s %s: %w", op, topic, uncertain(err))
 	}
 	if !paused {
 		q.pauses.notePaused(topic, false)
@@ -241,11 +241,11 @@ func (q *Queue) Paused(ctx context.Context) ([]string, error) {
 		return nil, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, errs.Errorf("wheelq: paused: %w", err)
+		return nil, errs.Errorf("wheelq: paused: %w", unreachable(err))
 	}
 	ts, err := q.store.PausedTopics(ctx)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: paused: %w", err)
+		return nil, errs.Errorf("wheelq: paused: %w", unreachable(err))
 	}
 	return ts, nil
 }

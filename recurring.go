@@ -532,22 +532,22 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 		return ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return errs.Errorf("wheelq: declare recurring: %w", err)
+		return errs.Errorf("wheelq: declare recurring: %w", unreachable(err))
 	}
 	if now, err = q.recurNow(ctx); err != nil {
-		return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
+		return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, unreachable(err))
 	}
 	for range 5 {
 		old, err := q.store.RecurOf(ctx, p.part, r.Name)
 		if err != nil {
-			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
+			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, unreachable(err))
 		}
 		if old.Spec == p.spec {
 			return q.fillRecur(ctx, p, old.Watermark, now)
 		}
 		drop, err := q.comingSlots(old, now)
 		if err != nil {
-			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, err)
+			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, unreachable(err))
 		}
 		changed, err := q.store.DeclareRecur(ctx, p.part, r.Name, p.spec, old.Spec, now.UnixMicro(), drop)
 		if errors.Is(err, persist.ErrSpecChanged) {
@@ -652,24 +652,24 @@ func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 		return ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return errs.Errorf("wheelq: remove recurring: %w", err)
+		return errs.Errorf("wheelq: remove recurring: %w", unreachable(err))
 	}
 	part := q.store.PartitionOf(name)
 	now, err := q.recurNow(ctx)
 	if err != nil {
-		return errs.Errorf("wheelq: remove recurring %q: %w", name, err)
+		return errs.Errorf("wheelq: remove recurring %q: %w", name, unreachable(err))
 	}
 	for range 5 {
 		st, err := q.store.RecurOf(ctx, part, name)
 		if err != nil {
-			return errs.Errorf("wheelq: remove recurring %q: %w", name, err)
+			return errs.Errorf("wheelq: remove recurring %q: %w", name, unreachable(err))
 		}
 		if st.Spec == "" {
 			return fmt.Errorf("%w: recurring schedule %q", ErrNotFound, name)
 		}
 		drop, err := q.comingSlots(st, now)
 		if err != nil {
-			return errs.Errorf("wheelq: remove recurring %q: %w", name, err)
+			return errs.Errorf("wheelq: remove recurring %q: %w", name, unreachable(err))
 		}
 		ok, err := q.store.RemoveRecur(ctx, part, name, st.Spec, drop)
 		if errors.Is(err, persist.ErrSpecChanged) {
@@ -698,15 +698,15 @@ func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
 		return nil, err
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return nil, errs.Errorf("wheelq: recurrings: %w", err)
+		return nil, errs.Errorf("wheelq: recurrings: %w", unreachable(err))
 	}
 	sts, err := q.store.Recurs(ctx, nil)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: recurrings: %w", err)
+		return nil, errs.Errorf("wheelq: recurrings: %w", unreachable(err))
 	}
 	now, err := q.recurNow(ctx)
 	if err != nil {
-		return nil, errs.Errorf("wheelq: recurrings: %w", err)
+		return nil, errs.Errorf("wheelq: recurrings: %w", unreachable(err))
 	}
 	out := make([]RecurringInfo, 0, len(sts))
 	for _, st := range sts {

@@ -128,7 +128,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return s, ErrClosed
 	}
 	if err := q.checkLayout(ctx); err != nil {
-		return s, errs.Errorf("wheelq: stats: %w", err)
+		return s, errs.Errorf("wheelq: stats: %w", unreachable(err))
 	}
 	_, wall := wheel.Readings(q.clock)
 	c, err := q.store.Census(ctx, wall.Add(-OverdueAfter).UnixMicro())

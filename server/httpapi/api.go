@@ -329,6 +329,12 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) { a.writeErr(w, r, err) }
 
 func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away during the call: not a bug, and no one
+		// reads the answer (the access log shows 499).
+		w.WriteHeader(statusClientGone)
+		return
+	}
 	e := apierr.From(err)
 	if e.Code == apierr.Internal {
 		a.opts.Logger.Error("wheelq server: internal error", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -595,3 +597,61 @@ func TestReserveReplyInOneWrite(t *testing.T) {
 	require.Empty(t, resp.TransferEncoding, "chunked")
 	require.Equal(t, int64(len(body)), resp.ContentLength)
 }
+
+// TestClientGoneMidCall: a client that goes away while its request waits
+// for Redis is not an internal error: the access log says 499, and no
+// ERROR line is written (any token holder could otherwise fill the
+// server's 5xx counts and error log). Found by a red team: 500 and an
+// ERROR line "internal error ... context canceled".
+func TestClientGoneMidCall(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t, redistest.Options{})
+	rs.RequireReal(t)
+	rdb := rs.Client(t)
+	q, err := wheelq.New(rdb, wheelq.Config{Partitions: 4})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, q.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		_ = q.Shutdown(sctx)
+	})
+	<-q.Ready()
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	opts := defaultOpts()
+	opts.Access = true
+	opts.Logger = slog.New(slog.NewJSONHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
+	az, err := auth.New(nil, true)
+	require.NoError(t, err)
+	srv := httptest.NewServer(httpapi.New(q, az, opts))
+	t.Cleanup(srv.Close)
+	// Counts reads Redis: held by a pause of every client, the request's
+	// client gives up first.
+	require.NoError(t, rdb.Do(ctx, "CLIENT", "PAUSE", 1500, "ALL").Err())
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, "GET", srv.URL+"/v1/counts", nil)
+	require.NoError(t, err)
+	_, err = http.DefaultClient.Do(req)
+	require.Error(t, err)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logs.String(), `"route":"GET /v1/counts"`)
+	}, wait, 10*time.Millisecond, "the request's access line")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logs.String(), `"status":499`, logs.String())
+	require.NotContains(t, logs.String(), `"level":"ERROR"`)
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
