@@ -5,8 +5,8 @@
 // use an existing verifier. A 2xx reply acks the job; anything else, a
 // redirect, a timeout or a refused connection is a failed attempt, retried
 // by the topic's backoff (Target.Backoff) or else the queue's (a
-// Retry-After of seconds on the reply is honoured) and dead-lettered after
-// its last attempt.
+// Retry-After on the reply, seconds or an HTTP date, is honoured up to
+// MaxRetryAfter) and dead-lettered after its last attempt.
 package push
 
 import (
@@ -186,10 +186,36 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 		return nil
 	}
 	err = fmt.Errorf("push to %s: %s", d.t.URL.Redacted(), strings.TrimSpace(strconv.Itoa(r.status)+" "+http.StatusText(r.status)))
-	if s, perr := strconv.Atoi(r.retryAfter); perr == nil && s > 0 {
-		return wheelq.RetryAfter(time.Duration(s)*time.Second, err)
+	if after, ok := retryAfter(r.retryAfter, time.Now()); ok {
+		return wheelq.RetryAfter(after, err)
 	}
 	return d.retry(j, err)
+}
+
+// MaxRetryAfter bounds a receiver's Retry-After: a push is tried again
+// at most this long after the receiver asked for more.
+const MaxRetryAfter = 24 * time.Hour
+
+// retryAfter reads a Retry-After header (seconds, or an HTTP date, RFC
+// 9110), bounded by MaxRetryAfter; ok is false when there is none, or it
+// does not parse, or asks for no wait.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if s == 0 {
+			return 0, false
+		}
+		return time.Duration(min(s, uint64(MaxRetryAfter/time.Second))) * time.Second, true
+	} else if errors.Is(err, strconv.ErrRange) {
+		return MaxRetryAfter, true // all digits, past uint64
+	}
+	t, err := http.ParseTime(v)
+	if err != nil || !t.After(now) {
+		return 0, false
+	}
+	return min(t.Sub(now), MaxRetryAfter), true
 }
 
 // retry is a failed attempt's error: retried after the topic's backoff,

@@ -378,6 +378,18 @@ func TestTopicBackoff(t *testing.T) {
 	}
 	retryAfter = "7"
 	require.Equal(t, 7*time.Second, delay(d, 1), "the receiver's Retry-After wins")
+	// Bounded by push.MaxRetryAfter: seconds that overflowed a Duration
+	// made a negative delay (five attempts in 30 ms, then dead), a few
+	// fewer parked the job for three centuries.
+	for _, ra := range []string{"9223372037", "9223372036", "99999999999999999999999"} {
+		retryAfter = ra
+		require.Equal(t, push.MaxRetryAfter, delay(d, 1), ra)
+	}
+	// An HTTP date, as RFC 9110 allows.
+	retryAfter = time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
+	got := delay(d, 1)
+	require.Greater(t, got, 80*time.Second)
+	require.LessOrEqual(t, got, 90*time.Second)
 	retryAfter = ""
 
 	// A refused connection is a failed attempt too.
@@ -389,7 +401,7 @@ func TestTopicBackoff(t *testing.T) {
 		Backoff: push.Exponential(time.Minute, 0)}, []string{gone.Host})
 	require.NoError(t, err)
 	defer dg.Close()
-	got := delay(dg, 1)
+	got = delay(dg, 1)
 	require.GreaterOrEqual(t, got, 45*time.Second)
 	require.Less(t, got, 75*time.Second)
 
