@@ -68,6 +68,11 @@ type API struct {
 
 	mu      sync.Mutex
 	waiters map[string]int // long polls open, per principal id
+	// reauth is cancelled (and replaced) by SetAuthorizer: open long polls
+	// and streams stop waiting, and hand out nothing more to a token the
+	// new authorizer refuses. Guarded by mu.
+	reauth       context.Context
+	reauthCancel context.CancelFunc
 }
 
 // Route is one route of the API.
@@ -124,6 +129,7 @@ func New(q *wheelq.Queue, az *auth.Authorizer, opts Options) *API {
 	a := &API{q: q, opts: opts, waiters: map[string]int{}}
 	a.auth.Store(az)
 	a.waitCtx, a.closeWaits = context.WithCancel(context.Background())
+	a.reauth, a.reauthCancel = context.WithCancel(context.Background())
 	a.mux = http.NewServeMux()
 	for _, rt := range Routes() {
 		a.mux.Handle(rt.Pattern, a.endpoint(rt))
@@ -131,8 +137,18 @@ func New(q *wheelq.Queue, az *auth.Authorizer, opts Options) *API {
 	return a
 }
 
-// SetAuthorizer swaps the authorizer (a reload of the tokens).
-func (a *API) SetAuthorizer(az *auth.Authorizer) { a.auth.Store(az) }
+// SetAuthorizer swaps the authorizer (a reload of the tokens). Open long
+// polls and streams look again: one whose token the new authorizer
+// refuses (or no longer lets consume its topics) ends with 401 or 403,
+// handing back what it had reserved; the others end as a wait does.
+func (a *API) SetAuthorizer(az *auth.Authorizer) {
+	a.auth.Store(az)
+	a.mu.Lock()
+	old := a.reauthCancel
+	a.reauth, a.reauthCancel = context.WithCancel(context.Background())
+	a.mu.Unlock()
+	old()
+}
 
 // Authorizer is the current authorizer.
 func (a *API) Authorizer() *auth.Authorizer { return a.auth.Load() }

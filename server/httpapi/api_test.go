@@ -655,3 +655,74 @@ func TestClientGoneMidCall(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestRevokedWhileWaiting: a reload of the tokens that drops the one an
+// open long poll or stream waits with ends it with 401, and what comes
+// due afterwards goes to a consumer still allowed, not to it. (Found by a
+// red team: an open stream went on receiving jobs, payloads and all.)
+func TestRevokedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	oldTok, oldSum, err := auth.Generate("old")
+	require.NoError(t, err)
+	newTok, newSum, err := auth.Generate("new")
+	require.NoError(t, err)
+	both, err := auth.New([]auth.Entry{
+		{ID: "old", SHA256: oldSum, Perms: [3][]string{{"sms"}, {"sms"}}},
+		{ID: "new", SHA256: newSum, Perms: [3][]string{{"sms"}, {"sms"}}},
+	}, true)
+	require.NoError(t, err)
+	onlyNew, err := auth.New([]auth.Entry{{ID: "new", SHA256: newSum, Perms: [3][]string{{"sms"}, {"sms"}}}}, true)
+	require.NoError(t, err)
+	e := setup(t, both, defaultOpts(), "sms")
+
+	open := func(path string) (chan *http.Response, chan []byte) {
+		body, err := json.Marshal(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 30000})
+		require.NoError(t, err)
+		req, err := http.NewRequest("POST", e.srv.URL+path, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+oldTok)
+		done, read := make(chan *http.Response, 1), make(chan []byte, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- nil
+				read <- nil
+				return
+			}
+			defer resp.Body.Close()
+			done <- resp
+			b, _ := io.ReadAll(resp.Body)
+			read <- b
+		}()
+		return done, read
+	}
+	pollDone, pollBody := open("/v1/reserve")
+	streamDone, streamBody := open("/v1/reserve/stream")
+	deadline := time.Now().Add(wait)
+	for e.api.Waiting() < 2 {
+		require.True(t, time.Now().Before(deadline), "the polls never waited")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stream := <-streamDone
+	require.NotNil(t, stream)
+	require.Equal(t, 200, stream.StatusCode, "a stream answers 200 at once")
+
+	e.api.SetAuthorizer(onlyNew) // a reload that drops the old token
+	_, err = e.q.Schedule(context.Background(), "sms", []byte("secret"), wheelq.ID("after"))
+	require.NoError(t, err)
+
+	poll := <-pollDone
+	require.NotNil(t, poll)
+	require.Equal(t, 401, poll.StatusCode)
+	b := <-pollBody
+	require.Contains(t, string(b), `"unauthorized"`)
+	b = <-streamBody
+	require.NotContains(t, string(b), "after", "no job on the revoked stream")
+	require.Contains(t, string(b), `"unauthorized"`, "the stream's last line says why it ended")
+
+	e.tok = newTok
+	got := e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 5000})
+	require.Len(t, got, 1, "the job goes to a consumer still allowed")
+	require.Equal(t, "after", got[0].ID)
+	require.Equal(t, 1, got[0].Attempt, "handed out once")
+}

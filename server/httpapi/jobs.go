@@ -369,7 +369,27 @@ func (a *API) waiting(w http.ResponseWriter, r *http.Request, p *auth.Principal,
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + a.opts.Timeout))
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	stop := context.AfterFunc(a.waitCtx, cancel)
-	return ctx, func() { stop(); cancel(); a.dropWaiter(p.ID) }, nil
+	a.mu.Lock()
+	reauth := a.reauth
+	a.mu.Unlock()
+	stopReauth := context.AfterFunc(reauth, cancel)
+	return ctx, func() { stop(); stopReauth(); cancel(); a.dropWaiter(p.ID) }, nil
+}
+
+// stillMay checks again, with the current authorizer, that the request's
+// token may consume from topics: a reload of the tokens may have revoked
+// it while the request waited.
+func (a *API) stillMay(r *http.Request, topics []string) error {
+	p, err := a.auth.Load().Authenticate(Bearer(r))
+	if err != nil {
+		return err
+	}
+	for _, t := range topics {
+		if err := p.Allow(auth.Consume, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
@@ -389,6 +409,10 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p *auth.Principal)
 		a.release(got)
 		w.WriteHeader(statusClientGone) // for the access log: no one reads it
 		return 0, nil, nil
+	}
+	if aerr := a.stillMay(r, opts.Topics); aerr != nil {
+		a.release(got) // revoked while it waited
+		return 0, nil, aerr
 	}
 	out := ReserveResponse{Jobs: make([]Reserved, 0, len(got))}
 	for _, res := range got {
@@ -448,6 +472,12 @@ func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Prin
 	enc := json.NewEncoder(w)
 	for ctx.Err() == nil {
 		got, err := a.q.Reserve(ctx, opts)
+		if aerr := a.stillMay(r, opts.Topics); aerr != nil {
+			a.release(got) // revoked while it waited
+			_ = enc.Encode(ErrorResponse{Error: *a.public(aerr)})
+			_ = rc.Flush()
+			break
+		}
 		for _, res := range got {
 			_ = enc.Encode(reserved(res))
 		}
