@@ -622,6 +622,22 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 			defer w.Stop()
 		}
 	}
+	if len(got) > 0 {
+		// The tokens may have been reloaded while it blocked: hand out
+		// nothing to a token revoked meanwhile.
+		sess.reauth(s)
+		for _, t := range a.Opts.Topics {
+			if sess.p == nil {
+				s.release(got)
+				c.WriteError("NOAUTH Authentication required.")
+				return nil
+			}
+			if err := sess.p.Allow(auth.Consume, t); err != nil {
+				s.release(got)
+				return err
+			}
+		}
+	}
 	if len(got) == 0 {
 		if err != nil && ctx.Err() == nil {
 			return err

@@ -90,6 +90,21 @@ type session struct {
 	closed bool
 }
 
+// reauth authenticates the session's token again if the server's tokens
+// were reloaded since it did (sess.p is then nil if it is refused now).
+func (sess *session) reauth(s *Server) {
+	if sess.p == nil {
+		return
+	}
+	if az := s.authz(); az != sess.az {
+		p, err := az.Authenticate(sess.token)
+		sess.p, sess.az = p, az
+		if err != nil {
+			sess.p = nil
+		}
+	}
+}
+
 // out writes the replies whose shape depends on the protocol.
 func (sess *session) out(c redcon.Conn) replier { return replier{c, sess.proto == 3} }
 
@@ -213,16 +228,7 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 		c.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return
 	}
-	if sess.p != nil {
-		if az := s.authz(); az != sess.az {
-			// The tokens were reloaded: is this connection's still good?
-			p, err := az.Authenticate(sess.token)
-			sess.p, sess.az = p, az
-			if err != nil {
-				sess.p = nil
-			}
-		}
-	}
+	sess.reauth(s)
 	if sess.p == nil && !spec.noauth {
 		c.WriteError("NOAUTH Authentication required.")
 		return

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -43,4 +44,53 @@ func TestRevokedOnOpenConnections(t *testing.T) {
 	require.NoError(t, rdb.Ping(ctx).Err())
 	cur.Store(second) // a reload that drops token a
 	require.ErrorContains(t, rdb.Ping(ctx).Err(), "NOAUTH")
+}
+
+// TestRevokedWhileBlocked: a client blocked in WQ.RESERVE when the
+// tokens are reloaded without its token gets NOAUTH, not the job that
+// came due meanwhile, which goes to a client still allowed.
+func TestRevokedWhileBlocked(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t, redistest.Options{})
+	q, err := wheelq.New(rs.Client(t), wheelq.Config{LockDir: "-"})
+	require.NoError(t, err)
+	require.NoError(t, q.Pull("sms"))
+	ctx := context.Background()
+	require.NoError(t, q.Start(ctx))
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	<-q.Ready()
+	tokA, sumA, _ := auth.Generate("a")
+	tokB, sumB, _ := auth.Generate("b")
+	perms := [3][]string{{"sms"}, {"sms"}}
+	first, err := auth.New([]auth.Entry{{ID: "a", SHA256: sumA, Perms: perms}, {ID: "b", SHA256: sumB, Perms: perms}}, true)
+	require.NoError(t, err)
+	second, err := auth.New([]auth.Entry{{ID: "b", SHA256: sumB, Perms: perms}}, true)
+	require.NoError(t, err)
+	var cur atomic.Pointer[auth.Authorizer]
+	cur.Store(first)
+	s := resp.New(q, cur.Load, resp.Options{MaxConns: 10, MaxCommandBytes: 1 << 20, MaxBlock: time.Minute, Timeout: 5 * time.Second})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(func() { _ = s.Close() })
+
+	a := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Password: tokA, PoolSize: 1, MaxRetries: -1, ReadTimeout: 30 * time.Second})
+	defer a.Close()
+	require.NoError(t, a.Ping(ctx).Err())
+	blocked := make(chan error, 1)
+	go func() { blocked <- a.Do(ctx, "WQ.RESERVE", "BLOCK", 20000, "TOPICS", "sms").Err() }()
+	time.Sleep(200 * time.Millisecond) // blocked by now (if not, it is refused at once all the same)
+	cur.Store(second)                  // a reload that drops token a
+	_, err = q.Schedule(ctx, "sms", []byte("secret"), wheelq.ID("after"))
+	require.NoError(t, err)
+	require.ErrorContains(t, <-blocked, "NOAUTH")
+
+	b := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Password: tokB})
+	defer b.Close()
+	res, err := b.Do(ctx, "WQ.RESERVE", "BLOCK", 5000, "TOPICS", "sms").Slice()
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	job := res[0].([]any)
+	require.Equal(t, "after", job[1])
+	require.EqualValues(t, 1, job[4], "handed out once")
 }
