@@ -52,6 +52,14 @@ func TestAccessLog(t *testing.T) {
 	}
 	require.Equal(t, 200, get("/metrics"))
 	require.Equal(t, 200, get("/ui/"))
+	// A dashboard action is traced to its token too.
+	req, _ := http.NewRequest("POST", p.URL+"/ui/api/pause", strings.NewReader(`{"topic":"mail"}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("X-Wheelq-Dashboard", "1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
 
 	want := []struct {
 		method, path, route string
@@ -61,8 +69,9 @@ func TestAccessLog(t *testing.T) {
 		{"POST", "/v1/jobs/mail", "POST /v1/jobs/{topic}", 201, "ops"},
 		{"GET", "/nope", "-", 404, "-"},
 		{"GET", "/v1/counts", "GET /v1/counts", 401, "-"},
-		{"GET", "/metrics", "GET /metrics", 200, "-"},
-		{"GET", "/ui/", "/ui/", 200, "-"},
+		{"GET", "/metrics", "GET /metrics", 200, "ops"},
+		{"GET", "/ui/", "/ui/", 200, "ops"},
+		{"POST", "/ui/api/pause", "/ui/", 200, "ops"},
 	}
 	// A line is written once its reply is out: wait for each.
 	var got []map[string]any

@@ -291,6 +291,7 @@ func (s *Server) authenticated(perm auth.Perm, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.api.Authorizer().Authenticate(httpapi.Bearer(r))
 		if err == nil {
+			httpapi.SetWho(r, p.ID)
 			err = p.Allow(perm, "")
 		}
 		if err != nil {
@@ -324,6 +325,7 @@ func (s *Server) authorizeUI(r *http.Request, a dashboard.Action) error {
 	if err != nil {
 		return err
 	}
+	httpapi.SetWho(r, p.ID)
 	if a.Kind == dashboard.KindView {
 		return p.AllowAny(a.Topic, auth.Produce, auth.Consume, auth.Admin)
 	}

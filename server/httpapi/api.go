@@ -188,9 +188,22 @@ func (a *API) Logged(route string, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start, sw := time.Now(), &statusWriter{ResponseWriter: w}
-		defer a.access(r, route, sw, start, "-")
-		h.ServeHTTP(sw, r)
+		who := "-"
+		defer func() { a.access(r, route, sw, start, who) }()
+		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), whoKey{}, &who)))
 	})
+}
+
+// whoKey is the context key of the access log's token id of a request
+// served through Logged.
+type whoKey struct{}
+
+// SetWho records the id of the token a request served through Logged
+// authenticated with, for its access log line (else "-").
+func SetWho(r *http.Request, id string) {
+	if who, ok := r.Context().Value(whoKey{}).(*string); ok {
+		*who = id
+	}
 }
 
 // HeaderLimit refuses, with a JSON 431 and the too_large code, a request
