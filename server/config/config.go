@@ -467,6 +467,9 @@ func (c *Config) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return bad(key+".url", "%q: want http(s)://host:port/path", p.URL)
 		}
+		if u.User != nil {
+			return bad(key+".url", "credentials in the URL (%s): a push sends none; the receiver checks the webhook-signature instead", u.Redacted())
+		}
 		if !slices.Contains(c.Push.AllowHosts, u.Host) {
 			return bad(key+".url", "host %q is not in push.allow_hosts %v", u.Host, c.Push.AllowHosts)
 		}

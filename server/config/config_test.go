@@ -73,6 +73,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{file: "[redis]\nurl = \"http://x\"\n", want: "redis.url"},
 		{file: "[queue]\npartitions = 0\n", want: "queue.partitions"},
 		{file: "[[push.topic]]\ntopic = \"t\"\nurl = \"http://evil:80/\"\nsecret = \"whsec_AAAA\"\n", want: "allow_hosts"},
+		// Credentials in the URL would be sent by no push (and printed
+		// unmasked): refused, with where they go instead.
+		{file: "[push]\nallow_hosts=[\"h:1\"]\n[[push.topic]]\ntopic = \"t\"\nurl = \"http://user:s3cret@h:1/\"\nsecret = \"whsec_AAAA\"\n", want: "push.topic[0].url"},
 		{file: "[queue]\npull=[\"t\"]\n[push]\nallow_hosts=[\"h:1\"]\n[[push.topic]]\ntopic = \"t\"\nurl = \"http://h:1/\"\nsecret = \"whsec_AAAA\"\n", want: "pushed or pulled"},
 		{file: "[push]\nallow_hosts=[\"h:1\"]\n[[push.topic]]\ntopic = \"t\"\nurl = \"http://h:1/\"\nsecret = \"whsec_AAAA\"\nretry_base = \"-1s\"\n", want: "push.topic[0].retry_base"},
 		{file: "[push]\nallow_hosts=[\"h:1\"]\n[[push.topic]]\ntopic = \"t\"\nurl = \"http://h:1/\"\nsecret = \"whsec_AAAA\"\nretry_max = \"1m\"\n", want: "push.topic[0].retry_max"},
