@@ -8,6 +8,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
@@ -401,60 +403,100 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	return nil
 }
 
-// Decode reads one JSON value from rd into v, strictly: an unknown field,
-// a wrong type, invalid base64 or data after the value is an Invalid
+// Decode reads one JSON object from rd into v, strictly: a body that is
+// not an object, not UTF-8 or with a lone surrogate escape (which
+// encoding/json would store as U+FFFD, silently), an unknown field, a
+// wrong type, invalid base64 or data after the object is an Invalid
 // error saying what and where.
 func Decode(rd io.Reader, v any) error {
-	dec := json.NewDecoder(rd)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	b, err := io.ReadAll(rd)
+	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
 			return err
 		}
-		if errors.Is(err, io.EOF) {
-			return apierr.New(apierr.Invalid, "empty body: want a JSON object")
-		}
+		return apierr.New(apierr.Invalid, "bad JSON: reading the body: %v", err)
+	}
+	first := bytes.TrimLeft(b, " \t\r\n")
+	switch {
+	case len(first) == 0:
+		return apierr.New(apierr.Invalid, "empty body: want a JSON object")
+	case first[0] != '{':
+		return apierr.New(apierr.Invalid, "bad JSON: want an object, not %q...", first[:min(len(first), 8)])
+	case !utf8.Valid(b):
+		return apierr.New(apierr.Invalid, "bad JSON: not UTF-8 (byte %d)", invalidAt(b))
+	}
+	if at := loneSurrogate(b); at >= 0 {
+		return apierr.New(apierr.Invalid, "bad JSON: a lone surrogate escape at byte %d (not a character)", at)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return apierr.New(apierr.Invalid, "bad JSON: %v", err)
 	}
-	// Nothing but white space may follow: what the decoder holds, then
-	// what rd has left, read a little at a time (dec.Token would grow
-	// the decoder's buffer for it, 1.5 kB a request).
-	b := make([]byte, 64)
-	err := blankToEOF(dec.Buffered(), b)
-	if err == nil {
-		err = blankToEOF(rd, b)
-	}
-	var mb *http.MaxBytesError
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, errTrailing):
+	if !blank(b[dec.InputOffset():]) {
 		return apierr.New(apierr.Invalid, "bad JSON: data after the object")
-	case errors.As(err, &mb):
-		return err
 	}
-	return apierr.New(apierr.Invalid, "bad JSON: reading the body: %v", err)
+	return nil
 }
 
-// errTrailing: more than white space after a request's JSON value.
-var errTrailing = errors.New("data after the value")
+// invalidAt is the offset of b's first byte that is not UTF-8.
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
 
-// blankToEOF reads r to its end with b, and fails with errTrailing at
-// the first byte that is not JSON white space.
-func blankToEOF(r io.Reader, b []byte) error {
-	for {
-		n, err := r.Read(b)
-		if !blank(b[:n]) {
-			return errTrailing
+// loneSurrogate is the offset of the first \u escape in b of a UTF-16
+// surrogate not in a pair (high then low), or -1. A backslash outside a
+// string is a syntax error anyway, so escapes need no string tracking.
+func loneSurrogate(b []byte) int {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
+		var r rune
+		for _, c := range b[i+2 : i+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
 		}
-		if err != nil {
-			return err
+		return r, true
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // another escape: skip its character
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if lo, ok := hex4(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return i
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return i
+		default:
+			i += 5
 		}
 	}
+	return -1
 }
 
 // blank says whether b is JSON white space only.

@@ -356,6 +356,16 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/v1/jobs/sms", `{"idd":"x"}`, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms", `{"id":"x"} {}`, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms", `{"payload_base64":"not base64!"}`, 400, apierr.Invalid},
+		// Not UTF-8, or a lone surrogate: json would store U+FFFD in its
+		// place, silently (found by a red team); and a body that is not
+		// an object.
+		{"POST", "/v1/jobs/sms", "{\"payload\":\"a\xffb\"}", 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", "{\"id\":\"\xff\xfe\"}", 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"payload":"a\ud800c"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"payload":"a\udc00c"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `{"payload":"a\ud800\u0041"}`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", `null`, 400, apierr.Invalid},
+		{"POST", "/v1/jobs/sms", ` "x" `, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms", `{"payload":"a","payload_base64":"YQ=="}`, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms", `{"delay_ms":-1}`, 400, apierr.Invalid},
 		{"POST", "/v1/jobs/sms", `{"delay_ms":1e300}`, 400, apierr.Invalid},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/httpapi"
@@ -23,6 +24,7 @@ func FuzzDecode(f *testing.F) {
 		`{"topic":"t","every_ms":1000,"time_zone":"Europe/Paris","missed":"each","start":"2026-11-26T10:00:00Z"}`,
 		`{"topic":"t","cron":"*/5 * * * *","payload_base64":"AA==","max_missed":-1}`,
 		`{"delay_ms":-1}`, `{"a":1}`, `[]`, `{"id":"x"} {}`, "{\"payload\":\"\xff\"}", `{"delay_ms":1e400}`,
+		`{"payload":"\ud83d\ude00"}`, `{"payload":"\ud83d"}`, `{"payload":"\\ud83d"}`, `null`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -37,6 +39,9 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("%T: %q: error %v is not an Invalid apierr.Error", v, b, err)
 				}
 				continue
+			}
+			if !utf8.Valid(b) {
+				t.Fatalf("%T: %q: not UTF-8, decoded all the same", v, b)
 			}
 			if sr, ok := v.(*httpapi.ScheduleRequest); ok {
 				if err := httpapi.CheckSchedule(sr); err != nil {
