@@ -44,6 +44,8 @@ func TestServerRedisDown(t *testing.T) {
 	var h map[string]string
 	require.Equal(t, 503, call(t, "GET", p.URL+"/readyz", "", nil, &h))
 	require.Contains(t, h["reason"], "redis")
+	require.NotContains(t, h["reason"], "127.0.0.1", "an unauthenticated probe learns no address (the log has it)")
+	require.Contains(t, p.Log(), "127.0.0.1", "the log says what failed")
 
 	require.NoError(t, rs.Restart())
 	waitFor(t, func() bool {

@@ -261,7 +261,10 @@ func (s *Server) ready(ctx context.Context) string {
 	// reopens the queue's writes, which fail fast while Redis is taken to
 	// be unreachable, so that a server said ready takes writes.
 	if err := s.q.Ping(ctx); err != nil {
-		return "redis unreachable: " + err.Error()
+		// The detail (an address, a dial error) goes to the log: the
+		// probe needs no token.
+		s.log.Warn("wheelq server: not ready: redis unreachable", "err", err)
+		return "redis unreachable"
 	}
 	return ""
 }

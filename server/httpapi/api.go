@@ -263,8 +263,8 @@ func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 // for browsers (the dashboard), the password of its Basic credentials.
 func Bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
-	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
-		return strings.TrimSpace(t)
+	if len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") { // the scheme is case-insensitive (RFC 9110)
+		return strings.TrimSpace(h[7:])
 	}
 	if _, pw, ok := r.BasicAuth(); ok {
 		return pw

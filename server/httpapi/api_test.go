@@ -505,6 +505,14 @@ func TestAuth(t *testing.T) {
 
 	e.tok = adminTok
 	e.ok(200, "GET", "/v1/jobs", nil, nil)
+	// The scheme's case does not matter (RFC 9110).
+	req, err := http.NewRequest("GET", e.srv.URL+"/v1/jobs", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "bearer "+adminTok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "bearer in lower case")
 	e.ok(204, "POST", "/v1/topics/orders.cancel/pause", nil, nil)
 	e.ok(200, "GET", "/v1/counts", nil, &counts)
 	require.NotEmpty(t, counts.Topics)
