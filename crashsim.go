@@ -450,12 +450,12 @@ func (c *crashStore) RecurOf(ctx context.Context, p int, name string) (persist.R
 	return guarded(c, func() (persist.RecurState, error) { return c.engineStore.RecurOf(ctx, p, name) })
 }
 
-func (c *crashStore) DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (bool, error) {
-	return guarded(c, func() (bool, error) { return c.engineStore.DeclareRecur(ctx, p, name, spec, old, watermark, drop) })
+func (c *crashStore) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []string) (bool, error) {
+	return guarded(c, func() (bool, error) { return c.engineStore.DeclareRecur(ctx, p, name, spec, old, read, watermark, drop) })
 }
 
-func (c *crashStore) RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (bool, error) {
-	return guarded(c, func() (bool, error) { return c.engineStore.RemoveRecur(ctx, p, name, spec, drop) })
+func (c *crashStore) RemoveRecur(ctx context.Context, p int, name, spec string, read int64, drop []string) (bool, error) {
+	return guarded(c, func() (bool, error) { return c.engineStore.RemoveRecur(ctx, p, name, spec, read, drop) })
 }
 
 func (c *crashStore) FillRecur(ctx context.Context, p int, tok, name, spec string, floor int64, slots []persist.Slot) ([]string, error) {

@@ -549,7 +549,7 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 		if err != nil {
 			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, unreachable(err))
 		}
-		changed, err := q.store.DeclareRecur(ctx, p.part, r.Name, p.spec, old.Spec, now.UnixMicro(), drop)
+		changed, err := q.store.DeclareRecur(ctx, p.part, r.Name, p.spec, old.Spec, old.Watermark, now.UnixMicro(), drop)
 		if errors.Is(err, persist.ErrSpecChanged) {
 			continue // declared meanwhile by another process: read again
 		}
@@ -671,7 +671,7 @@ func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 		if err != nil {
 			return errs.Errorf("wheelq: remove recurring %q: %w", name, unreachable(err))
 		}
-		ok, err := q.store.RemoveRecur(ctx, part, name, st.Spec, drop)
+		ok, err := q.store.RemoveRecur(ctx, part, name, st.Spec, st.Watermark, drop)
 		if errors.Is(err, persist.ErrSpecChanged) {
 			continue
 		}

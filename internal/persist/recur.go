@@ -108,12 +108,14 @@ func (s *Store) RecurOf(ctx context.Context, p int, name string) (RecurState, er
 }
 
 // DeclareRecur stores spec as schedule name of partition p, if the stored
-// one is still old ("" for none): changed reports whether it differed. A
+// one is still old ("" for none) and its watermark still read (the
+// slots drop was computed from: a fill storing more meanwhile makes it
+// ErrSpecChanged, to read again): changed reports whether it differed. A
 // changed spec's watermark becomes watermark (its slots after it are the
 // new spec's), and the pending jobs of drop (the old spec's slots still to
 // come) are deleted, unless a run of one is claimed.
-func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string, watermark int64, drop []string) (changed bool, err error) {
-	args := []any{"declare", name, spec, old, watermark}
+func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []string) (changed bool, err error) {
+	args := []any{"declare", name, spec, old, watermark, read}
 	for _, k := range drop {
 		args = append(args, k)
 	}
@@ -121,10 +123,11 @@ func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string,
 }
 
 // RemoveRecur removes schedule name of partition p, if its stored spec is
-// still spec, and deletes the pending jobs of drop (as DeclareRecur). ok
+// still spec and its watermark still read, and deletes the pending jobs
+// of drop (as DeclareRecur). ok
 // is false if there was no such schedule.
-func (s *Store) RemoveRecur(ctx context.Context, p int, name, spec string, drop []string) (ok bool, err error) {
-	args := []any{"remove", name, spec}
+func (s *Store) RemoveRecur(ctx context.Context, p int, name, spec string, read int64, drop []string) (ok bool, err error) {
+	args := []any{"remove", name, spec, read}
 	for _, k := range drop {
 		args = append(args, k)
 	}

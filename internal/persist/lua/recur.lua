@@ -12,12 +12,14 @@
 --
 -- op "declare": ARGV[2] name, ARGV[3] the new spec, ARGV[4] the spec the
 --   caller read ("" none), ARGV[5] the new watermark for a changed spec,
---   ARGV[6..] keys of the old spec's stored slots still to come, dropped
+--   ARGV[6] the watermark the caller read, ARGV[7..] keys of the old
+--   spec's stored slots still to come (up to that watermark), dropped
 --   (unless a run of one is claimed). Returns 0 (the same spec: nothing
---   done), 1 (stored) or -1 (the stored spec is not the one read: read
---   again).
--- op "remove": ARGV[2] name, ARGV[3] the spec read, ARGV[4..] keys to
---   drop. Returns 1, 0 (no such schedule) or -1 (changed: read again).
+--   done), 1 (stored) or -1 (the stored spec, or the watermark, is not the
+--   one read: a fill stored more slots meanwhile; read again).
+-- op "remove": ARGV[2] name, ARGV[3] the spec read, ARGV[4] the watermark
+--   read, ARGV[5..] keys to drop. Returns 1, 0 (no such schedule) or -1
+--   (changed: read again).
 -- op "fill": ARGV[2] the caller's lease token ("" none), ARGV[3] name,
 --   ARGV[4] the spec the slots were computed from, ARGV[5] a floor: the
 --   watermark is raised to it first (slots skipped by the missed-slot
@@ -39,14 +41,18 @@ end
 if op == 'declare' or op == 'remove' then
   local name = ARGV[2]
   local cur = redis.call('HGET', KEYS[7], name) or ''
-  local first = 6
+  local read = ARGV[6]
+  local first = 7
   if op == 'declare' then
     if cur == ARGV[3] then return 0 end
     if cur ~= ARGV[4] then return -1 end
   else
     if cur == '' then return 0 end
     if cur ~= ARGV[3] then return -1 end
-    first = 4
+    read, first = ARGV[4], 5
+  end
+  if tonumber(redis.call('HGET', KEYS[8], name) or '0') ~= tonumber(read) then
+    return -1 -- slots were stored (or the schedule changed) since the read
   end
   for i = first, #ARGV do drop(ARGV[i]) end
   if op == 'declare' then
