@@ -451,7 +451,9 @@ func (c *crashStore) RecurOf(ctx context.Context, p int, name string) (persist.R
 }
 
 func (c *crashStore) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []string) (bool, error) {
-	return guarded(c, func() (bool, error) { return c.engineStore.DeclareRecur(ctx, p, name, spec, old, read, watermark, drop) })
+	return guarded(c, func() (bool, error) {
+		return c.engineStore.DeclareRecur(ctx, p, name, spec, old, read, watermark, drop)
+	})
 }
 
 func (c *crashStore) RemoveRecur(ctx context.Context, p int, name, spec string, read int64, drop []string) (bool, error) {
