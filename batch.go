@@ -56,9 +56,10 @@ type JobRef struct {
 // (ErrUnavailable). The same id twice in one list is an ErrInvalidOption
 // for the second; a job that is invalid gets its error and the others are
 // written. If ctx ends or a round trip fails, the jobs of that round trip
-// and of the ones after get an error wrapping ErrOutcomeUnknown (or
-// ctx's error): each may or may not be stored, and scheduling the same
-// list again is safe for jobs with IDs.
+// get an error wrapping ErrOutcomeUnknown (or ctx's error): each may or
+// may not be stored, and scheduling the same list again is safe for jobs
+// with IDs. The round trips after it are still tried; once Redis is known
+// out of reach their jobs get ErrUnavailable (not stored).
 func (q *Queue) ScheduleBatch(ctx context.Context, jobs []BatchJob) ([]BatchResult, error) {
 	if err := checkCtx(ctx, "ScheduleBatch"); err != nil {
 		return nil, err
