@@ -228,6 +228,9 @@ func (q *Queue) cancelled(topic, key string, ch persist.Change) error {
 			ch = persist.Changed
 		}
 	}
+	if q.pull.dropSpare(key) && ch == persist.ChangedWhileRunning {
+		ch = persist.Changed // reserved here for no consumer yet: no run goes on
+	}
 	switch ch {
 	case persist.NotFound:
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
@@ -291,6 +294,9 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 		if ch == persist.ChangedWhileRunning {
 			ch = persist.Changed
 		}
+	}
+	if q.pull.dropSpare(key) && ch == persist.ChangedWhileRunning {
+		ch = persist.Changed // reserved here for no consumer yet
 	}
 	if dueUs <= q.recov.LoadedUntil(p) {
 		q.arm(key, dueUs, nil)

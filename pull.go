@@ -572,6 +572,21 @@ func (q *Queue) unwait(w *pullWaiter) {
 	}
 }
 
+// dropSpare forgets key's spare reservation, if it waits here for a
+// Reserve (cancelled or moved: it is handed to no one), and reports
+// whether it did. Its token is spent with the change in Redis.
+func (ps *pullStage) dropSpare(key string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for i, sj := range ps.spare {
+		if persist.JobKey(sj.r.Topic, sj.r.ID) == key {
+			ps.spare = slices.Delete(ps.spare, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
 // pickSpareLocked moves spare reservations w wants into w.got. The
 // caller holds ps.mu.
 func (ps *pullStage) pickSpareLocked(w *pullWaiter) {

@@ -851,3 +851,35 @@ func TestPop(t *testing.T) {
 	// The reservation made before the pops is still the consumer's.
 	require.NoError(t, b.q.Ack(b.ctx, held[0].Receipt))
 }
+
+// TestPullCancelDropsSpare: a job reserved here for a Reserve that had
+// returned already waits as a spare reservation for the next Reserve;
+// cancelled (or rescheduled) meanwhile, it is dropped, and Cancel says so
+// plainly: no consumer holds it, so no run goes on. (Found by an audit:
+// the next Reserve was handed the cancelled job, and Cancel answered
+// ErrRunning.)
+func TestPullCancelDropsSpare(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	for _, id := range []string{"c", "r"} {
+		_, err := b.q.Schedule(b.ctx, "p", []byte(id), ID(id))
+		require.NoError(t, err)
+		got := reserve(t, b.q, ReserveOptions{Topics: []string{"p"}})
+		require.Len(t, got, 1)
+		// As deliver leaves a reservation no waiter took.
+		ps := b.q.pull
+		ps.mu.Lock()
+		ps.spare = append(ps.spare, spareJob{r: got[0], ttr: DefaultTTR, at: b.q.clock.Now().Add(time.Hour)})
+		ps.mu.Unlock()
+	}
+	require.NoError(t, b.q.Cancel(b.ctx, "p", "c"), "no consumer held it: not ErrRunning")
+	require.NoError(t, b.q.Reschedule(b.ctx, "p", "r", time.Now().Add(time.Hour)))
+	b.q.pull.mu.Lock()
+	left := len(b.q.pull.spare)
+	b.q.pull.mu.Unlock()
+	require.Zero(t, left, "the spares are dropped")
+	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	defer cancel()
+	got, err := b.q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}})
+	require.Empty(t, got, "nothing to hand out: %v", err)
+}
