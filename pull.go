@@ -1025,15 +1025,9 @@ func (q *Queue) Touch(ctx context.Context, r Receipt, ttr time.Duration) (time.T
 	err := q.resolve(ctx, r, persist.ResolveOp{Op: 't', Score: deadline.UnixMicro()})
 	if errors.Is(err, errKept) {
 		// Its deadline is later already, and stays: return it.
-		key := persist.JobKey(r.Topic, r.ID)
-		cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
-		defer cancel()
-		rec, _, err := q.store.Get(cctx, key)
-		switch {
-		case errors.Is(err, persist.ErrNotFound):
-			return time.Time{}, fmt.Errorf("%w: %s is gone", ErrReservationLost, key)
-		case err != nil:
-			return time.Time{}, errs.Errorf("wheelq: touch %s: its later deadline is kept; reading it: %w", key, uncertain(err))
+		rec, err := q.reservedRecord(ctx, r, "touch")
+		if err != nil {
+			return time.Time{}, err
 		}
 		return rec.Due, nil
 	}
@@ -1057,20 +1051,31 @@ func (q *Queue) receiptReservation(ctx context.Context, r Receipt) (*Reservation
 	if err := validID(r.ID); err != nil {
 		return nil, err
 	}
+	rec, err := q.reservedRecord(ctx, r, "nack")
+	if err != nil {
+		return nil, err
+	}
+	rec.Topic, rec.ID = r.Topic, r.ID
+	return q.reservation(persist.JobKey(r.Topic, r.ID), r.Token, &rec, rec.Due, rec.Due, false), nil
+}
+
+// reservedRecord reads the job r names, for op on its reservation: a job
+// that is gone, or not reserved, is ErrReservationLost. Its Due is the
+// reservation's deadline.
+func (q *Queue) reservedRecord(ctx context.Context, r Receipt, op string) (persist.Record, error) {
 	key := persist.JobKey(r.Topic, r.ID)
 	cctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	rec, st, err := q.store.Get(cctx, key)
 	switch {
 	case errors.Is(err, persist.ErrNotFound):
-		return nil, fmt.Errorf("%w: %s is gone", ErrReservationLost, key)
+		return rec, fmt.Errorf("%w: %s is gone", ErrReservationLost, key)
 	case err != nil:
-		return nil, errs.Errorf("wheelq: nack %s: %w", key, uncertain(err))
+		return rec, errs.Errorf("wheelq: %s %s: %w", op, key, uncertain(err))
 	case st != persist.Reserved:
-		return nil, fmt.Errorf("%w: %s is not reserved", ErrReservationLost, key)
+		return rec, fmt.Errorf("%w: %s is not reserved", ErrReservationLost, key)
 	}
-	rec.Topic, rec.ID = r.Topic, r.ID
-	return q.reservation(key, r.Token, &rec, rec.Due, rec.Due, false), nil
+	return rec, nil
 }
 
 // opName names resolve's op in errors.
