@@ -134,7 +134,16 @@ produce = ["orders.*"]
 	require.Equal(t, 403, st)
 	require.Contains(t, body, `"code":"forbidden"`, "the dashboard's own error answer")
 	st, _, _ = get("/ui/", basic(vtok))
-	require.Equal(t, 403, st, "the namespace's page needs a permission on every topic")
+	require.Equal(t, 403, st, "the namespace's page needs admin on every topic")
+	// The dashboard's endpoints need what the API's do: lists and counts
+	// admin (GET /v1/jobs, /v1/counts), one job any right on its topic.
+	// (Found by a red team: a produce token listed a topic's jobs here.)
+	st, _, _ = get("/ui/api/jobs?topic=orders.x", basic(vtok))
+	require.Equal(t, 403, st, "a list needs admin")
+	st, _, _ = get("/ui/api/timeline?topic=orders.x&window=hour", basic(vtok))
+	require.Equal(t, 403, st, "the timeline needs admin")
+	st, _, _ = get("/ui/api/job?topic=orders.x&id=nope", basic(vtok))
+	require.Equal(t, 404, st, "one job: any right on its topic")
 }
 
 // TestServerNotStarted: with queue.start false (what "wheelq serve" was)

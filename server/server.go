@@ -320,9 +320,10 @@ func (s *Server) challenge(h http.Handler) http.Handler {
 	})
 }
 
-// authorizeUI is the dashboard's Authorize hook: views need any
-// permission on the topic (every topic for the namespace's page),
-// actions need admin.
+// authorizeUI is the dashboard's Authorize hook: a job's view needs any
+// permission on its topic, the other views (lists, counts) and the
+// actions admin (on every topic for the namespace's page), as the API's
+// routes for the same.
 func (s *Server) authorizeUI(r *http.Request, a dashboard.Action) error {
 	p, err := s.api.Authorizer().Authenticate(httpapi.Bearer(r))
 	if err != nil {
@@ -330,7 +331,13 @@ func (s *Server) authorizeUI(r *http.Request, a dashboard.Action) error {
 	}
 	httpapi.SetWho(r, p.ID)
 	if a.Kind == dashboard.KindView {
-		return p.AllowAny(a.Topic, auth.Produce, auth.Consume, auth.Admin)
+		if a.ID != "" {
+			// One job, as GET /v1/jobs/{topic}/{id}.
+			return p.AllowAny(a.Topic, auth.Produce, auth.Consume, auth.Admin)
+		}
+		// The page, lists, counts and timelines, as GET /v1/jobs and
+		// /v1/counts (every topic for the namespace's page).
+		return p.Allow(auth.Admin, a.Topic)
 	}
 	return p.Allow(auth.Admin, a.Topic)
 }
