@@ -362,6 +362,11 @@ func (s *Server) Reload() error {
 	if !cfg.Loopback() && n == 0 {
 		return fmt.Errorf("%w: a reload would leave a non-loopback server without tokens", ErrConfig)
 	}
+	if n == 0 && !s.api.Authorizer().Open() {
+		// A server that checks tokens does not become open to anyone on
+		// loopback because a token file was emptied (a deploy half done).
+		return fmt.Errorf("%w: a reload would leave the server without tokens, open to anyone who reaches it; restart it to run without tokens", ErrConfig)
+	}
 	if cfg.HTTP.TLSCert != "" && s.cert.Load() != nil {
 		c, err := tls.LoadX509KeyPair(cfg.HTTP.TLSCert, cfg.HTTP.TLSKey)
 		if err != nil {

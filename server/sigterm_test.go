@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/server/auth"
 )
 
 // pushRecorder is a push receiver that records each POST's arrival by
@@ -127,4 +129,23 @@ func TestServerSIGTERMHandsOver(t *testing.T) {
 		require.False(t, at[0].Before(due.Truncate(time.Millisecond)), "j%d pushed early", i)
 		require.Less(t, at[0].Sub(ready), 5*time.Second, "j%d waited for the stopped server's leases to lapse", i)
 	}
+}
+
+// TestReloadKeepsTokens: a loopback server started with tokens does not
+// become open to anyone when a reload finds none (a token file truncated
+// during a deploy): the reload is refused, the tokens in use stay. (Found
+// by a red team: after `: > tokens; kill -HUP`, every route answered
+// without a token, dashboard actions included.)
+func TestReloadKeepsTokens(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	tok, sum, err := auth.Generate("ops")
+	require.NoError(t, err)
+	tokens := writeFile(t, "tokens", "ops "+sum+" admin=*\n")
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "token_file="+tokens)
+	require.Equal(t, 401, call(t, "GET", p.URL+"/v1/counts", "", nil, nil))
+	require.NoError(t, os.WriteFile(tokens, nil, 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, func() bool { return strings.Contains(p.Log(), "reload refused") })
+	require.Equal(t, 401, call(t, "GET", p.URL+"/v1/counts", "", nil, nil), "still closed")
+	require.Equal(t, 200, call(t, "GET", p.URL+"/v1/counts", tok, nil, nil), "the token in use still works")
 }
