@@ -25,9 +25,11 @@ type Config struct {
 	// Partitions is the number of partitions of the namespace; every
 	// process of a namespace must use the same: the first to use the
 	// namespace records its number in Redis, and Start, or a producer's
-	// first call, fails with ErrLayout on another. Default 16.
+	// first call, fails with ErrLayout on another. Default 16, at most
+	// 4,096.
 	Partitions int
-	// Concurrency is the number of handlers that run at once. Default 64.
+	// Concurrency is the number of handlers that run at once. Default 64,
+	// at most 1,048,576.
 	Concurrency int
 	// MaxAttempts is the default number of runs of a job before it is
 	// dead-lettered, at most 2^31-1. Default 10.
@@ -64,7 +66,7 @@ type Config struct {
 	// Reschedule and of a batch of acks. Default 5s.
 	WriteTimeout time.Duration
 	// MaxBatch is the most jobs written (or settled) in one round trip.
-	// Default 256.
+	// Default 256, at most 65,536.
 	MaxBatch int
 	// ClaimLead is how long before its due time a job is claimed in Redis
 	// (checked, read, marked running); it then waits in memory for its
@@ -245,8 +247,12 @@ func (c *Config) fill() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
-	case c.Concurrency < 1:
-		return fmt.Errorf("%w: concurrency %d < 1", ErrInvalidConfig, c.Concurrency)
+	case c.Concurrency < 1 || c.Concurrency > maxConcurrency:
+		return fmt.Errorf("%w: concurrency %d outside [1, %d]", ErrInvalidConfig, c.Concurrency, maxConcurrency)
+	case c.Partitions < 1 || c.Partitions > maxPartitions:
+		return fmt.Errorf("%w: partitions %d outside [1, %d]", ErrInvalidConfig, c.Partitions, maxPartitions)
+	case c.MaxBatch > maxMaxBatch:
+		return fmt.Errorf("%w: max batch %d > %d", ErrInvalidConfig, c.MaxBatch, maxMaxBatch)
 	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:
 		return fmt.Errorf("%w: max attempts %d outside [1, 2^31-1]", ErrInvalidConfig, c.MaxAttempts)
 	case c.MaxPayload < 1:
@@ -334,3 +340,12 @@ func validNamespace(ns string) error {
 	}
 	return nil
 }
+
+// The largest counts a Config may give: past them a process could not
+// hold what they ask for (a channel of Concurrency tasks, buffers of
+// MaxBatch jobs); the store takes at most 4,096 partitions.
+const (
+	maxConcurrency = 1 << 20
+	maxPartitions  = 4096
+	maxMaxBatch    = 1 << 16
+)

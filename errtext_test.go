@@ -84,3 +84,23 @@ func TestNamesRefused(t *testing.T) {
 		require.NoError(t, err, "%q is a fine topic and id", name)
 	}
 }
+
+// TestHugeConfigRefused: a count past what a process can hold is an
+// ErrInvalidConfig naming it, not a panic or an allocation of gigabytes.
+// (Found by a red team: queue.concurrency 99999999999999 panicked with
+// "makechan: size out of range" in wheelq-server, -check-config too.)
+func TestHugeConfigRefused(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for name, c := range map[string]Config{
+		"concurrency": {Concurrency: 99999999999999},
+		"partitions":  {Partitions: 1 << 40},
+		"max batch":   {MaxBatch: 1 << 40},
+	} {
+		var err error
+		require.NotPanics(t, func() { _, err = New(rdb, c) }, name)
+		require.ErrorIs(t, err, ErrInvalidConfig, name)
+		require.ErrorContains(t, err, name)
+	}
+}

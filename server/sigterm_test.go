@@ -3,8 +3,8 @@ package server_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"syscall"

@@ -427,9 +427,16 @@ func (c *Config) Validate() error {
 		return bad("http.addr", "%q: %v (want host:port)", c.HTTP.Addr, err)
 	}
 	if c.RESP.Addr != "" {
-		if _, _, err := net.SplitHostPort(c.RESP.Addr); err != nil {
+		_, port, err := net.SplitHostPort(c.RESP.Addr)
+		if err != nil {
 			return bad("resp.addr", "%q: %v (want host:port)", c.RESP.Addr, err)
 		}
+		if c.RESP.Addr == c.HTTP.Addr && port != "0" {
+			return bad("resp.addr", "%q is http.addr too: the two need addresses of their own", c.RESP.Addr)
+		}
+	}
+	if c.HTTP.MaxHeaderBytes < minHeaderBytes {
+		return bad("http.max_header_bytes", "%d: want at least %d (a request's line and usual headers)", c.HTTP.MaxHeaderBytes, minHeaderBytes)
 	}
 	if c.RESP.DelayedQueue && c.RESP.Addr == "" {
 		return bad("resp.delayedqueue", "needs resp.addr: the compatibility commands are RESP's")
@@ -582,3 +589,7 @@ func (s *Secret) UnmarshalText(b []byte) error {
 
 // Reveal gives the secret's value.
 func (s Secret) Reveal() string { return string(s) }
+
+// minHeaderBytes is the least http.max_header_bytes: below it, ordinary
+// requests (a token, a user agent, a host) would be refused.
+const minHeaderBytes = 1024

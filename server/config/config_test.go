@@ -72,6 +72,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{file: "[http]\naddr = \"nohost\"\n", want: "http.addr"},
 		{file: "[redis]\nurl = \"http://x\"\n", want: "redis.url"},
 		{file: "[queue]\npartitions = 0\n", want: "queue.partitions"},
+		// Caught by -check-config, not at start (found by a red team).
+		{flags: map[string]string{"http.addr": "127.0.0.1:17640", "resp.addr": "127.0.0.1:17640"}, want: "resp.addr"},
+		{flags: map[string]string{"http.max_header_bytes": "1"}, want: "http.max_header_bytes"},
 		{file: "[[push.topic]]\ntopic = \"t\"\nurl = \"http://evil:80/\"\nsecret = \"whsec_AAAA\"\n", want: "allow_hosts"},
 		// Credentials in the URL would be sent by no push (and printed
 		// unmasked): refused, with where they go instead.
