@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -87,6 +88,9 @@ var ErrOutcomeUnknown = errors.New("wheelq: outcome unknown (the request may hav
 // error: go-redis sends a command only on a connection it has; marked
 // ErrUnavailable).
 func uncertain(err error) error {
+	if refusedForNow(err) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err) // not done: Redis said so
+	}
 	var rerr redis.Error
 	var nerr *net.OpError
 	if errors.As(err, &nerr) && nerr.Op == "dial" && !errors.Is(err, ErrUnavailable) {
@@ -111,11 +115,30 @@ func unreachable(err error) error {
 		return err
 	}
 	var nerr net.Error
-	if errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	if refusedForNow(err) || errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// refusedForNow reports whether err is Redis's reply that it cannot take
+// the command now: out of memory (maxmemory with noeviction), a replica
+// (READONLY: a failover under way), loading its data, its primary down,
+// a script running, a cluster slot moving or down. Nothing was done, and
+// the same call may go through later.
+func refusedForNow(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, p := range [...]string{"OOM ", "READONLY ", "LOADING ", "MASTERDOWN ", "BUSY ", "TRYAGAIN ", "CLUSTERDOWN ", "NOREPLICAS "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Errors of the queue's life cycle.

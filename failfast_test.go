@@ -103,3 +103,27 @@ func TestReadsUnavailable(t *testing.T) {
 		assert.ErrorIs(t, call(), ErrUnavailable, name)
 	}
 }
+
+// TestRefusedForNowIsUnavailable: Redis answering that it cannot take a
+// write now (out of memory, a replica) is ErrUnavailable: nothing was
+// written, and the call may succeed later (the server answers 503 with
+// Retry-After, not 500 "a bug"). Found by a red team.
+func TestRefusedForNowIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{LockDir: "-"})
+	_, err := q.Schedule(b.ctx, "t", nil, ID("before"), After(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory", "1").Err())
+	_, err = q.Schedule(b.ctx, "t", []byte("x"), ID("full"), After(time.Hour))
+	require.ErrorIs(t, err, ErrUnavailable, "out of memory")
+	require.ErrorContains(t, err, "OOM")
+	require.ErrorIs(t, q.Pause(b.ctx, "t"), ErrUnavailable, "out of memory")
+	require.NoError(t, b.rdb.ConfigSet(b.ctx, "maxmemory", "0").Err())
+	require.Eventually(t, func() bool {
+		_, err := q.Schedule(b.ctx, "t", []byte("x"), ID("after"), After(time.Hour))
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "writes go through once Redis has room")
+}

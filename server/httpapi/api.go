@@ -359,6 +359,10 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 // (apierr.From): for handlers mounted beside the API (/metrics, /ui/).
 func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) { a.writeErr(w, r, err) }
 
+// loggedInternal is the message of an internal error whose detail was
+// logged (once: public logs it, and writeErr does not again).
+const loggedInternal = "internal error (logged by the server)"
+
 func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client went away during the call: not a bug, and no one
@@ -367,9 +371,9 @@ func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	e := apierr.From(err)
-	if e.Code == apierr.Internal {
+	if e.Code == apierr.Internal && e.Message != loggedInternal {
 		a.opts.Logger.Error("wheelq server: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		e = apierr.New(apierr.Internal, "internal error (logged by the server)")
+		e = apierr.New(apierr.Internal, loggedInternal)
 	}
 	if e.Code == apierr.Unavailable || e.Code == apierr.OutcomeUnknown {
 		w.Header().Set("Retry-After", "1")

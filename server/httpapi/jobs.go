@@ -265,7 +265,7 @@ func (a *API) public(err error) *apierr.Error {
 	e := apierr.From(err)
 	if e.Code == apierr.Internal {
 		a.opts.Logger.Error("wheelq server: internal error", "err", err)
-		e = apierr.New(apierr.Internal, "internal error (logged by the server)")
+		e = apierr.New(apierr.Internal, loggedInternal)
 	}
 	return e
 }
