@@ -162,6 +162,12 @@ var (
 	// number of partitions than Config.Partitions: by Start, and by a
 	// queue's first call that reads or writes jobs.
 	ErrLayout = persist.ErrLayout
+	// ErrNotReplicated is wrapped, with ErrOutcomeUnknown, by the error of
+	// a write that the primary applied but fewer replicas than
+	// Config.ReplicaAcks acknowledged within ReplicaTimeout (it may not
+	// survive a failover); and, with ErrUnavailable, by Ping's when fewer
+	// replicas than that acknowledge at all (every write would fail so).
+	ErrNotReplicated = persist.ErrNotReplicated
 	// ErrUnsupportedClient is returned by New for a Redis client that
 	// may send a script's keys to different servers (a *redis.Ring).
 	ErrUnsupportedClient = persist.ErrUnsupportedClient

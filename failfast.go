@@ -51,12 +51,20 @@ func (r *reach) note(ctx context.Context, err error, probe bool, clock wheel.Clo
 // ErrUnavailable and one of them goes through every 250 ms to find out
 // whether it is back; a Ping that got an answer lets them all through at
 // once. Made for readiness checks, so that a process reported ready takes
-// writes.
+// writes: with ReplicaAcks, it also waits (up to ReplicaTimeout, 500 ms at
+// most) for that many replicas to acknowledge, and fails with
+// ErrNotReplicated and ErrUnavailable when fewer do (a replica down: every
+// write would fail so).
 func (q *Queue) Ping(ctx context.Context) error {
 	if err := checkCtx(ctx, "Ping"); err != nil {
 		return err
 	}
 	err := q.store.Ping(ctx)
+	if errors.Is(err, ErrNotReplicated) {
+		// Redis answered: the queue's reach is fine; its writes are not.
+		q.reach.note(ctx, nil, false, q.clock)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	q.reach.note(ctx, err, false, q.clock)
 	if err != nil && breaker.IsConnErr(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

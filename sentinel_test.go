@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -304,4 +305,36 @@ func missingJobs(t *testing.T, rdb redis.Cmdable, q *Queue, topic string, ids []
 		}
 	}
 	return lost
+}
+
+// TestPingSaysReplicasMissing: with ReplicaAcks, Ping says when fewer
+// replicas acknowledge than writes wait for (every write would fail):
+// ErrNotReplicated, wrapped in ErrUnavailable, so a readiness check built
+// on it reports a process that cannot take writes. (Found by a red team:
+// with the one replica of a Sentinel set down, wheelq-server answered
+// every write 504 and /readyz 200.)
+func TestPingSaysReplicasMissing(t *testing.T) {
+	t.Parallel()
+	primary := redistest.Start(t, redistest.Options{})
+	primary.RequireReal(t)
+	replica, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
+	require.NoError(t, err)
+	t.Cleanup(replica.Close)
+	rdb := primary.Client(t)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		info, err := rdb.Info(ctx, "replication").Result()
+		return err == nil && strings.Count(info, "state=online") == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	q, err := New(rdb, Config{ReplicaAcks: 1, ReplicaTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, q.Ping(ctx), "the replica acknowledges")
+	replica.Kill()
+	require.Eventually(t, func() bool {
+		err := q.Ping(ctx)
+		return errors.Is(err, ErrNotReplicated) && errors.Is(err, ErrUnavailable)
+	}, 20*time.Second, 50*time.Millisecond, "the replica is gone")
+	_, err = q.Schedule(ctx, "t", nil, After(time.Hour))
+	require.ErrorIs(t, err, ErrNotReplicated, "a write says why too")
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
 }

@@ -56,6 +56,36 @@ func TestServerRedisDown(t *testing.T) {
 	waitFor(t, func() bool { return call(t, "GET", p.URL+"/readyz", "", nil, nil) == 200 })
 }
 
+// TestServerReplicaDown: with redis.replica_acks, a replica that stops
+// acknowledging makes /readyz say not ready (a load balancer then sends
+// writes elsewhere), every write answers 504 outcome_unknown, and both
+// recover once the replica is back. (Found by a red team on a Sentinel
+// set with the defaults: writes 504 for as long as the replica was down,
+// /readyz 200 throughout, nothing in the log.)
+func TestServerReplicaDown(t *testing.T) {
+	primary := redistest.Start(t, redistest.Options{})
+	primary.RequireReal(t)
+	replica, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
+	require.NoError(t, err)
+	t.Cleanup(replica.Close)
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(primary), "-pull", "q",
+		"-set", "redis.replica_acks=1", "-set", "redis.replica_timeout=300ms")
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "before", "delay_ms": 3600e3}, nil))
+
+	replica.Kill()
+	var h map[string]string
+	waitFor(t, func() bool { return call(t, "GET", p.URL+"/readyz", "", nil, &h) == 503 })
+	require.Equal(t, "redis replicas not acknowledging writes", h["reason"])
+	require.Contains(t, p.Log(), "redis.replica_acks", "the log says which setting")
+	var out struct{ Error struct{ Code string } }
+	require.Equal(t, 504, call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "during", "delay_ms": 3600e3}, &out))
+	require.Equal(t, "outcome_unknown", out.Error.Code)
+
+	require.NoError(t, replica.Restart())
+	waitFor(t, func() bool { return call(t, "GET", p.URL+"/readyz", "", nil, nil) == 200 })
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "after", "delay_ms": 3600e3}, nil))
+}
+
 // TestServerEdges: oversized headers are refused (431, with the API's
 // JSON error and code); /metrics and the
 // dashboard need a token (the dashboard asks a browser for it as a Basic

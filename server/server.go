@@ -109,6 +109,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		Namespace: cfg.Queue.Namespace, Partitions: cfg.Queue.Partitions, Concurrency: cfg.Queue.Concurrency,
 		MaxAttempts: cfg.Queue.MaxAttempts, MaxPayload: cfg.Queue.MaxPayload, InstanceID: cfg.Queue.InstanceID,
 		LockDir: cfg.Queue.LockDir, Logger: s.log, Observer: m,
+		ReplicaAcks: cfg.Redis.ReplicaAcks, ReplicaTimeout: cfg.Redis.ReplicaTimeout.D(),
 	})
 	if err != nil {
 		s.closeRedis()
@@ -263,6 +264,10 @@ func (s *Server) ready(ctx context.Context) string {
 	if err := s.q.Ping(ctx); err != nil {
 		// The detail (an address, a dial error) goes to the log: the
 		// probe needs no token.
+		if errors.Is(err, wheelq.ErrNotReplicated) {
+			s.log.Warn("wheelq server: not ready: writes wait for replicas that do not acknowledge (redis.replica_acks); every write fails until they do", "err", err)
+			return "redis replicas not acknowledging writes"
+		}
 		s.log.Warn("wheelq server: not ready: redis unreachable", "err", err)
 		return "redis unreachable"
 	}

@@ -192,7 +192,29 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return wrap(err)
 	}
-	return nil
+	if s.acks <= 0 {
+		return nil
+	}
+	// Writes wait for s.acks replicas: are there that many, caught up?
+	// WAIT returns at once when they are, else after the timeout with
+	// how many are (a replica down: fewer; every write would then fail).
+	wait := min(s.ackTimeout, 500*time.Millisecond)
+	check := func(ctx context.Context, c interface {
+		Do(context.Context, ...any) *redis.Cmd
+	}) error {
+		n, err := c.Do(ctx, "WAIT", s.acks, wait.Milliseconds()).Int64()
+		if err != nil {
+			return wrap(err)
+		}
+		if n < int64(s.acks) {
+			return fmt.Errorf("%w: %d of %d replicas acknowledge within %v", ErrNotReplicated, n, s.acks, wait)
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	}
+	return check(ctx, s.rdb)
 }
 
 // Counts returns the number of pending and dead jobs over all partitions.

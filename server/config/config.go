@@ -65,6 +65,12 @@ type Redis struct {
 	SentinelMaster string   `toml:"sentinel_master"`
 	Cluster        bool     `toml:"cluster"`
 	Password       Secret   `toml:"password"`
+	// ReplicaAcks and ReplicaTimeout are wheelq.Config's: how many
+	// replicas a write waits for (0: the library's default, one on a
+	// Sentinel set or Cluster, none on a single server; -1: none), and
+	// for how long (0: 1s).
+	ReplicaAcks    int      `toml:"replica_acks"`
+	ReplicaTimeout Duration `toml:"replica_timeout"`
 }
 
 // Queue configures the wheelq queue the server runs (wheelq.Config).
@@ -440,6 +446,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RESP.DelayedQueue && c.RESP.Addr == "" {
 		return bad("resp.delayedqueue", "needs resp.addr: the compatibility commands are RESP's")
+	}
+	if c.Redis.ReplicaAcks < -1 {
+		return bad("redis.replica_acks", "%d: want -1 (none), 0 (the default) or a count of replicas", c.Redis.ReplicaAcks)
+	}
+	if c.Redis.ReplicaTimeout < 0 {
+		return bad("redis.replica_timeout", "below 0 (0: 1s)")
 	}
 	if c.RESP.IdleTimeout < 0 {
 		return bad("resp.idle_timeout", "below 0 (0: never)")
