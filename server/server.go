@@ -380,6 +380,9 @@ func (s *Server) Reload() error {
 		s.cert.Store(&c)
 	}
 	s.api.SetAuthorizer(az)
+	if s.resp != nil {
+		s.resp.Reauth() // blocked WQ.RESERVEs check their tokens again
+	}
 	s.cfg.Tokens, s.cfg.TokenFile = cfg.Tokens, cfg.TokenFile
 	return nil
 }

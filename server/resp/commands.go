@@ -591,6 +591,7 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	ctx, cancel := context.WithTimeout(s.blockCtx, wait)
 	defer cancel()
+	defer context.AfterFunc(s.reauthCtx(), cancel)()
 	var w *peerWatch
 	if a.Block > 0 {
 		// Answer what was pipelined before, then block, watching for the
@@ -622,10 +623,9 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 			defer w.Stop()
 		}
 	}
-	if len(got) > 0 {
-		// The tokens may have been reloaded while it blocked: hand out
-		// nothing to a token revoked meanwhile.
-		sess.reauth(s)
+	sess.reauth(s) // the tokens may have been reloaded while it blocked
+	if len(got) > 0 || sess.p == nil {
+		// Hand out nothing to a token revoked meanwhile.
 		for _, t := range a.Opts.Topics {
 			if sess.p == nil {
 				s.release(got)

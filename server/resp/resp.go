@@ -70,6 +70,32 @@ type Server struct {
 	blockCtx context.Context
 	stop     context.CancelFunc
 	closed   sync.Once
+
+	// reauth is cancelled (and replaced) by Reauth: blocked WQ.RESERVEs
+	// stop waiting and check their token again. Guarded by mu.
+	mu           sync.Mutex
+	reauth       context.Context
+	reauthCancel context.CancelFunc
+}
+
+// Reauth tells blocked WQ.RESERVEs that the tokens were reloaded: each
+// checks its connection's token again at once, and one revoked answers
+// NOAUTH (handing back what it had reserved); the others answer as at
+// their timeout (a null array). The server calls it after swapping its
+// authorizer.
+func (s *Server) Reauth() {
+	s.mu.Lock()
+	old := s.reauthCancel
+	s.reauth, s.reauthCancel = context.WithCancel(context.Background())
+	s.mu.Unlock()
+	old()
+}
+
+// reauthCtx is the context Reauth ends next.
+func (s *Server) reauthCtx() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reauth
 }
 
 // session is a connection's state.
@@ -156,6 +182,7 @@ func New(q *wheelq.Queue, authz func() *auth.Authorizer, opts Options) *Server {
 		compatTable(s.cmds)
 	}
 	s.blockCtx, s.stop = context.WithCancel(context.Background())
+	s.reauth, s.reauthCancel = context.WithCancel(context.Background())
 	s.srv = redcon.NewServerNetwork("tcp", "", s.serve, s.accept, s.closedConn)
 	s.srv.SetIdleClose(opts.IdleTimeout)
 	return s
