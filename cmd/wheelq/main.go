@@ -202,7 +202,8 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.Usage = func() {}
 	prepare := cmd.setup(fs)
 	conn.define(fs) // its defaults are the values given before the command
-	if err := fs.Parse(rest); err != nil {
+	args, err := parseInterspersed(fs, rest)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			commandHelp(stdout, cmd)
 			return 0
@@ -210,7 +211,7 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 		shortUsage(stderr, cmd) // the flag package said what was wrong
 		return 2
 	}
-	act, err := prepare(fs.Args())
+	act, err := prepare(args)
 	if err == nil {
 		err = conn.check(getenv)
 	}
@@ -225,6 +226,32 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	defer c.close()
 	return act(ctx, c)
+}
+
+// parseInterspersed parses fs's flags wherever they stand among args
+// (before, between or after the command's arguments) and returns the
+// arguments; after "--" everything is an argument (an id that starts
+// with '-').
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var out []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if n := len(args) - len(fs.Args()); n > 0 && args[n-1] == "--" {
+			return append(out, fs.Args()...), nil // the flag package took the "--"
+		}
+		args = fs.Args()
+		i := 0
+		for i < len(args) && (len(args[i]) < 2 || args[i][0] != '-') {
+			i++
+		}
+		out = append(out, args[:i]...)
+		if i == len(args) {
+			return out, nil
+		}
+		args = args[i:]
+	}
 }
 
 // help answers "wheelq help [COMMAND]".
@@ -339,6 +366,9 @@ func (cf *connFlags) define(fs *flag.FlagSet) {
 func (cf *connFlags) check(getenv func(string) string) error {
 	if cf.url == "" && cf.addrs == "" {
 		cf.url = getenv(envURL)
+		if _, err := redis.ParseURL(cf.url); cf.url != "" && err != nil {
+			return fmt.Errorf("$%s is %q, not a Redis URL (%v): want redis://host:port/db; this command speaks to Redis, not to wheelq-server's HTTP address", envURL, cf.url, err)
+		}
 	}
 	if cf.url == "" && cf.addrs == "" {
 		return fmt.Errorf("no Redis named: give -url redis://host:port (or -addrs with -sentinel-master or -cluster), or set $%s; wheelq has no default server", envURL)

@@ -64,6 +64,16 @@ func TestFlagsAfterCommand(t *testing.T) {
 	require.Zero(t, code, errs)
 	require.Contains(t, out, "o-1")
 
+	// After the command's arguments too, as the README's usage line
+	// (wheelq COMMAND -url ... -namespace NS) reads (a newcomer found
+	// "want TOPIC ID, got 6 argument(s)"); after "--", arguments only.
+	code, out, errs = runArgs(t, "show", "orders", "o-1", "-url", url, "-namespace", "cli")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-1")
+	code, _, errs = runArgs(t, "show", "-url", url, "-namespace", "cli", "--", "orders", "-url")
+	require.Equal(t, 1, code, errs)
+	require.Contains(t, errs, "not found", "-url after -- is an id")
+
 	// No server named: refused before connecting, saying how to name one.
 	code, _, errs = runArgs(t, "stats", "-namespace", "cli")
 	require.Equal(t, 2, code)
@@ -82,6 +92,13 @@ func TestFlagsAfterCommand(t *testing.T) {
 	code = runEnv(context.Background(), []string{"stats", "-namespace", "cli"}, env, &o, &e)
 	require.Zero(t, code, e.String())
 	require.Contains(t, o.String(), "pending 1")
+	e.Reset()
+	// The server's examples set WHEELQ_URL to its HTTP address: say so,
+	// not "bad -url" of a flag never given (a newcomer met that).
+	httpEnv := func(string) string { return "http://127.0.0.1:8780" }
+	code = runEnv(context.Background(), []string{"stats", "-namespace", "cli"}, httpEnv, &o, &e)
+	require.Equal(t, 2, code)
+	require.Contains(t, e.String(), "$WHEELQ_URL is \"http://127.0.0.1:8780\", not a Redis URL")
 	e.Reset()
 	code = runEnv(context.Background(), []string{"stats", "-url", nowhere, "-namespace", "cli"}, env, &o, &e)
 	require.Equal(t, 1, code)
