@@ -205,6 +205,15 @@ func TestServerRefusesOpenRemote(t *testing.T) {
 	out, err = exec.Command(binary, "token", "-id", "shop", "-consume", "").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Regexp(t, `# wq_shop_[A-Za-z0-9_-]{43}\n\[\[token\]\]\nid = "shop"\nsha256 = "[0-9a-f]{64}"`, string(out))
+	// An entry the server would refuse is refused here, not printed (a
+	// newcomer got one printed, then a server that would not start).
+	out, err = exec.Command(binary, "token", "-id", "shop", "-produce", "[").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), `produce pattern "["`)
+	require.NotContains(t, string(out), "[[token]]")
+	out, err = exec.Command(binary, "-h").CombinedOutput()
+	require.NoError(t, err, "-h is not an error")
+	require.Contains(t, string(out), "wheelq-server token -id ID", "-h names the token command")
 }
 
 // TestServerGracefulStop: SIGTERM answers an open long poll at once with

@@ -85,7 +85,14 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	}
 	extra := sets{}
 	fs.Var(extra, "set", "key=value: sets any key (repeatable), like -set http.max_wait=30s")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: wheelq-server [flags]\n       wheelq-server token -id ID [-produce P] [-consume P] [-admin P]   (a new token and its [[token]] entry; token -h for more)\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -176,6 +183,20 @@ func tokenCmd(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		return "[" + strings.Join(q, ", ") + "]"
+	}
+	split := func(s string) []string {
+		var out []string
+		for p := range strings.SplitSeq(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	// The entry the server would refuse is refused here (a bad glob).
+	if _, err := auth.New([]auth.Entry{{ID: *id, SHA256: sum, Perms: [3][]string{split(*produce), split(*consume), split(*admin)}}}, false); err != nil {
+		fmt.Fprintf(stderr, "wheelq-server token: %v\n", err)
+		return 2
 	}
 	fmt.Fprintf(stdout, "# the token (give it to the client; it is not stored anywhere):\n# %s\n", tok)
 	fmt.Fprintf(stdout, "[[token]]\nid = %q\nsha256 = %q\nproduce = %s\nconsume = %s\nadmin = %s\n",
