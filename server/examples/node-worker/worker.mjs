@@ -3,6 +3,8 @@
 //
 //   WHEELQ_URL=http://127.0.0.1:8780 WHEELQ_TOKEN=wq_... node worker.mjs
 //
+// against a server that pulls its topic: wheelq-server ... -pull work
+//
 // It schedules a few "work" jobs (one of them fails on its first attempt),
 // then works: reserve (long poll), do the job, ack; on failure nack with
 // a retry delay, and the job comes back as attempt 2. A long job touches

@@ -4,6 +4,8 @@
 //
 //   WHEELQ_URL=http://127.0.0.1:8780 WHEELQ_TOKEN=wq_... php orders.php
 //
+// against a server that pulls its topic: wheelq-server ... -pull orders.expire
+//
 // It places two orders, each with an expiry job ("orders.expire", its id
 // the order's), pays the second (cancelling its expiry), then, as the
 // shop's expiry worker, reserves the expiries that come due and cancels

@@ -4,6 +4,8 @@ library only (urllib, json).
 
     WHEELQ_URL=http://127.0.0.1:8780 WHEELQ_TOKEN=wq_... python3 reminders.py
 
+against a server that pulls its topic: wheelq-server ... -pull reminders
+
 A clinic books appointments and schedules a reminder before each, at an
 absolute time (RFC 3339), in one batch request; a rebooked appointment
 moves its reminder (reschedule); a cancelled one drops it (cancel). The

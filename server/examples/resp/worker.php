@@ -4,6 +4,8 @@
 // nack, ack.
 //
 //   WHEELQ_RESP=127.0.0.1:8781 WHEELQ_TOKEN=wq_... php worker.php
+//
+// against a server that pulls its topic: wheelq-server ... -pull php
 [$host, $port] = explode(':', getenv('WHEELQ_RESP') ?: '127.0.0.1:8781');
 $r = new Redis();
 $r->connect($host, (int)$port, 5.0);

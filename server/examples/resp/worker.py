@@ -4,6 +4,8 @@
 a block, nack once, then ack.
 
     WHEELQ_RESP=127.0.0.1:8781 WHEELQ_TOKEN=wq_... python3 worker.py
+
+against a server that pulls its topic: wheelq-server ... -pull py
 """
 import os
 import time

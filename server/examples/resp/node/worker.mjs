@@ -4,6 +4,8 @@
 // WQ.GET is a map.
 //
 //     npm ci && WHEELQ_RESP=127.0.0.1:8781 WHEELQ_TOKEN=wq_... node worker.mjs
+//
+// against a server that pulls its topic: wheelq-server ... -pull node
 import { createClient } from "redis";
 
 const [host, port] = (process.env.WHEELQ_RESP || "127.0.0.1:8781").split(":");
