@@ -32,6 +32,8 @@ type Roster struct {
 	Version int64
 	// Members are the live members' ids, sorted (MemberBeat only).
 	Members []string
+	// Left says the member was in the roster and left (MemberLeave only).
+	Left bool
 }
 
 // membersKeys are the roster's keys; they share the namespace's hash tag.
@@ -55,6 +57,11 @@ func (s *Store) Members(ctx context.Context, op MemberOp, id string, ttl time.Du
 		return Roster{}, fmt.Errorf("%w: roster version %v", ErrCorrupt, res[0])
 	}
 	r := Roster{Version: v}
+	if op == MemberLeave {
+		n, _ := res[len(res)-1].(int64)
+		r.Left = len(res) == 2 && n == 1
+		return r, nil
+	}
 	for _, m := range res[1:] {
 		id, ok := m.(string)
 		if !ok {

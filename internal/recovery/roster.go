@@ -36,11 +36,16 @@ func (r *Recoverer) readRoster(ctx context.Context) {
 	for len(r.leaveDead) > 0 {
 		// Former processes known to be gone leave first, so that the
 		// assignment read below gives their share out at once.
-		if _, err := r.store.Members(ctx, persist.MemberLeave, r.leaveDead[0], 0); err != nil {
+		ro, err := r.store.Members(ctx, persist.MemberLeave, r.leaveDead[0], 0)
+		if err != nil {
 			r.noteErr("roster", err)
 			return
 		}
-		r.log.Info("wheelq: took over from a process that is gone (its lock file was free)", "token", r.leaveDead[0])
+		if ro.Left {
+			// Only one that was in this namespace's roster: a lock dir
+			// holds the files of processes of other Redises too.
+			r.log.Info("wheelq: took over from a process that is gone (its lock file was free)", "token", r.leaveDead[0])
+		}
 		r.leaveDead = r.leaveDead[1:]
 	}
 	ro, err := r.store.Members(ctx, persist.MemberBeat, r.cfg.Member, r.cfg.LeaseTTL)

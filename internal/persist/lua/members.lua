@@ -12,11 +12,13 @@
 -- the channel named KEYS[1], so a process can watch it cheaply (peek, or
 -- a subscription) and read the whole roster only when it changed.
 --
--- Returns {version} for peek and leave, {version, id1, id2, ...} (live
+-- Returns {version} for peek, {version, 1 if the member was there else 0}
+-- for leave, {version, id1, id2, ...} (live
 -- members, sorted) for beat.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local changed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) > 0
+local left = 0
 if ARGV[1] == 'beat' then
   if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2]) == 1 then
     changed = true
@@ -24,6 +26,7 @@ if ARGV[1] == 'beat' then
 elseif ARGV[1] == 'leave' then
   if redis.call('ZREM', KEYS[1], ARGV[2]) == 1 then
     changed = true
+    left = 1
   end
 end
 local v
@@ -35,7 +38,9 @@ if changed then
 else
   v = tonumber(redis.call('GET', KEYS[2]) or '0')
 end
-if ARGV[1] ~= 'beat' then
+if ARGV[1] == 'leave' then
+  return {v, left}
+elseif ARGV[1] ~= 'beat' then
   return {v}
 end
 local out = {v}
