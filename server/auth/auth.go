@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -214,7 +215,11 @@ func ParseFile(r io.Reader) ([]Entry, error) {
 	n := 0
 	for sc.Scan() {
 		n++
-		line, _, _ := strings.Cut(sc.Text(), "#")
+		text := sc.Text()
+		if n == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // a byte order mark
+		}
+		line, _, _ := strings.Cut(text, "#")
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			continue
@@ -224,7 +229,7 @@ func ParseFile(r io.Reader) ([]Entry, error) {
 		}
 		e := Entry{ID: f[0], SHA256: f[1]}
 		for _, kv := range f[2:] {
-			k, v, _ := strings.Cut(kv, "=")
+			k, v, ok := strings.Cut(kv, "=")
 			i := -1
 			for pp, name := range permNames {
 				if name == k {
@@ -234,7 +239,11 @@ func ParseFile(r io.Reader) ([]Entry, error) {
 			if i < 0 {
 				return nil, fmt.Errorf("%w: line %d: unknown permission %q (want produce, consume or admin)", ErrBadToken, n, k)
 			}
-			e.Perms[i] = append(e.Perms[i], strings.Split(v, ",")...)
+			pats := strings.Split(v, ",")
+			if !ok || slices.Contains(pats, "") {
+				return nil, fmt.Errorf("%w: line %d: %q: want %s=glob,... (no empty pattern)", ErrBadToken, n, kv, k)
+			}
+			e.Perms[i] = append(e.Perms[i], pats...)
 		}
 		out = append(out, e)
 	}

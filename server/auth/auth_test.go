@@ -71,4 +71,15 @@ func TestParseFile(t *testing.T) {
 	require.True(t, errors.Is(err, auth.ErrBadToken))
 	_, err = auth.ParseFile(strings.NewReader("lonely\n"))
 	require.True(t, errors.Is(err, auth.ErrBadToken))
+	// A permission with no '=' granted nothing, silently; an empty
+	// pattern likewise (found by a red team).
+	for _, bad := range []string{"admin", "admin=", "produce=a,,b"} {
+		_, err = auth.ParseFile(strings.NewReader("a " + sum + " " + bad + "\n"))
+		require.ErrorIs(t, err, auth.ErrBadToken, bad)
+	}
+	// A byte order mark (a file saved by some editors) is not part of
+	// the first id.
+	es, err = auth.ParseFile(strings.NewReader("\ufeffa " + sum + " produce=x\n"))
+	require.NoError(t, err)
+	require.Equal(t, "a", es[0].ID)
 }
