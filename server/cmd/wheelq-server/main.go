@@ -147,7 +147,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 				if err := s.Reload(); err != nil {
 					logger.Error("wheelq server: reload refused; keeping the tokens and certificate in use", "err", err)
 				} else {
-					logger.Info("wheelq server: reloaded the tokens and the TLS certificate")
+					msg := "wheelq server: reloaded the tokens"
+					if cfg.HTTP.TLSCert != "" {
+						msg += " and the TLS certificate"
+					}
+					logger.Info(msg + "; other keys need a restart")
 				}
 			}
 		}
