@@ -152,7 +152,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		}
 	}
 	s.api = httpapi.New(q, az, httpapi.Options{
-		MaxBody: cfg.HTTP.MaxBody, MaxBatchBody: cfg.HTTP.MaxBatchBody, MaxBatch: cfg.HTTP.MaxBatch,
+		MaxBody: cfg.HTTP.MaxBody, MaxBatchBody: cfg.HTTP.MaxBatchBody, MaxInflightBody: cfg.HTTP.MaxInflightBody, MaxBatch: cfg.HTTP.MaxBatch,
 		MaxWait: cfg.HTTP.MaxWait.D(), MaxPollsPerToken: cfg.HTTP.MaxPollsPerToken,
 		Logger: s.log, Access: cfg.Log.Access, Ready: s.ready,
 	})

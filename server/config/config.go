@@ -92,11 +92,14 @@ type Queue struct {
 
 // HTTP configures the HTTP API's listener and its limits.
 type HTTP struct {
-	Addr              string   `toml:"addr"`
-	TLSCert           string   `toml:"tls_cert"`
-	TLSKey            string   `toml:"tls_key"`
-	MaxBody           int64    `toml:"max_body"`
-	MaxBatchBody      int64    `toml:"max_batch_body"`
+	Addr         string `toml:"addr"`
+	TLSCert      string `toml:"tls_cert"`
+	TLSKey       string `toml:"tls_key"`
+	MaxBody      int64  `toml:"max_body"`
+	MaxBatchBody int64  `toml:"max_batch_body"`
+	// MaxInflightBody bounds the bytes of request bodies held at once
+	// (past it: 503 unavailable, Retry-After); at least MaxBatchBody.
+	MaxInflightBody   int64    `toml:"max_inflight_body"`
 	MaxBatch          int      `toml:"max_batch"`
 	MaxHeaderBytes    int      `toml:"max_header_bytes"`
 	ReadTimeout       Duration `toml:"read_timeout"`
@@ -193,7 +196,7 @@ func Default() Config {
 		Queue: Queue{Namespace: "default", Partitions: 16, Concurrency: 64, MaxAttempts: 10, MaxPayload: 1 << 20, Start: true},
 		HTTP: HTTP{
 			Addr:    "127.0.0.1:8780",
-			MaxBody: 2 << 20, MaxBatchBody: 16 << 20, MaxBatch: 1000, MaxHeaderBytes: 64 << 10,
+			MaxBody: 2 << 20, MaxBatchBody: 16 << 20, MaxInflightBody: 256 << 20, MaxBatch: 1000, MaxHeaderBytes: 64 << 10,
 			ReadTimeout: Duration(30 * time.Second), ReadHeaderTimeout: Duration(5 * time.Second),
 			WriteTimeout: Duration(30 * time.Second), IdleTimeout: Duration(2 * time.Minute),
 			MaxWait: Duration(60 * time.Second), MaxPollsPerToken: 1000,
@@ -402,7 +405,7 @@ func (c *Config) Validate() error {
 	}{
 		{"queue.partitions", int64(c.Queue.Partitions)}, {"queue.concurrency", int64(c.Queue.Concurrency)},
 		{"queue.max_attempts", int64(c.Queue.MaxAttempts)}, {"queue.max_payload", int64(c.Queue.MaxPayload)},
-		{"http.max_body", c.HTTP.MaxBody}, {"http.max_batch_body", c.HTTP.MaxBatchBody},
+		{"http.max_body", c.HTTP.MaxBody}, {"http.max_batch_body", c.HTTP.MaxBatchBody}, {"http.max_inflight_body", c.HTTP.MaxInflightBody},
 		{"http.max_batch", int64(c.HTTP.MaxBatch)}, {"http.max_header_bytes", int64(c.HTTP.MaxHeaderBytes)},
 		{"http.max_polls_per_token", int64(c.HTTP.MaxPollsPerToken)},
 		{"resp.max_conns", int64(c.RESP.MaxConns)}, {"resp.max_command_bytes", c.RESP.MaxCommandBytes},
@@ -411,6 +414,9 @@ func (c *Config) Validate() error {
 		if p.n <= 0 {
 			return bad(p.key, "%d: want above 0", p.n)
 		}
+	}
+	if c.HTTP.MaxInflightBody < max(c.HTTP.MaxBody, c.HTTP.MaxBatchBody) {
+		return bad("http.max_inflight_body", "%d is below the largest single body (http.max_body %d, http.max_batch_body %d)", c.HTTP.MaxInflightBody, c.HTTP.MaxBody, c.HTTP.MaxBatchBody)
 	}
 	if c.HTTP.MaxBody < int64(c.Queue.MaxPayload) {
 		return bad("http.max_body", "%d is below queue.max_payload %d: a largest job could not be sent", c.HTTP.MaxBody, c.Queue.MaxPayload)

@@ -41,6 +41,13 @@ type Options struct {
 	MaxBody, MaxBatchBody int64
 	// MaxBatch is the most jobs in one batch.
 	MaxBatch int
+	// MaxInflightBody bounds the bytes of request bodies the API holds at
+	// once, counted from the moment a body is read until its request is
+	// answered (a body of unknown length counts as its limit): a request
+	// past it is answered 503 unavailable with Retry-After, unread,
+	// rather than the server running out of memory under many large
+	// batches at once. 0: no bound.
+	MaxInflightBody int64
 	// MaxWait bounds a reserve's wait_ms.
 	MaxWait time.Duration
 	// MaxPollsPerToken caps the long polls one token holds at once.
@@ -67,6 +74,8 @@ type API struct {
 	// at once with what they have (nothing).
 	waitCtx    context.Context
 	closeWaits context.CancelFunc
+
+	inflight atomic.Int64 // bytes of bodies held now (Options.MaxInflightBody)
 
 	mu      sync.Mutex
 	waiters map[string]int // long polls open, per principal id
@@ -196,6 +205,10 @@ func (a *API) Logged(route string, h http.Handler) http.Handler {
 	})
 }
 
+// heldKey is the context key of the body bytes a request holds of
+// Options.MaxInflightBody (given back by endpoint when it is answered).
+type heldKey struct{}
+
 // whoKey is the context key of the access log's token id of a request
 // served through Logged.
 type whoKey struct{}
@@ -288,6 +301,9 @@ func (a *API) endpoint(rt Route) http.Handler {
 				a.access(r, rt.Pattern, sw, start, who)
 			}
 		}()
+		var held int64 // body bytes this request holds of MaxInflightBody
+		defer func() { a.inflight.Add(-held) }()
+		r = r.WithContext(context.WithValue(r.Context(), heldKey{}, &held))
 		var p *auth.Principal
 		if !rt.public {
 			var err error
@@ -383,12 +399,28 @@ func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 
 // decode reads r's JSON body into v: at most limit bytes (413 past it,
 // without reading the rest), no unknown fields, nothing after the value.
-func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+func (a *API) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if r.ContentLength > limit {
 		// Refused unread, and the connection closed after the reply: else
 		// net/http would read what is left to reuse it.
 		w.Header().Set("Connection", "close")
 		return apierr.New(apierr.TooLarge, "body of %d bytes: the limit is %d", r.ContentLength, limit)
+	}
+	if most := a.opts.MaxInflightBody; most > 0 {
+		n := limit // a body of unknown length may be that long
+		if r.ContentLength >= 0 {
+			n = r.ContentLength
+		}
+		if a.inflight.Add(n) > most {
+			a.inflight.Add(-n)
+			w.Header().Set("Connection", "close")
+			return apierr.New(apierr.Unavailable, "the server holds %d bytes of request bodies already (http.max_inflight_body %d): retry", a.inflight.Load(), most)
+		}
+		if held, ok := r.Context().Value(heldKey{}).(*int64); ok {
+			*held += n // given back when the request is answered
+		} else {
+			defer a.inflight.Add(-n)
+		}
 	}
 	if sw, ok := w.(*statusWriter); ok {
 		// MaxBytesReader tells the server's own writer to close the

@@ -733,3 +733,44 @@ func TestRevokedWhileWaiting(t *testing.T) {
 	require.Equal(t, "after", got[0].ID)
 	require.Equal(t, 1, got[0].Attempt, "handed out once")
 }
+
+// TestInflightBodyBudget: the bodies held at once are bounded: while one
+// request's body is being read, another that would pass
+// MaxInflightBody is answered 503 unavailable (Retry-After) at once,
+// unread; once the first is answered, the budget is free again. Many
+// large batches at once cannot run the server out of memory.
+func TestInflightBodyBudget(t *testing.T) {
+	t.Parallel()
+	opts := defaultOpts()
+	opts.MaxBody, opts.MaxInflightBody = 64<<10, 100<<10
+	e := setupServe(t, nil, opts, false, "sms")
+	e.t = t
+	body := func(id string) string {
+		prefix := `{"id":"` + id + `","payload":"`
+		return prefix + strings.Repeat("x", 60000-len(prefix)-2) + `"}`
+	}
+	// The first request's body comes slowly: all but its last bytes.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	first := body("slow")
+	_, err = fmt.Fprintf(conn, "POST /v1/jobs/sms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(first), first[:100])
+	require.NoError(t, err)
+	var out struct{ Error struct{ Code string } }
+	require.Eventually(t, func() bool {
+		st, b := e.do("POST", "/v1/jobs/sms", body("second"))
+		if st != 503 {
+			return false
+		}
+		require.NoError(t, json.Unmarshal(b, &out))
+		return out.Error.Code == "unavailable"
+	}, wait, 20*time.Millisecond, "past the budget while the first body is held")
+	_, err = conn.Write([]byte(first[100:]))
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 201, resp.StatusCode, "the slow one went through")
+	st, b := e.do("POST", "/v1/jobs/sms", body("third"))
+	require.Equal(t, 201, st, "the budget is free again: %s", b)
+}

@@ -20,7 +20,7 @@ func (a *API) schedule(w http.ResponseWriter, r *http.Request, p *auth.Principal
 		return 0, nil, err
 	}
 	var req ScheduleRequest
-	if err := decode(w, r, a.opts.MaxBody, &req); err != nil {
+	if err := a.decode(w, r, a.opts.MaxBody, &req); err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := a.ctx(r)
@@ -103,7 +103,7 @@ func (a *API) checkBatch(n int, what string) error {
 
 func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	var req BatchRequest
-	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
+	if err := a.decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := a.checkBatch(len(req.Jobs), "jobs"); err != nil {
@@ -157,7 +157,7 @@ func (a *API) cancel(_ http.ResponseWriter, r *http.Request, p *auth.Principal) 
 
 func (a *API) due(w http.ResponseWriter, r *http.Request) (time.Time, error) {
 	var req TimeRequest
-	if err := decode(w, r, 4<<10, &req); err != nil {
+	if err := a.decode(w, r, 4<<10, &req); err != nil {
 		return time.Time{}, err
 	}
 	if _, err := req.option(); err != nil {
@@ -203,7 +203,7 @@ func (a *API) ack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (in
 		return 0, nil, err
 	}
 	var req AckRequest
-	if err := decode(w, r, 4<<10, &req); err != nil {
+	if err := a.decode(w, r, 4<<10, &req); err != nil {
 		return 0, nil, err
 	}
 	rc, err := receipt(r, req.Token)
@@ -217,7 +217,7 @@ func (a *API) ack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (in
 
 func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	var req AckBatchRequest
-	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
+	if err := a.decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := a.checkBatch(len(req.Receipts), "receipts"); err != nil {
@@ -275,7 +275,7 @@ func (a *API) nack(w http.ResponseWriter, r *http.Request, p *auth.Principal) (i
 		return 0, nil, err
 	}
 	var req NackRequest
-	if err := decode(w, r, 8<<10, &req); err != nil {
+	if err := a.decode(w, r, 8<<10, &req); err != nil {
 		return 0, nil, err
 	}
 	rc, err := receipt(r, req.Token)
@@ -301,7 +301,7 @@ func (a *API) touch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 		return 0, nil, err
 	}
 	var req TouchRequest
-	if err := decode(w, r, 4<<10, &req); err != nil {
+	if err := a.decode(w, r, 4<<10, &req); err != nil {
 		return 0, nil, err
 	}
 	rc, err := receipt(r, req.Token)
@@ -326,7 +326,7 @@ func (a *API) touch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 // reserveArgs decodes and checks a reserve's body.
 func (a *API) reserveArgs(w http.ResponseWriter, r *http.Request, p *auth.Principal) (wheelq.ReserveOptions, time.Duration, error) {
 	var req ReserveRequest
-	if err := decode(w, r, 64<<10, &req); err != nil {
+	if err := a.decode(w, r, 64<<10, &req); err != nil {
 		return wheelq.ReserveOptions{}, 0, err
 	}
 	if len(req.Topics) == 0 {
@@ -649,7 +649,7 @@ func (a *API) resume(_ http.ResponseWriter, r *http.Request, p *auth.Principal) 
 // given it: 204, or its error.
 func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	var req CancelBatchRequest
-	if err := decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
+	if err := a.decode(w, r, a.opts.MaxBatchBody, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := a.checkBatch(len(req.Jobs), "jobs"); err != nil {

@@ -128,7 +128,7 @@ func (a *API) recurrings(r *http.Request) ([]wheelq.RecurringInfo, error) {
 func (a *API) putRecurring(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	name := r.PathValue("name")
 	var req RecurringRequest
-	if err := decode(w, r, a.opts.MaxBody, &req); err != nil {
+	if err := a.decode(w, r, a.opts.MaxBody, &req); err != nil {
 		return 0, nil, err
 	}
 	rec, err := req.recurring(name)
