@@ -58,11 +58,23 @@ func (m MissedPolicy) String() string {
 }
 
 // RecurringLookahead is how far ahead of its time a recurring schedule's
-// slot job is stored (and at least the next slot's is, within MaxDelay).
+// slot job is stored (and at least the next slot's is, within MaxDelay);
+// longer with a LeaseTTL above it: LeaseTTL and 2 s, up to a minute, so
+// that the slots due while a dead owner's partition waits for its lease
+// to lapse are stored already and run when another process takes it over.
 // Slot jobs already stored when every process went down run late when one
 // comes back, as any job does; the MissedPolicy applies to the slots after
 // them.
 const RecurringLookahead = 10 * time.Second
+
+// maxRecurLookahead bounds the lookahead a long LeaseTTL asks for.
+const maxRecurLookahead = time.Minute
+
+// recurLookahead is how far ahead this queue stores slots (see
+// RecurringLookahead).
+func (q *Queue) recurLookahead() time.Duration {
+	return min(max(RecurringLookahead, q.cfg.LeaseTTL+2*recurFillEvery), maxRecurLookahead)
+}
 
 // recurFillEvery is how often a started queue stores the coming slots of
 // the schedules of its partitions.
@@ -439,7 +451,7 @@ func (p *plan) slotKey(s time.Time, partitions int) string {
 // (latest last, at most maxMiss), then the ones to come within the
 // lookahead (and at least the next), at most maxRecurFill in all and none
 // past maxDelay; and the floor to raise the watermark to first.
-func (p *plan) slots(wm int64, now time.Time, maxDelay time.Duration) (out []time.Time, floor int64) {
+func (p *plan) slots(wm int64, now time.Time, maxDelay, lookahead time.Duration) (out []time.Time, floor int64) {
 	from := now
 	if wm > 0 {
 		from = time.UnixMicro(wm)
@@ -460,7 +472,7 @@ func (p *plan) slots(wm int64, now time.Time, maxDelay time.Duration) (out []tim
 		out = append(out, missed...)
 		from = now
 	}
-	horizon := now.Add(RecurringLookahead)
+	horizon := now.Add(lookahead)
 	stored := wm > now.UnixMicro() // the next slot's job is stored
 	for t := from; len(out) < maxRecurFill; {
 		s := p.next(t)
@@ -596,7 +608,7 @@ func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]string, err
 // fillRecur stores the slot jobs of p due now (missed) or soon, given its
 // watermark as read, and arms those this process owns.
 func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64, now time.Time) error {
-	slots, floor := p.slots(wm, now, q.cfg.MaxDelay)
+	slots, floor := p.slots(wm, now, q.cfg.MaxDelay, q.recurLookahead())
 	if len(slots) == 0 || slots[len(slots)-1].UnixMicro() <= max(wm, floor) {
 		return nil
 	}

@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/crashpoint"
 	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -127,7 +131,7 @@ func TestRecurringMissed(t *testing.T) {
 	}{{MissedLatest, 0, 1}, {MissedSkip, 0, 0}, {MissedEach, 5, 5}, {MissedEach, 0, 100}} {
 		t.Run(fmt.Sprint(tc.missed, tc.max), func(t *testing.T) {
 			p := planOf(t, q, Recurring{Name: "m", Topic: "t", Every: time.Second, Missed: tc.missed, MaxMissed: tc.max}, now)
-			slots, floor := p.slots(wm, now, time.Hour)
+			slots, floor := p.slots(wm, now, time.Hour, RecurringLookahead)
 			var missed, coming []time.Time
 			for _, s := range slots {
 				if s.After(now) {
@@ -153,9 +157,9 @@ func TestRecurringMissed(t *testing.T) {
 	// A daily schedule whose next slot is stored stores nothing more; one
 	// whose next slot is not stores it, however far (within MaxDelay).
 	p := planOf(t, q, Recurring{Name: "d", Topic: "t", Cron: "@daily"}, now)
-	slots, _ := p.slots(utc("2026-03-08T00:00:00Z").UnixMicro(), now, 30*24*time.Hour)
+	slots, _ := p.slots(utc("2026-03-08T00:00:00Z").UnixMicro(), now, 30*24*time.Hour, RecurringLookahead)
 	require.Empty(t, slots)
-	slots, _ = p.slots(utc("2026-03-07T00:00:00Z").UnixMicro(), now, 30*24*time.Hour)
+	slots, _ = p.slots(utc("2026-03-07T00:00:00Z").UnixMicro(), now, 30*24*time.Hour, RecurringLookahead)
 	require.Equal(t, []time.Time{utc("2026-03-08T00:00:00Z")}, utcAll(slots))
 }
 
@@ -405,5 +409,64 @@ func TestRecurringClockAhead(t *testing.T) {
 	require.NotEmpty(t, jobs)
 	for _, j := range jobs {
 		require.Less(t, time.Until(j.Due), RecurringLookahead+2*time.Second, "a slot stored an hour early: %s", j.ID)
+	}
+}
+
+// TestRecurringOwnerDiesOnAnotherHost: the owner of a schedule's
+// partition dies on another host (its own lock dir: its leases must
+// lapse before anyone takes the partition over) with a LeaseTTL above
+// RecurringLookahead; the slots due meanwhile were stored ahead, and run
+// once another process takes over, none counted missed. (Found by an
+// audit helper with LeaseTTL 20 s: 8 slots in a row never ran, with the
+// rest of the team up, since the lookahead was 10 s whatever LeaseTTL.)
+func TestRecurringOwnerDiesOnAnotherHost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "ownerdies"}
+	const lease = 18 * time.Second // a lease renewed every 6 s lapses 12-18 s after the crash: past the 10 s lookahead
+	var mu sync.Mutex
+	ran := map[int64]int{} // slot (unix ms) -> runs
+	start := func() *Queue {
+		q := b.newQueue(t, Config{Partitions: 2, LeaseTTL: lease, LockDir: t.TempDir(), Testing: crashpoint.New(nil, nil)})
+		require.NoError(t, q.Handle("beat", HandlerFunc(func(_ context.Context, j *Job) error {
+			s, _, _ := strings.Cut(strings.TrimPrefix(j.ID, "beat@"), ".")
+			ms, _ := strconv.ParseInt(s, 10, 64)
+			mu.Lock()
+			ran[ms]++
+			mu.Unlock()
+			return nil
+		})))
+		require.NoError(t, q.Start(b.ctx))
+		<-q.Ready()
+		return q
+	}
+	a := start()
+	require.NoError(t, a.DeclareRecurring(b.ctx, Recurring{Name: "beat", Topic: "beat", Every: time.Second}))
+	c := start()
+	part := a.store.PartitionOf("beat")
+	require.Eventually(t, func() bool { return len(a.Owned()) == 1 && len(c.Owned()) == 1 }, wait, 50*time.Millisecond)
+	time.Sleep(2 * time.Second)
+	owner, other := a, c
+	if !slices.Contains(a.Owned(), part) {
+		owner, other = c, a
+	}
+	owner.crash()
+	require.Eventually(t, func() bool { return slices.Contains(other.Owned(), part) }, 3*lease, 50*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	require.NoError(t, other.RemoveRecurring(b.ctx, "beat"))
+	time.Sleep(time.Second) // the runs under way end
+	mu.Lock()
+	defer mu.Unlock()
+	slots := slices.Sorted(maps.Keys(ran))
+	var gaps []string
+	for i := 1; i < len(slots); i++ {
+		if d := slots[i] - slots[i-1]; d != 1000 {
+			gaps = append(gaps, fmt.Sprintf("%d slots missing before %s", d/1000-1, time.UnixMilli(slots[i]).Format("15:04:05")))
+		}
+	}
+	require.Empty(t, gaps, "slots never run while a process was up (%d slots ran)", len(slots))
+	for s, n := range ran {
+		require.Equal(t, 1, n, "slot %d ran %d times", s, n)
 	}
 }
