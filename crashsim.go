@@ -434,8 +434,8 @@ func (c *crashStore) Admit(ctx context.Context, now, lease int64, reqs []persist
 	return guarded(c, func() ([]int64, error) { return c.engineStore.Admit(ctx, now, lease, reqs) })
 }
 
-func (c *crashStore) RenewPermits(ctx context.Context, expiry int64, ps []persist.PermitRef) error {
-	return guardedErr(c, func() error { return c.engineStore.RenewPermits(ctx, expiry, ps) })
+func (c *crashStore) RenewPermits(ctx context.Context, lease int64, ps []persist.PermitRef) error {
+	return guardedErr(c, func() error { return c.engineStore.RenewPermits(ctx, lease, ps) })
 }
 
 func (c *crashStore) ReleasePermits(ctx context.Context, ps []persist.PermitRef) error {

@@ -497,7 +497,7 @@ func (q *Queue) retryGlobal() {
 }
 
 // renewPermits moves the expiry of the global permits held here a lease
-// ahead.
+// ahead (by Redis's clock, as their grant).
 func (q *Queue) renewPermits() {
 	lm := q.limits
 	lm.mu.Lock()
@@ -513,8 +513,7 @@ func (q *Queue) renewPermits() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.WriteTimeout)
 	defer cancel()
-	_, wall := wheel.Readings(q.clock)
-	if err := q.store.RenewPermits(ctx, wall.Add(q.cfg.LeaseTTL).UnixMicro(), ps); err != nil {
+	if err := q.store.RenewPermits(ctx, q.cfg.LeaseTTL.Microseconds(), ps); err != nil {
 		q.log.Warn("wheelq: limits: renewing permits; they lapse a lease after the last renewal", "err", err)
 	}
 }

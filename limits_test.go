@@ -357,3 +357,39 @@ func TestLimitWaitsOnce(t *testing.T) {
 	require.Len(t, got, 1, "b takes the freed permit")
 	b.q.releasePermit("x/b")
 }
+
+// TestLimitGlobalCapAfterWallStep: a process's wall clock stepped
+// forward (NTP) past its permits' lease does not throw its own live
+// permit away: a global cap of 1 still runs one job at once. Permits'
+// expiries are on Redis's clock. (Found by an audit helper: after a 10 s
+// step the second job started beside the first.)
+func TestLimitGlobalCapAfterWallStep(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "capstep"}
+	clk := newSteppedClock()
+	q := b.newQueue(t, Config{Clock: clk, LeaseTTL: 2 * time.Second, Partitions: 1})
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan string, 4)
+	require.NoError(t, q.Handle("g", HandlerFunc(func(ctx context.Context, j *Job) error {
+		started <- j.ID
+		<-release
+		return nil
+	})))
+	require.NoError(t, q.Limit("g", Limit{GlobalConcurrency: 1}))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	_, err := q.Schedule(b.ctx, "g", nil, ID("a"))
+	require.NoError(t, err)
+	require.Equal(t, "a", <-started)
+	clk.step(10 * time.Second) // five leases
+	_, err = q.Schedule(b.ctx, "g", nil, ID("b"))
+	require.NoError(t, err)
+	select {
+	case id := <-started:
+		t.Fatalf("%s started while a held the only global permit", id)
+	case <-time.After(2 * time.Second):
+	}
+}

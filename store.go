@@ -42,7 +42,7 @@ type engineStore interface {
 
 	// Per-topic limits (limits.go).
 	Admit(ctx context.Context, now, lease int64, reqs []persist.LimitRequest) ([]int64, error)
-	RenewPermits(ctx context.Context, expiry int64, ps []persist.PermitRef) error
+	RenewPermits(ctx context.Context, lease int64, ps []persist.PermitRef) error
 	ReleasePermits(ctx context.Context, ps []persist.PermitRef) error
 
 	// Recurring schedules (recurring.go).

@@ -77,20 +77,37 @@ func (s *Store) Admit(ctx context.Context, now, lease int64, reqs []LimitRequest
 }
 
 // RenewPermits moves the expiry of the permits ps (those still held) to
-// expiry (unix µs), unless it is later already, in one round trip.
-func (s *Store) RenewPermits(ctx context.Context, expiry int64, ps []PermitRef) error {
-	pipe := s.rdb.Pipeline()
-	for _, p := range ps {
-		held, _ := s.limitKeys(p.Topic)
-		// GT: a permit given for a start later than now (a rate's) keeps
-		// its expiry past that start.
-		pipe.ZAddArgs(ctx, held, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: float64(expiry), Member: p.ID}}})
+// a lease (µs) after now by Redis's clock, unless it is later already,
+// in one call.
+func (s *Store) RenewPermits(ctx context.Context, lease int64, ps []PermitRef) error {
+	if len(ps) == 0 {
+		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	keys := make([]string, len(ps))
+	args := make([]any, 0, len(ps)+1)
+	args = append(args, lease)
+	for i, p := range ps {
+		keys[i], _ = s.limitKeys(p.Topic)
+		args = append(args, p.ID)
+	}
+	if err := renewPermits.Run(ctx, s.rdb, keys, args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return wrap(err)
 	}
 	return nil
 }
+
+// renewPermits moves the permits' expiry to Redis's now plus a lease
+// (ARGV[1], µs): KEYS[i] is permit ARGV[i+1]'s ZSET. XX: a permit given
+// back stays gone; GT: one given for a start later than now (a rate's)
+// keeps its expiry past that start.
+var renewPermits = redis.NewScript(`
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', 'GT', expiry, ARGV[i + 1])
+end
+return 0
+`)
 
 // ReleasePermits gives the permits ps back, in one round trip.
 func (s *Store) ReleasePermits(ctx context.Context, ps []PermitRef) error {

@@ -2,8 +2,9 @@
 -- concurrency cap and start times of a global rate. All keys share the
 -- namespace's hash tag, so one call may cover several topics.
 --
--- KEYS[2i-1]  topic i's permits ZSET: permit id -> expiry (unix µs); a
---             permit whose holder stopped renewing it lapses at expiry
+-- KEYS[2i-1]  topic i's permits ZSET: permit id -> expiry (unix µs by
+--             Redis's clock); a permit whose holder stopped renewing it
+--             lapses at expiry
 -- KEYS[2i]    topic i's rate STRING: the earliest start time the next
 --             job may have (unix µs; GCRA's theoretical arrival time)
 -- ARGV[1]     now (unix µs), ARGV[2] a permit's lease (µs)
@@ -15,7 +16,14 @@
 -- rate), or -1: the cap is reached (nothing was taken for it). A request
 -- that gets a time holds a permit of the cap (if any) until that time
 -- plus the lease, and takes its place in the rate (if any).
+--
+-- Start times are on the caller's clock (now); a permit's expiry is on
+-- Redis's (TIME): its lease plus the wait until its start. So a process
+-- whose wall clock is stepped forward does not purge live permits (its
+-- own included) as lapsed.
 local now, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local rnow = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
 local a = 3
 for i = 1, #KEYS / 2 do
@@ -24,7 +32,7 @@ for i = 1, #KEYS / 2 do
   a = a + 3
   local free = 0
   if cap > 0 then
-    redis.call('ZREMRANGEBYSCORE', held, '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', held, '-inf', rnow)
     free = cap - redis.call('ZCARD', held)
   end
   local tat = tonumber(redis.call('GET', ratek) or '0')
@@ -40,7 +48,7 @@ for i = 1, #KEYS / 2 do
         tat = s + interval
       end
       if cap > 0 then
-        redis.call('ZADD', held, s + lease, id)
+        redis.call('ZADD', held, rnow + (s - now) + lease, id)
         free = free - 1
       end
       out[#out + 1] = s
