@@ -179,6 +179,12 @@ func validID(id string) error {
 
 // validTopic checks a topic: 1 to 256 bytes of UTF-8 without control
 // characters or '/'.
+// CheckTopic says whether topic is a name the queue takes (1 to 256
+// bytes of UTF-8, no control characters, no '/'): nil, or an
+// ErrInvalidTopic saying why. A front end checks several names with it
+// before acting on any.
+func CheckTopic(topic string) error { return validTopic(topic) }
+
 func validTopic(topic string) error {
 	if topic == "" || len(topic) > 256 {
 		return fmt.Errorf("%w: %q must have 1 to 256 bytes", ErrInvalidTopic, topic)

@@ -227,6 +227,12 @@ func cmdDel(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		return invalid("DEL takes at most %d queues a call, not %d", maxDelQueues, len(args))
 	}
 	for _, a := range args {
+		// Every name checked before any queue is touched: "" is not
+		// "every queue" (JobFilter's zero topic), and a bad name later
+		// in the list leaves the earlier queues as they were.
+		if err := wheelq.CheckTopic(string(a)); err != nil {
+			return invalid("DEL %s: %v", clip(a), err)
+		}
 		if err := sess.p.Allow(auth.Admin, string(a)); err != nil {
 			return err
 		}

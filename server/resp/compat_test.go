@@ -133,6 +133,15 @@ func TestDelayedQueueErrors(t *testing.T) {
 		many = append(many, fmt.Sprint("q", i))
 	}
 	require.ErrorContains(t, rdb.Do(ctx, many...).Err(), "ERR DEL takes at most 100 queues")
+	// A bad or empty name is refused before any queue is touched: "" was
+	// taken for every queue, and a bad second name left the first
+	// emptied (found by a red team).
+	require.NoError(t, rdb.Do(ctx, "SADD", "q", "kept", "600000").Err())
+	require.ErrorContains(t, rdb.Do(ctx, "DEL", "").Err(), "ERR DEL")
+	require.ErrorContains(t, rdb.Do(ctx, "DEL", "q", "a/b").Err(), "ERR DEL a/b")
+	n, err := rdb.Do(ctx, "SCARD", "q").Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "nothing cancelled")
 	require.ErrorIs(t, rdb.SPop(ctx, "q").Err(), redis.Nil, "SPOP without count: a null, as Redis's")
 	require.NoError(t, rdb.SAdd(ctx, "q", "only", "0").Err())
 	var v string
