@@ -476,8 +476,13 @@ func (s *Server) stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	s.api.CloseWaits()
+	var rerr error
 	if s.resp != nil {
-		_ = s.resp.Close() // blocked reserves answer; connections close
+		// Blocked reserves answer, new commands get -UNAVAILABLE, the
+		// ones under way finish and are answered; then connections close.
+		if err := s.resp.Shutdown(sctx); err != nil {
+			rerr = fmt.Errorf("server: resp shutdown: %w", err)
+		}
 	}
 	herr := s.hsrv.Shutdown(sctx)
 	if herr != nil {
@@ -493,5 +498,5 @@ func (s *Server) stop() error {
 		d.Close()
 	}
 	s.log.Info("wheelq server: stopped")
-	return errors.Join(herr, qerr)
+	return errors.Join(rerr, herr, qerr)
 }

@@ -76,6 +76,12 @@ type Server struct {
 	mu           sync.Mutex
 	reauth       context.Context
 	reauthCancel context.CancelFunc
+	// stopping is set by Shutdown (guarded by mu): commands read after it
+	// are answered -UNAVAILABLE, and each reply is flushed as it is
+	// written; running counts the commands under way (added to under mu
+	// while not stopping), which Shutdown waits for.
+	stopping bool
+	running  sync.WaitGroup
 }
 
 // Reauth tells blocked WQ.RESERVEs that the tokens were reloaded: each
@@ -89,6 +95,13 @@ func (s *Server) Reauth() {
 	s.reauth, s.reauthCancel = context.WithCancel(context.Background())
 	s.mu.Unlock()
 	old()
+}
+
+// isStopping says Shutdown has begun.
+func (s *Server) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
 }
 
 // reauthCtx is the context Reauth ends next.
@@ -193,8 +206,30 @@ func (s *Server) Serve(l net.Listener) error {
 	return s.srv.Serve(&limitedListener{Listener: l, max: s.opts.MaxCommandBytes})
 }
 
+// Shutdown stops gracefully: commands read from now on are answered
+// -UNAVAILABLE, blocked reserves answer a null array, and the commands
+// under way finish and their replies are written (an SPOP's jobs are
+// finished before its reply: a reply dropped would lose them) before the
+// connections close, within ctx; then Close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	s.stop() // blocked reserves answer
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("resp: commands still running at the shutdown's end: %w", ctx.Err())
+	}
+	return errors.Join(err, s.Close())
+}
+
 // Close ends blocked reserves (they answer a null array), stops
-// accepting and closes every connection.
+// accepting and closes every connection at once (Shutdown first lets the
+// commands under way finish).
 func (s *Server) Close() error {
 	var err error
 	s.closed.Do(func() {
@@ -239,6 +274,25 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 	if sess.closed {
 		return // after QUIT, or a reserve that closed the connection
 	}
+	s.mu.Lock()
+	stopping := s.stopping
+	if !stopping {
+		s.running.Add(1)
+	}
+	s.mu.Unlock()
+	if stopping {
+		c.WriteError("UNAVAILABLE the server is stopping")
+		_ = redcon.BaseWriter(c).Flush()
+		return
+	}
+	defer s.running.Done()
+	defer func() {
+		if s.isStopping() {
+			// The connections close soon: what this command wrote goes
+			// out now, not with the rest of its pipeline.
+			_ = redcon.BaseWriter(c).Flush()
+		}
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			s.opts.Logger.Error("wheelq server: panic serving a RESP command", "panic", v)
