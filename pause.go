@@ -163,6 +163,7 @@ func (q *Queue) setPaused(ctx context.Context, op, topic string, paused bool) er
 	}
 	if !paused {
 		q.pauses.notePaused(topic, false)
+		q.announced(topic) // its ready jobs are to be had again (pulled topics)
 	}
 	return nil
 }
@@ -348,6 +349,9 @@ func (ps *pauser) watch(ctx context.Context) {
 				paused := op == "pause"
 				ps.notePaused(topic, paused)
 				if !paused {
+					// A pulled topic's ready jobs were held back while it
+					// was paused: a Reserve or Pop looks again at once.
+					ps.announced(topic)
 					select {
 					case ps.resumed <- topic:
 					default: // full: the recheck finds it

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -127,6 +128,9 @@ func cmdSPop(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		// Taken and finished in one Redis call (Queue.Pop): no job is
 		// both replied and kept, nor kept by a reply that never arrives.
 		got, err = s.q.Pop(ctx, []string{topic}, int(count))
+		if errors.Is(err, wheelq.ErrPaused) {
+			err = nil // a paused queue pops nothing, as delayedqueue's empty set
+		}
 		if err != nil {
 			if len(got) == 0 {
 				return err

@@ -226,3 +226,55 @@ func TestShutdownLosesNoPoppedJob(t *testing.T) {
 	}
 	require.Equal(t, n, got+pending, "answered %d, pending %d: the rest were finished and never answered", got, pending)
 }
+
+// TestSPopPausedAndResumed: a paused queue pops nothing (a null, never
+// -PAUSED), and once resumed its due jobs pop at once, not after the
+// next recheck. (Found by a red team: -PAUSED a second after the pause,
+// and SPOP answered null for about a second after WQ.RESUME.)
+func TestSPopPausedAndResumed(t *testing.T) {
+	t.Parallel()
+	addr := startCompat(t, "pq")
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	require.NoError(t, rdb.Do(ctx, "WQ.PAUSE", "pq").Err())
+	require.NoError(t, rdb.Do(ctx, "SADD", "pq", "held", "0").Err())
+	for range 2 {
+		require.ErrorIs(t, rdb.Do(ctx, "SPOP", "pq").Err(), redis.Nil, "paused: nothing")
+		time.Sleep(1200 * time.Millisecond) // past the recheck
+	}
+	require.ErrorIs(t, rdb.Do(ctx, "SPOP", "pq").Err(), redis.Nil, "a fresh look just before the resume")
+	require.NoError(t, rdb.Do(ctx, "WQ.RESUME", "pq").Err())
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		v, err := rdb.Do(ctx, "SPOP", "pq").Text()
+		return err == nil && v == "held"
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Less(t, time.Since(start), 800*time.Millisecond, "popped at once, not at the next second's recheck")
+
+	// WQ.RESERVE without BLOCK likewise (it answers -PAUSED while paused).
+	require.NoError(t, rdb.Do(ctx, "WQ.PAUSE", "pq").Err())
+	require.NoError(t, rdb.Do(ctx, "SADD", "pq", "held2", "0").Err())
+	time.Sleep(1200 * time.Millisecond)
+	require.ErrorContains(t, rdb.Do(ctx, "WQ.RESERVE", "COUNT", 1, "TOPICS", "pq").Err(), "PAUSED")
+	require.NoError(t, rdb.Do(ctx, "WQ.RESUME", "pq").Err())
+	start = time.Now()
+	require.Eventually(t, func() bool {
+		v, err := rdb.Do(ctx, "WQ.RESERVE", "COUNT", 1, "TOPICS", "pq").Slice()
+		return err == nil && len(v) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Less(t, time.Since(start), 800*time.Millisecond, "reserved at once after the resume")
+
+	// The job due before the pause, the pause and resume in quick
+	// succession (the red team's sequence).
+	require.NoError(t, rdb.Do(ctx, "SADD", "pq", "quick", "0").Err())
+	require.NoError(t, rdb.Do(ctx, "WQ.PAUSE", "pq").Err())
+	require.ErrorIs(t, rdb.Do(ctx, "SPOP", "pq").Err(), redis.Nil)
+	require.NoError(t, rdb.Do(ctx, "WQ.RESUME", "pq").Err())
+	start = time.Now()
+	require.Eventually(t, func() bool {
+		v, err := rdb.Do(ctx, "SPOP", "pq").Text()
+		return err == nil && v == "quick"
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Less(t, time.Since(start), 800*time.Millisecond, "popped at once after a quick pause and resume")
+}
