@@ -133,6 +133,8 @@ func cmdAuth(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 
 func cmdHello(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	proto := max(sess.proto, 2)
+	var name string
+	var named bool
 	if len(args) > 0 {
 		v, err := strconv.Atoi(string(args[0]))
 		if err != nil {
@@ -158,7 +160,7 @@ func cmdHello(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 				if i+1 >= len(args) {
 					return invalid("syntax error in HELLO option 'setname'")
 				}
-				sess.name = string(args[i+1])
+				name, named = string(args[i+1]), true // set once HELLO succeeds
 				i++
 			default:
 				return invalid("syntax error in HELLO option '%s'", clip(args[i]))
@@ -170,6 +172,9 @@ func cmdHello(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		return nil
 	}
 	sess.proto = proto
+	if named {
+		sess.name = name
+	}
 	w := sess.out(c)
 	w.Map(7)
 	for _, kv := range []string{"server", "wheelq", "version", "1.0.0", "proto"} {

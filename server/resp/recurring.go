@@ -117,7 +117,8 @@ func cmdRecur(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 }
 
 // cmdRecurs lists the schedules the session may see: per schedule an
-// array of name, topic, when (the cron expression or "every N ms"), the
+// array of name, topic, when (the cron expression, or "every " and the
+// interval as Go writes it: "every 1m0s"), the
 // next slot (unix ms, 0 if none), the latest slot stored (unix ms, 0 if
 // none) and the state of the latest slot's job whose time came ("" if
 // none).

@@ -134,6 +134,26 @@ func TestAuth(t *testing.T) {
 	user := redis.NewClient(&redis.Options{Addr: addr, Username: "anyone", Password: tok})
 	defer user.Close()
 	require.NoError(t, user.Ping(ctx).Err(), "AUTH user token")
+
+	// A HELLO that fails sets no name (found by a red team: the name of a
+	// refused HELLO stuck to the connection).
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(wait)))
+	rd := bufio.NewReader(c)
+	send := func(cmd string) string {
+		t.Helper()
+		_, err := c.Write([]byte(cmd + "\r\n"))
+		require.NoError(t, err)
+		line, err := rd.ReadString('\n')
+		require.NoError(t, err)
+		return line
+	}
+	require.True(t, strings.HasPrefix(send("HELLO 2 SETNAME sneaky"), "-NOAUTH"))
+	require.True(t, strings.HasPrefix(send("HELLO 2 SETNAME n2 AUTH u wq_shop_wrong"), "-WRONGPASS"))
+	require.Equal(t, "+OK\r\n", send("AUTH "+tok))
+	require.Equal(t, "$-1\r\n", send("CLIENT GETNAME"), "no name from the refused HELLOs")
 }
 
 // TestPipelineAndRaw: raw RESP and inline commands, many in one write,
