@@ -144,11 +144,17 @@ func cmdSPop(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 		} else {
 			c.WriteBulk(got[0].Payload)
 		}
-		return nil
+	} else {
+		c.WriteArray(len(got))
+		for _, j := range got {
+			c.WriteBulk(j.Payload)
+		}
 	}
-	c.WriteArray(len(got))
-	for _, j := range got {
-		c.WriteBulk(j.Payload)
+	if len(got) > 0 {
+		// Out now, not with the rest of a pipeline: the jobs are finished
+		// already, and a reply left in the buffer when the connection
+		// closes (a shutdown between two commands) would lose them.
+		_ = redcon.BaseWriter(c).Flush()
 	}
 	return nil
 }

@@ -51,14 +51,8 @@ func TestRevokedOnOpenConnections(t *testing.T) {
 // came due meanwhile, which goes to a client still allowed.
 func TestRevokedWhileBlocked(t *testing.T) {
 	t.Parallel()
-	rs := redistest.Start(t, redistest.Options{})
-	q, err := wheelq.New(rs.Client(t), wheelq.Config{LockDir: "-"})
-	require.NoError(t, err)
-	require.NoError(t, q.Pull("sms"))
+	q := startedQueue(t, "sms")
 	ctx := context.Background()
-	require.NoError(t, q.Start(ctx))
-	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
-	<-q.Ready()
 	tokA, sumA, _ := auth.Generate("a")
 	tokB, sumB, _ := auth.Generate("b")
 	perms := [3][]string{{"sms"}, {"sms"}}
@@ -101,4 +95,18 @@ func TestRevokedWhileBlocked(t *testing.T) {
 	job := res[0].([]any)
 	require.Equal(t, "after", job[1])
 	require.EqualValues(t, 1, job[4], "handed out once")
+}
+
+// startedQueue starts a queue pulling topics on a redis-server of its
+// own, shut down at the test's end.
+func startedQueue(t *testing.T, pull ...string) *wheelq.Queue {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	q, err := wheelq.New(rs.Client(t), wheelq.Config{LockDir: "-"})
+	require.NoError(t, err)
+	require.NoError(t, q.Pull(pull...))
+	require.NoError(t, q.Start(context.Background()))
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	<-q.Ready()
+	return q
 }
