@@ -101,6 +101,10 @@ type topicLimit struct {
 type heldPermit struct {
 	topic string
 	id    string // the global permit ("": none)
+	// asking says Redis is being asked for its start and permit: a second
+	// firing of the job meanwhile (a refire, the sweep's re-arm, in
+	// either claimer) waits for that answer rather than run as holding.
+	asking bool
 }
 
 // limitRetry is how often jobs refused by a global cap ask again (a
@@ -256,7 +260,10 @@ func (q *Queue) admit(fs []firedJob, slot *runctx.Slot) []firedJob {
 			out = append(out, f)
 			continue
 		}
-		if _, ok := lm.held[f.key]; ok {
+		if hp, ok := lm.held[f.key]; ok {
+			if hp.asking {
+				continue // the ask in flight decides (it refires a denied job)
+			}
 			out = append(out, f) // holds its permits already (a claim tried again)
 			continue
 		}
@@ -273,6 +280,7 @@ func (q *Queue) admit(fs []firedJob, slot *runctx.Slot) []firedJob {
 			out = append(out, f)
 			continue
 		}
+		lm.held[f.key] = heldPermit{topic: topic, asking: true}
 		due := wall.Add(f.due.Sub(now)).UnixMicro() // f.due is on the wheel's timeline
 		id := ""
 		if tl.GlobalConcurrency > 0 {
@@ -366,7 +374,10 @@ func (q *Queue) release(key string, waiting bool) {
 	if _, granted := lm.granted[key]; waiting && !granted {
 		ok = false
 	}
-	if !ok {
+	if !ok || hp.asking {
+		// Nothing held; or its ask is on its way, and its answer settles
+		// the job (a denied one waits, a granted one is claimed, and a
+		// job gone meanwhile gives its permit back from the claim).
 		lm.mu.Unlock()
 		return
 	}

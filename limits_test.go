@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -389,7 +390,10 @@ func TestLimitGlobalCapAfterWallStep(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case id := <-started:
-		t.Fatalf("%s started while a held the only global permit", id)
+		q.limits.mu.Lock()
+		held := fmt.Sprint(q.limits.held)
+		q.limits.mu.Unlock()
+		t.Fatalf("%s started while a held the only global permit (held here: %s)", id, held)
 	case <-time.After(2 * time.Second):
 	}
 }
