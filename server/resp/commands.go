@@ -56,6 +56,21 @@ func newTable() map[string]spec {
 // invalid is an Invalid error.
 func invalid(format string, args ...any) error { return apierr.New(apierr.Invalid, format, args...) }
 
+// once refuses an option given twice (as Redis's own commands do, rather
+// than the last one silently winning), recording opt in seen; a HEADER
+// may come again, with another name (args[i+1]).
+func once(seen map[string]bool, opt string, args [][]byte, i int) error {
+	key := opt
+	if opt == "HEADER" && i+1 < len(args) {
+		key = "HEADER " + string(args[i+1])
+	}
+	if seen[key] {
+		return invalid("syntax error: %s given twice", clip([]byte(key)))
+	}
+	seen[key] = true
+	return nil
+}
+
 // num parses a decimal argument within [lo, hi].
 func num(b []byte, what string, lo, hi int64) (int64, error) {
 	n, err := strconv.ParseInt(string(b), 10, 64)
@@ -291,6 +306,7 @@ func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
 	a := ScheduleArgs{Topic: string(args[0]), Payload: args[1]}
 	var when, headers bool
 	h := map[string]string{}
+	seen := map[string]bool{}
 	for i := 2; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		need := 1
@@ -302,6 +318,9 @@ func ParseSchedule(args [][]byte) (ScheduleArgs, error) {
 		case "ID", "DELAY", "DELAYUS", "AT", "ATUS", "MAXATTEMPTS":
 		default:
 			return a, invalid("syntax error: unknown option '%s' (ID, DELAY, DELAYUS, AT, ATUS, MAXATTEMPTS, REPLACE, HEADER)", clip(args[i]))
+		}
+		if err := once(seen, opt, args, i); err != nil {
+			return a, err
 		}
 		if i+need >= len(args) {
 			return a, invalid("syntax error: %s needs %d argument(s)", opt, need)
@@ -534,8 +553,14 @@ type ReserveArgs struct {
 // bounds BLOCK.
 func ParseReserve(args [][]byte, maxBlock time.Duration) (ReserveArgs, error) {
 	var a ReserveArgs
+	seen := map[string]bool{}
 	for i := 0; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
+		if opt != "TOPICS" {
+			if err := once(seen, opt, args, i); err != nil {
+				return a, err
+			}
+		}
 		if opt == "TOPICS" {
 			for _, t := range args[i+1:] {
 				a.Opts.Topics = append(a.Opts.Topics, string(t))

@@ -27,6 +27,7 @@ func ParseRecur(args [][]byte) (wheelq.Recurring, error) {
 	}
 	r := wheelq.Recurring{Name: string(args[0]), Topic: string(args[1])}
 	var h map[string]string
+	seen := map[string]bool{}
 	for i := 2; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		need := 1
@@ -36,6 +37,9 @@ func ParseRecur(args [][]byte) (wheelq.Recurring, error) {
 		case "EVERY", "CRON", "TZ", "PAYLOAD", "MAXATTEMPTS", "START", "END", "MISSED", "MAXMISSED":
 		default:
 			return r, invalid("syntax error: unknown option '%s' (EVERY, CRON, TZ, PAYLOAD, MAXATTEMPTS, START, END, MISSED, MAXMISSED, HEADER)", clip(args[i]))
+		}
+		if err := once(seen, opt, args, i); err != nil {
+			return r, err
 		}
 		if i+need >= len(args) {
 			return r, invalid("syntax error: %s needs %d argument(s)", opt, need)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/resp"
 )
 
 // TestRecur: WQ.RECUR declares a schedule (again: no change), WQ.RECURS
@@ -84,4 +85,39 @@ func TestRecurOtherTenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, []any{"nightly", "beat"}, list[0].([]any)[:2], "the schedule is the shop's still")
+}
+
+// TestOptionsOnce: an option given twice is a syntax error, as with
+// Redis's own commands, not the last one silently winning (found by a red
+// team: ID dup ID dup2 stored dup2); a HEADER may come again with another
+// name.
+func TestOptionsOnce(t *testing.T) {
+	t.Parallel()
+	args := func(s ...string) [][]byte {
+		out := make([][]byte, len(s))
+		for i, v := range s {
+			out[i] = []byte(v)
+		}
+		return out
+	}
+	for _, bad := range [][]string{
+		{"t", "p", "ID", "a", "ID", "b"},
+		{"t", "p", "MAXATTEMPTS", "1", "maxattempts", "5"},
+		{"t", "p", "REPLACE", "REPLACE"},
+		{"t", "p", "HEADER", "k", "v", "HEADER", "k", "w"},
+	} {
+		_, err := resp.ParseSchedule(args(bad...))
+		require.ErrorContains(t, err, "given twice", "%q", bad)
+	}
+	_, err := resp.ParseSchedule(args("t", "p", "HEADER", "k", "v", "HEADER", "l", "w"))
+	require.NoError(t, err, "two headers")
+	for _, bad := range [][]string{
+		{"COUNT", "1", "COUNT", "2", "TOPICS", "t"},
+		{"WITHMETA", "WITHMETA", "TOPICS", "t"},
+	} {
+		_, err := resp.ParseReserve(args(bad...), time.Minute)
+		require.ErrorContains(t, err, "given twice", "%q", bad)
+	}
+	_, err = resp.ParseRecur(args("r", "t", "EVERY", "60000", "EVERY", "120000"))
+	require.ErrorContains(t, err, "given twice")
 }
