@@ -165,7 +165,7 @@ func (q *Queue) stored(j prepared, res persist.WriteResult, err error) (string, 
 	}
 	q.stats.scheduled.Add(1)
 	q.observeScheduled(j.rec.Topic)
-	if j.w.Replace {
+	if j.w.Replace && !j.w.Fresh {
 		q.dropStart(key) // a job it replaced may have waited for a start
 	}
 	// Announce, then scan: read LoadedUntil only now, after the write.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,16 +110,10 @@ func BenchmarkScheduleReplicaAcks(b *testing.B) {
 	primary := redistest.Start(b, redistest.Options{})
 	primary.RequireReal(b)
 	for range 2 {
-		r, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
-		require.NoError(b, err)
-		b.Cleanup(r.Close)
+		primary.StartReplica(b)
 	}
 	rdb := primary.Client(b)
 	ctx := context.Background()
-	require.Eventually(b, func() bool {
-		info, err := rdb.Info(ctx, "replication").Result()
-		return err == nil && strings.Count(info, "state=online") == 2
-	}, 20*time.Second, 20*time.Millisecond)
 	for _, acks := range []int{NoReplicaAcks, 2} {
 		b.Run(fmt.Sprintf("acks=%d", acks), func(b *testing.B) {
 			q, err := New(rdb, Config{Namespace: fmt.Sprintf("ra%d", acks), ReplicaAcks: acks})
@@ -317,15 +310,9 @@ func TestPingSaysReplicasMissing(t *testing.T) {
 	t.Parallel()
 	primary := redistest.Start(t, redistest.Options{})
 	primary.RequireReal(t)
-	replica, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
-	require.NoError(t, err)
-	t.Cleanup(replica.Close)
+	replica := primary.StartReplica(t)
 	rdb := primary.Client(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		info, err := rdb.Info(ctx, "replication").Result()
-		return err == nil && strings.Count(info, "state=online") == 1
-	}, 20*time.Second, 20*time.Millisecond)
 	q, err := New(rdb, Config{ReplicaAcks: 1, ReplicaTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, q.Ping(ctx), "the replica acknowledges")

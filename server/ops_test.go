@@ -65,9 +65,7 @@ func TestServerRedisDown(t *testing.T) {
 func TestServerReplicaDown(t *testing.T) {
 	primary := redistest.Start(t, redistest.Options{})
 	primary.RequireReal(t)
-	replica, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
-	require.NoError(t, err)
-	t.Cleanup(replica.Close)
+	replica := primary.StartReplica(t)
 	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(primary), "-pull", "q",
 		"-set", "redis.replica_acks=1", "-set", "redis.replica_timeout=300ms")
 	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "before", "delay_ms": 3600e3}, nil))

@@ -664,17 +664,11 @@ func TestReplicaAcks(t *testing.T) {
 	t.Parallel()
 	primary := redistest.Start(t, redistest.Options{})
 	primary.RequireReal(t)
-	replica, err := redistest.StartServer(redistest.Options{ReplicaOf: primary.Addr})
-	require.NoError(t, err)
-	t.Cleanup(replica.Close)
+	replica := primary.StartReplica(t)
 	rdb := primary.Client(t)
 	ctx := context.Background()
 	rc := replica.NewClient()
 	defer rc.Close()
-	require.Eventually(t, func() bool {
-		info, err := rc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, 20*time.Second, 20*time.Millisecond)
 
 	one, err := New(rdb, Options{Namespace: "r", Partitions: 2, ReplicaAcks: 1})
 	require.NoError(t, err)

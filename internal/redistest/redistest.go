@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -164,6 +165,30 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// StartReplica starts a real redis-server replicating s (closed at the
+// test's cleanup) and returns once its link to s is up. s must be real.
+func (s *Server) StartReplica(t testing.TB) *Server {
+	t.Helper()
+	r, err := StartServer(Options{ReplicaOf: s.Addr})
+	if err != nil {
+		t.Fatalf("redistest: replica of %s: %v", s.Addr, err)
+	}
+	t.Cleanup(r.Close)
+	c := r.NewClient()
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica %s never linked to %s: %v", r.Addr, s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Real reports whether this is a real redis-server (not the fallback).
