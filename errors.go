@@ -67,8 +67,14 @@ var (
 // Config.WriteTimeout. One call in a while still
 // goes through to find out whether Redis is back (see Queue.Schedule). The
 // call that finds Redis unreachable returns it too when no connection
-// could be made (a refused dial: nothing was sent). The error wraps the
-// failure that was seen.
+// could be made (a refused dial: nothing was sent). It is also the error
+// of a call that changed nothing because Redis could not be reached or
+// heard from (the reads: Lookup, List, Counts, DeadJobs, Recurrings,
+// Paused, Workers; and the reads before Pause, DeclareRecurring and
+// RemoveRecurring), of a write Redis refused for now (out of memory,
+// READONLY, LOADING and the like: nothing was written), and of Ping
+// (with ErrNotReplicated when too few replicas acknowledge). The error
+// wraps the failure that was seen.
 var ErrUnavailable = errors.New("wheelq: redis unreachable")
 
 // ErrOutcomeUnknown wraps the error of a Schedule, Cancel, Reschedule or
