@@ -450,7 +450,7 @@ func (c *crashStore) RecurOf(ctx context.Context, p int, name string) (persist.R
 	return guarded(c, func() (persist.RecurState, error) { return c.engineStore.RecurOf(ctx, p, name) })
 }
 
-func (c *crashStore) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []string) (bool, error) {
+func (c *crashStore) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []persist.Slot) (bool, error) {
 	return guarded(c, func() (bool, error) {
 		return c.engineStore.DeclareRecur(ctx, p, name, spec, old, read, watermark, drop)
 	})

@@ -524,7 +524,9 @@ func (p *plan) lastSlots(from, to time.Time, keep int) []time.Time {
 // schedule again changes nothing, so every process may declare its
 // schedules at start. A replaced schedule's stored slots still to come
 // are deleted (unless a run of one has started); the new one's first slot
-// is its first after now. A started queue stores the coming slots of the
+// is its first after now, except a slot of the replaced schedule that
+// already ran (early, by RunNow, say) or was cancelled: each slot runs
+// once. A started queue stores the coming slots of the
 // schedules of its partitions every second (RecurringLookahead ahead);
 // a slot's job runs like any job of its topic (a paused topic holds it).
 //
@@ -568,10 +570,10 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 		if err != nil {
 			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, uncertain(err))
 		}
-		for _, k := range drop {
-			q.sched.Cancel(k)
-			q.cache.Remove(k)
-			q.dropStart(k)
+		for _, sl := range drop {
+			q.sched.Cancel(sl.Key)
+			q.cache.Remove(sl.Key)
+			q.dropStart(sl.Key)
 		}
 		wm := old.Watermark
 		if changed && old.Spec != "" {
@@ -582,10 +584,10 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 	return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, persist.ErrSpecChanged)
 }
 
-// comingSlots returns the keys of the stored slot jobs of st still to
-// come after now (those up to its watermark), to be dropped when st is
-// replaced or removed.
-func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]string, error) {
+// comingSlots returns the stored slot jobs of st still to come after now
+// (those up to its watermark: their due times and keys), to be dropped
+// when st is replaced or removed.
+func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]persist.Slot, error) {
 	if st.Spec == "" || st.Watermark <= now.UnixMicro() {
 		return nil, nil
 	}
@@ -593,16 +595,16 @@ func (q *Queue) comingSlots(st persist.RecurState, now time.Time) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
-	for t := now; len(keys) < 10*maxRecurFill; {
+	var slots []persist.Slot
+	for t := now; len(slots) < 10*maxRecurFill; {
 		s := old.next(t)
 		if s.IsZero() || s.UnixMicro() > st.Watermark {
 			break
 		}
-		keys = append(keys, old.slotKey(s, q.cfg.Partitions))
+		slots = append(slots, persist.Slot{Due: ceilMicro(s), Key: old.slotKey(s, q.cfg.Partitions)})
 		t = s
 	}
-	return keys, nil
+	return slots, nil
 }
 
 // fillRecur stores the slot jobs of p due now (missed) or soon, given its
@@ -679,9 +681,13 @@ func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 		if st.Spec == "" {
 			return fmt.Errorf("%w: recurring schedule %q", ErrNotFound, name)
 		}
-		drop, err := q.comingSlots(st, now)
+		coming, err := q.comingSlots(st, now)
 		if err != nil {
 			return errs.Errorf("wheelq: remove recurring %q: %w", name, unreachable(err))
+		}
+		drop := make([]string, len(coming))
+		for i, sl := range coming {
+			drop[i] = sl.Key
 		}
 		ok, err := q.store.RemoveRecur(ctx, part, name, st.Spec, st.Watermark, drop)
 		if errors.Is(err, persist.ErrSpecChanged) {

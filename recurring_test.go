@@ -470,3 +470,78 @@ func TestRecurringOwnerDiesOnAnotherHost(t *testing.T) {
 		require.Equal(t, 1, n, "slot %d ran %d times", s, n)
 	}
 }
+
+// TestRecurringRedeclareRanSlot: a slot whose job already ran (early, by
+// RunNow) is not stored again when its schedule is re-declared changed
+// and the new spec has the same slot: each slot of a schedule runs once.
+// A slot's job cancelled before it ran is likewise not brought back.
+func TestRecurringRedeclareRanSlot(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "rerun"}
+	var mu sync.Mutex
+	ran := map[string]int{} // slot (the ID up to its ".") -> runs
+	q := b.newQueue(t, Config{})
+	require.NoError(t, q.Handle("beat", HandlerFunc(func(_ context.Context, j *Job) error {
+		slot, _, _ := strings.Cut(j.ID, ".")
+		mu.Lock()
+		ran[slot]++
+		mu.Unlock()
+		return nil
+	})))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	runs := func(slot string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran[slot]
+	}
+	start := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
+	slotOf := func(s time.Time) string { return "beat@" + strconv.FormatInt(s.UnixMilli(), 10) }
+	r := Recurring{Name: "beat", Topic: "beat", Every: time.Hour, Start: start, Payload: []byte("v1")}
+	r2 := r
+	r2.Name, r2.Start = "skip", start.Add(time.Millisecond)
+	for _, r := range []Recurring{r, r2} {
+		require.NoError(t, q.DeclareRecurring(b.ctx, r))
+	}
+	stored := func(name string) string {
+		jobs, _, err := q.List(b.ctx, JobFilter{Topic: "beat"}, "", 100)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			if strings.HasPrefix(j.ID, name+"@") {
+				return j.ID
+			}
+		}
+		return ""
+	}
+	id := stored("beat")
+	require.True(t, strings.HasPrefix(id, slotOf(start)+"."), id)
+	require.NoError(t, q.RunNow(b.ctx, "beat", id))
+	require.Eventually(t, func() bool { return runs(slotOf(start)) == 1 }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		info, err := q.Lookup(b.ctx, "beat", id)
+		return err == nil && info.State == StateDone
+	}, wait, 10*time.Millisecond, "the run settled")
+	skip := stored("skip")
+	require.NotEmpty(t, skip)
+	require.NoError(t, q.Cancel(b.ctx, "beat", skip))
+
+	// Changed, with the same slots: the one that ran, and the one cancelled, stay done.
+	r.Payload, r2.Payload = []byte("v2"), []byte("v2")
+	for _, r := range []Recurring{r, r2} {
+		require.NoError(t, q.DeclareRecurring(b.ctx, r))
+	}
+	require.Empty(t, stored("beat"), "the slot that ran was stored again")
+	require.Empty(t, stored("skip"), "the slot cancelled was stored again")
+	time.Sleep(time.Until(start.Add(time.Second)))
+	require.Equal(t, 1, runs(slotOf(start)), "the slot ran again at its time")
+	require.Zero(t, runs(slotOf(r2.Start)), "the cancelled slot ran")
+	list, err := q.Recurrings(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	for _, info := range list {
+		want := start.Add(time.Hour).Add(map[string]time.Duration{"beat": 0, "skip": time.Millisecond}[info.Name])
+		require.True(t, want.Equal(info.Next[0]), "%s: the next slot is %s, want the one after, %s", info.Name, info.Next[0], want)
+	}
+}

@@ -48,7 +48,7 @@ type engineStore interface {
 	// Recurring schedules (recurring.go).
 	Recurs(ctx context.Context, parts []int) ([]persist.RecurState, error)
 	RecurOf(ctx context.Context, p int, name string) (persist.RecurState, error)
-	DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []string) (bool, error)
+	DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []persist.Slot) (bool, error)
 	RemoveRecur(ctx context.Context, p int, name, spec string, read int64, drop []string) (bool, error)
 	FillRecur(ctx context.Context, p int, tok, name, spec string, floor int64, slots []persist.Slot) ([]string, error)
 	Time(ctx context.Context) (time.Time, error)

@@ -113,11 +113,13 @@ func (s *Store) RecurOf(ctx context.Context, p int, name string) (RecurState, er
 // ErrSpecChanged, to read again): changed reports whether it differed. A
 // changed spec's watermark becomes watermark (its slots after it are the
 // new spec's), and the pending jobs of drop (the old spec's slots still to
-// come) are deleted, unless a run of one is claimed.
-func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []string) (changed bool, err error) {
+// come: Due and Key, no Record) are deleted, unless a run of one is
+// claimed. A slot of drop whose run is claimed, or whose job is gone (it
+// ran early, or was cancelled), is not stored again by the new spec.
+func (s *Store) DeclareRecur(ctx context.Context, p int, name, spec, old string, read, watermark int64, drop []Slot) (changed bool, err error) {
 	args := []any{"declare", name, spec, old, watermark, read}
-	for _, k := range drop {
-		args = append(args, k)
+	for _, sl := range drop {
+		args = append(args, sl.Due, sl.Key)
 	}
 	return recurDone(s.runRecur(ctx, p, args))
 }

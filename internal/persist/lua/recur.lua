@@ -7,16 +7,21 @@
 -- KEYS[7]  recur HASH: schedule name -> spec (JSON)
 -- KEYS[8]  recur-state HASH: name -> the latest slot stored (unix µs, the
 --          watermark); name .. "\0r" -> the latest slots stored, up to 8,
---          comma-separated
+--          comma-separated; name .. "\0d" -> the slots after the watermark
+--          that already ran (or run, or were cancelled) under a spec since
+--          replaced, comma-separated: a fill passes over them
 -- ARGV[1]  op
 --
 -- op "declare": ARGV[2] name, ARGV[3] the new spec, ARGV[4] the spec the
 --   caller read ("" none), ARGV[5] the new watermark for a changed spec,
---   ARGV[6] the watermark the caller read, ARGV[7..] keys of the old
---   spec's stored slots still to come (up to that watermark), dropped
---   (unless a run of one is claimed). Returns 0 (the same spec: nothing
---   done), 1 (stored) or -1 (the stored spec, or the watermark, is not the
---   one read: a fill stored more slots meanwhile; read again).
+--   ARGV[6] the watermark the caller read, ARGV[7..] pairs of due (unix
+--   µs) and key of the old spec's stored slots still to come (up to that
+--   watermark): each is dropped, unless a run of it is claimed; one that
+--   is claimed, or is gone (it ran early, by RunNow or on a host whose
+--   clock is ahead, or was cancelled), is kept in name .. "\0d", so that
+--   the new spec does not store that slot again. Returns 0 (the same spec:
+--   nothing done), 1 (stored) or -1 (the stored spec, or the watermark, is
+--   not the one read: a fill stored more slots meanwhile; read again).
 -- op "remove": ARGV[2] name, ARGV[3] the spec read, ARGV[4] the watermark
 --   read, ARGV[5..] keys to drop. Returns 1, 0 (no such schedule) or -1
 --   (changed: read again).
@@ -54,15 +59,34 @@ if op == 'declare' or op == 'remove' then
   if tonumber(redis.call('HGET', KEYS[8], name) or '0') ~= tonumber(read) then
     return -1 -- slots were stored (or the schedule changed) since the read
   end
-  for i = first, #ARGV do drop(ARGV[i]) end
   if op == 'declare' then
-    redis.call('HSET', KEYS[7], name, ARGV[3])
     local wm = tonumber(redis.call('HGET', KEYS[8], name) or '0')
-    if cur ~= '' then wm = tonumber(ARGV[5]) end
+    local done = {}
+    if cur ~= '' then
+      wm = tonumber(ARGV[5])
+      for s in string.gmatch(redis.call('HGET', KEYS[8], name .. '\0d') or '', '[^,]+') do
+        if tonumber(s) > wm then done[#done + 1] = s end
+      end
+    end
+    for i = first, #ARGV, 2 do
+      local due, key = ARGV[i], ARGV[i + 1]
+      if redis.call('HEXISTS', KEYS[2], key) == 0 or redis.call('HEXISTS', KEYS[6], key) == 1 then
+        if tonumber(due) > wm then done[#done + 1] = due end
+      else
+        drop(key)
+      end
+    end
+    redis.call('HSET', KEYS[7], name, ARGV[3])
     redis.call('HSET', KEYS[8], name, string.format('%d', wm))
+    if #done > 0 then
+      redis.call('HSET', KEYS[8], name .. '\0d', table.concat(done, ','))
+    else
+      redis.call('HDEL', KEYS[8], name .. '\0d')
+    end
   else
+    for i = first, #ARGV do drop(ARGV[i]) end
     redis.call('HDEL', KEYS[7], name)
-    redis.call('HDEL', KEYS[8], name, name .. '\0r')
+    redis.call('HDEL', KEYS[8], name, name .. '\0r', name .. '\0d')
   end
   return 1
 end
@@ -78,11 +102,18 @@ local recent = {}
 for s in string.gmatch(redis.call('HGET', KEYS[8], name .. '\0r') or '', '[^,]+') do
   recent[#recent + 1] = s
 end
+local done = {}
+local dones = redis.call('HGET', KEYS[8], name .. '\0d')
+if dones then
+  for s in string.gmatch(dones, '[^,]+') do done[tonumber(s)] = true end
+end
 local out = {0}
 for i = 6, #ARGV, 3 do
   local due, key, rec = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   if due > wm then
-    if redis.call('HSETNX', KEYS[2], key, rec) == 1 then
+    if done[due] then
+      -- this slot ran under the spec replaced: once is its share
+    elseif redis.call('HSETNX', KEYS[2], key, rec) == 1 then
       redis.call('ZADD', KEYS[1], due, key)
       if loaded and not owner and due <= loaded then
         redis.call('RPUSH', KEYS[5], key)
@@ -96,4 +127,15 @@ for i = 6, #ARGV, 3 do
 end
 while #recent > 8 do table.remove(recent, 1) end
 redis.call('HSET', KEYS[8], name, string.format('%d', wm), name .. '\0r', table.concat(recent, ','))
+if dones then
+  local left = {}
+  for s in string.gmatch(dones, '[^,]+') do
+    if tonumber(s) > wm then left[#left + 1] = s end
+  end
+  if #left > 0 then
+    redis.call('HSET', KEYS[8], name .. '\0d', table.concat(left, ','))
+  else
+    redis.call('HDEL', KEYS[8], name .. '\0d')
+  end
+end
 return out
