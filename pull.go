@@ -103,7 +103,9 @@ type ReserveOptions struct {
 	// nothing (and a nil error), instead of blocking until a job is due.
 	// It reads the ready sets only when jobs were announced since its
 	// last look here (or a second has passed), so polling an empty topic
-	// costs no round trip.
+	// costs no round trip. With Redis down, it returns ErrUnavailable
+	// once a look has failed (within that second), every call until
+	// Redis answers again.
 	NoWait bool
 }
 
@@ -432,7 +434,10 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 		ps.mu.Lock()
 		ps.pickSpareLocked(w)
 		got, want := len(w.got), w.max-len(w.got)-w.promised
-		may := force
+		// While Redis is known unreachable, a NoWait Reserve looks
+		// (failing fast, or probing) to say so rather than "nothing
+		// ready"; a waiting one waits, to learn at its periodic look.
+		may := force || opts.NoWait && !q.reach.b.Up()
 		for _, t := range w.topics {
 			may = may || ps.gen[t] != ps.drained[t]
 			// The periodic look, unless a take read the topic since.

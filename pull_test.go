@@ -748,6 +748,68 @@ func TestPullNoWait(t *testing.T) {
 	require.NoError(t, b.q.Ack(b.ctx, got[0].Receipt))
 }
 
+// TestPullNoWaitOutage: with Redis down, a Reserve with NoWait (and a
+// Pop) reports ErrUnavailable, not an empty topic: once a look has failed (within a
+// second of the outage, its periodic look), every call says so until
+// Redis answers again; then it answers again.
+func TestPullNoWaitOutage(t *testing.T) {
+	t.Parallel()
+	for _, pop := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Reserve", true: "Pop"}[pop], func(t *testing.T) {
+			t.Parallel()
+			testNoWaitOutage(t, pop)
+		})
+	}
+}
+
+func testNoWaitOutage(t *testing.T, pop bool) {
+	b := setupPull(t, Config{}, "nw")
+	b.srv.RequireReal(t)
+	opts := ReserveOptions{Topics: []string{"nw"}, NoWait: true}
+	reserve := func(ctx context.Context) (int, error) {
+		if pop {
+			jobs, err := b.q.Pop(ctx, opts.Topics, 1)
+			return len(jobs), err
+		}
+		got, err := b.q.Reserve(ctx, opts)
+		return len(got), err
+	}
+	got, err := reserve(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, got)
+	b.srv.Kill()
+	// Poll as a consumer would; bounded in count and time.
+	var answers []string
+	failed := false
+	for i := 0; i < 60 && len(answers) < 20; i++ {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		got, err := reserve(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			require.ErrorIs(t, err, ErrUnavailable)
+			failed = true
+			answers = append(answers, "unavailable")
+		case failed:
+			require.Zero(t, got)
+			answers = append(answers, "empty")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.True(t, failed, "no Reserve saw Redis down")
+	require.NotContains(t, answers, "empty", "an empty answer, with Redis down, after one that said unavailable: %v", answers)
+	require.NoError(t, b.srv.Restart())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err = reserve(b.ctx)
+		if err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "still %v after Redis came back", err)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestPullAckAll: many acks in one call, each with its own outcome: the
 // current ones acked (done, counted), a spent or made-up token and a bad
 // id refused, an ack sent again after it applied nil.
