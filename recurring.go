@@ -307,17 +307,9 @@ func maxTime(a, b time.Time) time.Time {
 // a replaced schedule's old slots). A stored spec that no longer compiles
 // (a time zone this host does not know) is an error.
 func (q *Queue) decodePlan(spec string) (*plan, error) {
-	var rs recurSpec
-	if err := json.Unmarshal([]byte(spec), &rs); err != nil {
-		return nil, fmt.Errorf("%w: recurring spec: %v", persist.ErrCorrupt, err)
-	}
-	r := Recurring{Name: rs.Name, Cron: rs.Cron, Every: time.Duration(rs.EveryMs) * time.Millisecond, TimeZone: rs.TimeZone,
-		Topic: rs.Topic, Payload: rs.Payload, Headers: rs.Headers, MaxAttempts: rs.MaxAttempts, Missed: rs.Missed, MaxMissed: rs.MaxMissed}
-	if rs.StartUs != 0 {
-		r.Start = time.UnixMicro(rs.StartUs).UTC()
-	}
-	if rs.EndUs != 0 {
-		r.End = time.UnixMicro(rs.EndUs).UTC()
+	r, rs, err := decodeSpec(spec)
+	if err != nil {
+		return nil, err
 	}
 	p := &plan{r: r, loc: time.UTC, every: r.Every, start: r.Start, end: r.End, spec: spec,
 		maxMiss: cmp.Or(r.MaxMissed, defaultMaxMissed), maxAttem: cmp.Or(r.MaxAttempts, q.cfg.MaxAttempts)}
@@ -339,6 +331,39 @@ func (q *Queue) decodePlan(spec string) (*plan, error) {
 	}
 	p.part = q.store.PartitionOf(r.Name)
 	return p, nil
+}
+
+// decodeSpec reads a stored spec's fields.
+func decodeSpec(spec string) (Recurring, recurSpec, error) {
+	var rs recurSpec
+	if err := json.Unmarshal([]byte(spec), &rs); err != nil {
+		return Recurring{}, rs, fmt.Errorf("%w: recurring spec: %v", persist.ErrCorrupt, err)
+	}
+	r := Recurring{Name: rs.Name, Cron: rs.Cron, Every: time.Duration(rs.EveryMs) * time.Millisecond, TimeZone: rs.TimeZone,
+		Topic: rs.Topic, Payload: rs.Payload, Headers: rs.Headers, MaxAttempts: rs.MaxAttempts, Missed: rs.Missed, MaxMissed: rs.MaxMissed}
+	if rs.StartUs != 0 {
+		r.Start = time.UnixMicro(rs.StartUs).UTC()
+	}
+	if rs.EndUs != 0 {
+		r.End = time.UnixMicro(rs.EndUs).UTC()
+	}
+	return r, rs, nil
+}
+
+// checkStored calls check (if any) with the schedule stored as spec (nil
+// for none), for DeclareRecurringIf and RemoveRecurringIf.
+func checkStored(check func(stored *Recurring) error, spec string) error {
+	if check == nil {
+		return nil
+	}
+	if spec == "" {
+		return check(nil)
+	}
+	r, _, err := decodeSpec(spec)
+	if err != nil {
+		return err
+	}
+	return check(&r)
 }
 
 // parseCron parses a cron expression into a schedule that runs on the
@@ -534,6 +559,24 @@ func (p *plan) lastSlots(from, to time.Time, keep int) []time.Time {
 // ErrInvalidTopic, ErrPayloadTooLarge, or ErrTooFar when the first slot
 // lies past MaxDelay).
 func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
+	return q.declareRecurring(ctx, r, nil)
+}
+
+// DeclareRecurringIf is DeclareRecurring, done only if check, called with
+// the schedule of that name as stored (nil if there is none), returns
+// nil; else nothing changes and its error is returned as it is. The check
+// and the declaration are one step: should another caller declare,
+// replace or remove the schedule in between, the declaration reads it
+// again and calls check again. A server uses it so that a client may not
+// take over another tenant's schedule by its name.
+func (q *Queue) DeclareRecurringIf(ctx context.Context, r Recurring, check func(stored *Recurring) error) error {
+	if check == nil {
+		return fmt.Errorf("%w: DeclareRecurringIf with a nil check", ErrInvalidOption)
+	}
+	return q.declareRecurring(ctx, r, check)
+}
+
+func (q *Queue) declareRecurring(ctx context.Context, r Recurring, check func(stored *Recurring) error) error {
 	if err := checkCtx(ctx, "DeclareRecurring"); err != nil {
 		return err
 	}
@@ -555,6 +598,9 @@ func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 		old, err := q.store.RecurOf(ctx, p.part, r.Name)
 		if err != nil {
 			return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, unreachable(err))
+		}
+		if err := checkStored(check, old.Spec); err != nil {
+			return err
 		}
 		if old.Spec == p.spec {
 			return q.fillRecur(ctx, p, old.Watermark, now)
@@ -656,6 +702,21 @@ func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64, now time.Time)
 // still to come (unless a run of one has started). ErrNotFound if there
 // is no schedule of that name.
 func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
+	return q.removeRecurring(ctx, name, nil)
+}
+
+// RemoveRecurringIf is RemoveRecurring, done only if check, called with
+// the schedule as stored, returns nil; else nothing changes and its error
+// is returned as it is. As with DeclareRecurringIf, the check and the
+// removal are one step.
+func (q *Queue) RemoveRecurringIf(ctx context.Context, name string, check func(stored *Recurring) error) error {
+	if check == nil {
+		return fmt.Errorf("%w: RemoveRecurringIf with a nil check", ErrInvalidOption)
+	}
+	return q.removeRecurring(ctx, name, check)
+}
+
+func (q *Queue) removeRecurring(ctx context.Context, name string, check func(stored *Recurring) error) error {
 	if err := checkCtx(ctx, "RemoveRecurring"); err != nil {
 		return err
 	}
@@ -680,6 +741,9 @@ func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 		}
 		if st.Spec == "" {
 			return fmt.Errorf("%w: recurring schedule %q", ErrNotFound, name)
+		}
+		if err := checkStored(check, st.Spec); err != nil {
+			return err
 		}
 		coming, err := q.comingSlots(st, now)
 		if err != nil {

@@ -3,6 +3,7 @@ package wheelq
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -544,4 +545,73 @@ func TestRecurringRedeclareRanSlot(t *testing.T) {
 		want := start.Add(time.Hour).Add(map[string]time.Duration{"beat": 0, "skip": time.Millisecond}[info.Name])
 		require.True(t, want.Equal(info.Next[0]), "%s: the next slot is %s, want the one after, %s", info.Name, info.Next[0], want)
 	}
+}
+
+// TestRecurringIf: DeclareRecurringIf and RemoveRecurringIf call their
+// check with the schedule as stored, and the check and the change are one
+// step: a schedule declared by another caller while the check runs (here,
+// from inside it) is read again and checked again, never replaced or
+// removed unchecked.
+func TestRecurringIf(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "recif"}
+	q := b.newQueue(t, Config{})
+	other := b.newQueue(t, Config{})
+	errMine := errors.New("not mine")
+	mine := func(topic string) func(*Recurring) error {
+		return func(stored *Recurring) error {
+			if stored != nil && stored.Topic != topic {
+				return errMine
+			}
+			return nil
+		}
+	}
+	ra := Recurring{Name: "beat", Topic: "a", Every: time.Hour}
+	rb := Recurring{Name: "beat", Topic: "b", Every: time.Hour}
+	topicOf := func() string {
+		list, err := q.Recurrings(b.ctx)
+		require.NoError(t, err)
+		if len(list) == 0 {
+			return ""
+		}
+		return list[0].Topic
+	}
+	require.ErrorIs(t, q.DeclareRecurringIf(b.ctx, ra, nil), ErrInvalidOption)
+	require.ErrorIs(t, q.RemoveRecurringIf(b.ctx, "beat", nil), ErrInvalidOption)
+
+	// b's owner declares it while a's declaration checks: a's check runs
+	// again, sees b's, and refuses.
+	var seen []string
+	err := q.DeclareRecurringIf(b.ctx, ra, func(stored *Recurring) error {
+		seen = append(seen, fmt.Sprint(stored != nil && stored.Topic == "b"))
+		if stored == nil {
+			require.NoError(t, other.DeclareRecurring(b.ctx, rb))
+		}
+		return mine("a")(stored)
+	})
+	require.ErrorIs(t, err, errMine)
+	require.Equal(t, []string{"false", "true"}, seen, "checked again after the race")
+	require.Equal(t, "b", topicOf())
+
+	// A removal checked against b's schedule while it becomes a's is
+	// checked again: b's owner may not remove a's.
+	seen = nil
+	err = q.RemoveRecurringIf(b.ctx, "beat", func(stored *Recurring) error {
+		seen = append(seen, stored.Topic)
+		if stored.Topic == "b" {
+			require.NoError(t, other.DeclareRecurring(b.ctx, ra))
+		}
+		return mine("b")(stored)
+	})
+	require.ErrorIs(t, err, errMine)
+	require.Equal(t, []string{"b", "a"}, seen)
+	require.Equal(t, "a", topicOf())
+
+	// Allowed: done.
+	ra.Every = 2 * time.Hour
+	require.NoError(t, q.DeclareRecurringIf(b.ctx, ra, mine("a")))
+	require.NoError(t, q.RemoveRecurringIf(b.ctx, "beat", mine("a")))
+	require.Empty(t, topicOf())
+	require.ErrorIs(t, q.RemoveRecurringIf(b.ctx, "beat", mine("a")), ErrNotFound)
 }
