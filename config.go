@@ -170,6 +170,15 @@ type Config struct {
 	// a pause this process neither got as a message nor read yet, may
 	// still run.
 	RunWhileRedisDown bool
+	// RefuseUnhandled makes Schedule, ScheduleBatch and DeclareRecurring
+	// refuse, with ErrTopicMode, a job or schedule of a topic this queue
+	// neither handles (Handle) nor pulls (Pull), before anything is
+	// stored. For a team whose processes all run the same topics (a
+	// started wheelq-server), where such a job could only fail "no
+	// handler" until it is dead-lettered. Off by default: a producer, or
+	// a team upgraded one process at a time, may schedule a topic that
+	// another process or a later version handles.
+	RefuseUnhandled bool
 	// History is the run history's retention: a job that finished (its
 	// handler succeeded, or it was cancelled) keeps its outcome, finish
 	// time, attempts and last error, without its payload, so that Lookup

@@ -78,8 +78,20 @@ func (j *prepared) write() persist.Write {
 }
 
 // prepare checks one job of Schedule or ScheduleBatch and makes its write.
-func (q *Queue) prepare(topic string, payload []byte, opts []Option, now time.Time) (prepared, error) {
+// runsTopic checks topic for a new job or schedule: a valid name, and,
+// with Config.RefuseUnhandled, one this queue handles or pulls.
+func (q *Queue) runsTopic(topic string) error {
 	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if q.cfg.RefuseUnhandled && (*q.handlers.Load())[topic] == nil && !q.pull.isDeclared(topic) {
+		return fmt.Errorf("%w: topic %q is neither handled nor pulled here (Config.RefuseUnhandled)", ErrTopicMode, topic)
+	}
+	return nil
+}
+
+func (q *Queue) prepare(topic string, payload []byte, opts []Option, now time.Time) (prepared, error) {
+	if err := q.runsTopic(topic); err != nil {
 		return prepared{}, err
 	}
 	var o scheduleOpts

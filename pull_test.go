@@ -945,3 +945,34 @@ func TestPullCancelDropsSpare(t *testing.T) {
 	got, err := b.q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}})
 	require.Empty(t, got, "nothing to hand out: %v", err)
 }
+
+// TestRefuseUnhandled: with Config.RefuseUnhandled, a job (or a recurring
+// schedule) of a topic this queue neither handles nor pulls is refused
+// with ErrTopicMode, before it is stored, rather than fail "no handler"
+// until it is dead-lettered; without it, it is stored.
+func TestRefuseUnhandled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "strict"}
+	q := b.newQueue(t, Config{RefuseUnhandled: true})
+	require.NoError(t, q.Handle("h", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	require.NoError(t, q.Pull("p"))
+	for _, topic := range []string{"h", "p"} {
+		_, err := q.Schedule(b.ctx, topic, nil)
+		require.NoError(t, err, topic)
+	}
+	_, err := q.Schedule(b.ctx, "typo", nil, ID("x"))
+	require.ErrorIs(t, err, ErrTopicMode)
+	require.Contains(t, err.Error(), `"typo"`)
+	res, err := q.ScheduleBatch(b.ctx, []BatchJob{{Topic: "h"}, {Topic: "typo"}})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, ErrTopicMode)
+	require.ErrorIs(t, q.DeclareRecurring(b.ctx, Recurring{Name: "r", Topic: "typo", Every: time.Hour}), ErrTopicMode)
+	_, err = q.Lookup(b.ctx, "typo", "x")
+	require.ErrorIs(t, err, ErrNotFound, "nothing stored")
+
+	lax := b.newQueue(t, Config{})
+	_, err = lax.Schedule(b.ctx, "typo", nil)
+	require.NoError(t, err)
+}

@@ -186,7 +186,7 @@ func (q *Queue) compile(r Recurring, now time.Time) (*plan, error) {
 	if r.Name == "" || len(r.Name) > 200 || !printable(r.Name) {
 		return nil, bad("Name", "%q: want 1 to 200 bytes of UTF-8 without control characters", r.Name)
 	}
-	if err := validTopic(r.Topic); err != nil {
+	if err := q.runsTopic(r.Topic); err != nil {
 		return nil, fmt.Errorf("Recurring.Topic: %w", err)
 	}
 	if len(r.Payload) > q.cfg.MaxPayload {
