@@ -158,7 +158,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	})
 	if cfg.RESP.Addr != "" {
 		s.resp = resp.New(q, s.api.Authorizer, resp.Options{MaxConns: cfg.RESP.MaxConns, IdleTimeout: cfg.RESP.IdleTimeout.D(),
-			MaxCommandBytes: cfg.RESP.MaxCommandBytes, MaxBlock: cfg.RESP.MaxBlock.D(), DelayedQueue: cfg.RESP.DelayedQueue, Logger: s.log})
+			MaxCommandBytes: cfg.RESP.MaxCommandBytes, MaxInflightBytes: cfg.RESP.MaxInflightBytes, MaxBlock: cfg.RESP.MaxBlock.D(), DelayedQueue: cfg.RESP.DelayedQueue, Logger: s.log})
 	}
 	return s, nil
 }

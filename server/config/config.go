@@ -120,7 +120,12 @@ type RESP struct {
 	MaxConns        int      `toml:"max_conns"`
 	IdleTimeout     Duration `toml:"idle_timeout"`
 	MaxCommandBytes int64    `toml:"max_command_bytes"`
-	MaxBlock        Duration `toml:"max_block"`
+	// MaxInflightBytes bounds the bytes of commands held at once across
+	// all connections, past each connection's first 64 KiB (past it: the
+	// connection gets -UNAVAILABLE and is closed); at least
+	// MaxCommandBytes.
+	MaxInflightBytes int64    `toml:"max_inflight_bytes"`
+	MaxBlock         Duration `toml:"max_block"`
 	// DelayedQueue turns on the delayedqueue compatibility commands
 	// (SADD, SPOP, KEYS, SCARD, DEL).
 	DelayedQueue bool `toml:"delayedqueue"`
@@ -202,7 +207,7 @@ func Default() Config {
 			MaxWait: Duration(60 * time.Second), MaxPollsPerToken: 1000,
 			ShutdownTimeout: Duration(10 * time.Second), UI: true, Metrics: true,
 		},
-		RESP: RESP{MaxConns: 10000, IdleTimeout: Duration(5 * time.Minute), MaxCommandBytes: 4 << 20, MaxBlock: Duration(60 * time.Second)},
+		RESP: RESP{MaxConns: 10000, IdleTimeout: Duration(5 * time.Minute), MaxCommandBytes: 4 << 20, MaxInflightBytes: 256 << 20, MaxBlock: Duration(60 * time.Second)},
 		Log:  Log{Format: "text", Level: "info", Access: true},
 		Push: Push{Timeout: Duration(10 * time.Second)},
 	}
@@ -409,6 +414,7 @@ func (c *Config) Validate() error {
 		{"http.max_batch", int64(c.HTTP.MaxBatch)}, {"http.max_header_bytes", int64(c.HTTP.MaxHeaderBytes)},
 		{"http.max_polls_per_token", int64(c.HTTP.MaxPollsPerToken)},
 		{"resp.max_conns", int64(c.RESP.MaxConns)}, {"resp.max_command_bytes", c.RESP.MaxCommandBytes},
+		{"resp.max_inflight_bytes", c.RESP.MaxInflightBytes},
 	}
 	for _, p := range pos {
 		if p.n <= 0 {
@@ -464,6 +470,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RESP.MaxCommandBytes < c.HTTP.MaxBody {
 		return bad("resp.max_command_bytes", "%d is below http.max_body %d: a largest job could not be sent", c.RESP.MaxCommandBytes, c.HTTP.MaxBody)
+	}
+	if c.RESP.MaxInflightBytes < c.RESP.MaxCommandBytes {
+		return bad("resp.max_inflight_bytes", "%d is below resp.max_command_bytes %d: a largest command could not be held", c.RESP.MaxInflightBytes, c.RESP.MaxCommandBytes)
 	}
 	if (c.HTTP.TLSCert == "") != (c.HTTP.TLSKey == "") {
 		return bad("http.tls_cert", "tls_cert and tls_key go together")

@@ -75,6 +75,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		// Caught by -check-config, not at start (found by a red team).
 		{flags: map[string]string{"http.addr": "127.0.0.1:17640", "resp.addr": "127.0.0.1:17640"}, want: "resp.addr"},
 		{flags: map[string]string{"http.max_header_bytes": "1"}, want: "http.max_header_bytes"},
+		{flags: map[string]string{"resp.max_inflight_bytes": "1048576"}, want: "resp.max_inflight_bytes"},
+		{flags: map[string]string{"resp.max_inflight_bytes": "0"}, want: "resp.max_inflight_bytes"},
 		{file: "[[push.topic]]\ntopic = \"t\"\nurl = \"http://evil:80/\"\nsecret = \"whsec_AAAA\"\n", want: "allow_hosts"},
 		// Credentials in the URL would be sent by no push (and printed
 		// unmasked): refused, with where they go instead.

@@ -45,6 +45,12 @@ type Options struct {
 	// one) is refused and the connection closed, before its bytes
 	// accumulate.
 	MaxCommandBytes int64
+	// MaxInflightBytes bounds the bytes of commands all connections hold
+	// at once, past each connection's first 64 KiB (0: no bound): a
+	// connection whose command would take the total past it is answered
+	// -UNAVAILABLE and closed. A command's bytes count from their reading
+	// until it has run.
+	MaxInflightBytes int64
 	// MaxBlock bounds WQ.RESERVE's BLOCK.
 	MaxBlock time.Duration
 	// Timeout bounds the queue calls of a command that does not block.
@@ -65,6 +71,8 @@ type Server struct {
 	srv   *redcon.Server
 	cmds  map[string]spec // the command table: never changed after New
 	conns atomic.Int64
+	// inflight is Options.MaxInflightBytes's count (nil without one).
+	inflight *budget
 
 	// blockCtx ends every blocked WQ.RESERVE at Close.
 	blockCtx context.Context
@@ -191,6 +199,9 @@ func New(q *wheelq.Queue, authz func() *auth.Authorizer, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{q: q, authz: authz, opts: opts, cmds: newTable()}
+	if opts.MaxInflightBytes > 0 {
+		s.inflight = &budget{max: opts.MaxInflightBytes}
+	}
 	if opts.DelayedQueue {
 		compatTable(s.cmds)
 	}
@@ -203,7 +214,7 @@ func New(q *wheelq.Queue, authz func() *auth.Authorizer, opts Options) *Server {
 
 // Serve serves connections from l until Close.
 func (s *Server) Serve(l net.Listener) error {
-	return s.srv.Serve(&limitedListener{Listener: l, max: s.opts.MaxCommandBytes})
+	return s.srv.Serve(&limitedListener{Listener: l, max: s.opts.MaxCommandBytes, inflight: s.inflight})
 }
 
 // Shutdown stops gracefully: commands read from now on are answered
@@ -364,10 +375,14 @@ func argsPreview(args [][]byte) string {
 // errLimit is a connection past MaxCommandBytes.
 var errLimit = errors.New("command too large")
 
+// errBusy is a connection refused by Options.MaxInflightBytes.
+var errBusy = errors.New("the server holds too many bytes of unfinished commands (resp.max_inflight_bytes): retry")
+
 // limitedListener wraps each connection in a limitedConn.
 type limitedListener struct {
 	net.Listener
-	max int64
+	max      int64
+	inflight *budget
 }
 
 func (l *limitedListener) Accept() (net.Conn, error) {
@@ -375,7 +390,45 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newLimitedConn(c, l.max), nil
+	lc := newLimitedConn(c, l.max)
+	lc.inflight = l.inflight
+	return lc, nil
+}
+
+// freeBytes is what each connection may hold of commands without
+// counting against Options.MaxInflightBytes: as much as one that has not
+// authenticated may hold at all (preAuthMax), so strangers and the usual
+// small commands never touch the shared count (max_conns bounds what they
+// hold), and a connection holding its large commands' share cannot stop
+// the others' small ones.
+const freeBytes = preAuthMax
+
+// budget counts the bytes of commands the connections hold, past
+// freeBytes each, against a maximum (Options.MaxInflightBytes). A nil
+// budget bounds nothing. Safe for concurrent use.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take adds n bytes to the count, or nothing and false when that would
+// take it past the maximum.
+func (b *budget) take(n int64) bool {
+	if b == nil || n <= 0 {
+		return true
+	}
+	if b.used.Add(n) > b.max {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+// give takes n bytes taken before off the count.
+func (b *budget) give(n int64) {
+	if b != nil && n > 0 {
+		b.used.Add(-n)
+	}
 }
 
 // preAuthMax caps an unfinished command before the connection has
@@ -396,7 +449,8 @@ const readChunk = 16 << 10
 // now each command is parsed once. An unfinished command past max bytes
 // (preAuthMax before the connection authenticated) is refused and the
 // connection closed, and so is a frame whose stated length is out of
-// bounds (frames).
+// bounds (frames), and a command whose bytes the server-wide budget
+// (inflight) cannot hold.
 type limitedConn struct {
 	net.Conn
 	max int64
@@ -414,6 +468,20 @@ type limitedConn struct {
 	r, ready, w int
 	refused     error
 	err         error
+	// held is the bytes read and not yet run: buf[r:w], and what was
+	// handed on since redcon last came back for more with every command
+	// handed to it run (Read finds r == ready).
+	held int64
+
+	// inflight is the server's budget (nil: none); charged is what this
+	// connection has taken of it, max(0, held-freeBytes) after each read,
+	// all of it given back by Close (gone). Guarded by mu: Close may come
+	// from another goroutine (the server's Close) while a read is under
+	// way.
+	inflight *budget
+	mu       sync.Mutex
+	charged  int64
+	gone     bool
 }
 
 func newLimitedConn(c net.Conn, max int64) *limitedConn {
@@ -421,6 +489,13 @@ func newLimitedConn(c net.Conn, max int64) *limitedConn {
 }
 
 func (c *limitedConn) Read(b []byte) (int, error) {
+	if c.ready == c.r && c.held != int64(c.w-c.r) {
+		// redcon reads again only once it has run every command it
+		// parsed; what it was handed ended at a command's end, so it
+		// holds none of those bytes now.
+		c.held = int64(c.w - c.r)
+		c.charge()
+	}
 	for c.ready == c.r {
 		switch {
 		case c.refused != nil:
@@ -449,7 +524,11 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 				c.ready = c.w + done
 			}
 			c.w += n
+			c.held += int64(n)
 			c.refused = ferr
+			if !c.charge() && c.refused == nil {
+				c.refused = errBusy
+			}
 		}
 		if err != nil {
 			c.err = err
@@ -458,6 +537,43 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 	n := copy(b, c.buf[c.r:c.ready])
 	c.r += n
 	return n, nil
+}
+
+// charge brings what the connection has taken of the server's budget to
+// what it holds past freeBytes: it gives back what it holds no more, and
+// says false when the budget cannot take what it holds more (then it
+// takes nothing: the connection is refused and closed).
+func (c *limitedConn) charge() bool {
+	if c.inflight == nil {
+		return true
+	}
+	want := max(0, c.held-freeBytes)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return true // given back already; the reads fail from now on
+	}
+	if want < c.charged {
+		c.inflight.give(c.charged - want)
+	} else if !c.inflight.take(want - c.charged) {
+		return false
+	}
+	c.charged = want
+	return true
+}
+
+// Close gives back what the connection has taken of the server's budget,
+// whatever its state (a command unfinished, or handed on and not run),
+// then closes it.
+func (c *limitedConn) Close() error {
+	c.mu.Lock()
+	if !c.gone {
+		c.gone = true
+		c.inflight.give(c.charged)
+		c.charged = 0
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // limit is the most bytes an unfinished command may hold now.
@@ -489,9 +605,15 @@ func (c *limitedConn) room() {
 	c.r = 0
 }
 
-// refuse answers the refused frame with a protocol error, as Redis does,
-// and returns the error that ends the connection.
+// refuse answers the refused frame with a protocol error, as Redis does
+// (or -UNAVAILABLE when the budget refused it: the rest of the frame
+// cannot be skipped safely), and returns the error that ends the
+// connection.
 func (c *limitedConn) refuse() error {
+	if c.refused == errBusy {
+		_, _ = c.Conn.Write([]byte("-" + Prefix(apierr.Unavailable) + " " + errBusy.Error() + "\r\n"))
+		return c.refused
+	}
 	_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.refused.Error() + "\r\n"))
 	return c.refused
 }
