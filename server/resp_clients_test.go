@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"net"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,6 +37,37 @@ func respAddr(t *testing.T, p *proc) string {
 		return m != nil
 	})
 	return addr
+}
+
+// TestRESPCommandRedisCLI: redis-cli (7) against a wheelq-server
+// process reads COMMAND's subcommands as Redis's: COUNT an integer, INFO
+// an entry per name asked (a nil for one wheelq does not have), DOCS a
+// map (RESP3 too), an unknown subcommand Redis's error.
+func TestRESPCommandRedisCLI(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		if os.Getenv(EnvRequireClients) != "" {
+			t.Fatalf("redis-cli not installed (%s is set)", EnvRequireClients)
+		}
+		t.Skip("redis-cli not installed")
+	}
+	_, addr := startRESP(t, "cli")
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port, "--no-raw"}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	require.Regexp(t, `^\(integer\) [1-9][0-9]*$`, cli("COMMAND", "COUNT"))
+	info := cli("COMMAND", "INFO", "wq.schedule", "get", "nosuch")
+	require.Regexp(t, `(?s)^1\)\s+1\) "wq\.schedule"\n\s+2\) \(integer\) -3\n.*\n2\) \(nil\)\n3\) \(nil\)$`, info)
+	require.Equal(t, 10, strings.Count(info, "\n")+1-2, "ten fields in wq.schedule's entry, then two nils:\n%s", info)
+	docs := cli("COMMAND", "DOCS", "WQ.ACK")
+	require.Equal(t, "1) \"wq.ack\"\n2) 1) \"summary\"\n   2) \"WQ.ACK topic id token\"", docs)
+	require.Equal(t, "1# \"wq.ack\" => 1# \"summary\" => \"WQ.ACK topic id token\"", cli("-3", "COMMAND", "DOCS", "WQ.ACK"))
+	require.Equal(t, "(error) ERR unknown subcommand 'nosuch'. Try COMMAND HELP.", cli("COMMAND", "nosuch"))
 }
 
 // TestRESPPython: redis-py (Debian's python3-redis) schedules, cancels,

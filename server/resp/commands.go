@@ -3,6 +3,8 @@ package resp
 import (
 	"context"
 	"errors"
+	"path"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +37,7 @@ func newTable() map[string]spec {
 		"select":        {2, false, cmdSelect, "SELECT 0"},
 		"client":        {-2, false, cmdClient, "CLIENT SETNAME name | GETNAME | SETINFO attr value | ID"},
 		"quit":          {-1, true, cmdQuit, "QUIT"},
-		"command":       {-1, true, cmdCommand, "COMMAND [COUNT | DOCS [name...]]"},
+		"command":       {-1, true, cmdCommand, "COMMAND [COUNT | INFO [name...] | LIST [FILTERBY PATTERN glob] | DOCS [name...] | GETKEYS command [arg...] | HELP]"},
 		"wq.schedule":   {-3, false, cmdSchedule, "WQ.SCHEDULE topic payload [ID id] [DELAY ms | DELAYUS us | AT unix-ms | ATUS unix-us] [MAXATTEMPTS n] [REPLACE] [HEADER name value]..."},
 		"wq.cancel":     {3, false, cmdCancel, "WQ.CANCEL topic id"},
 		"wq.reschedule": {5, false, cmdReschedule, "WQ.RESCHEDULE topic id DELAY ms | DELAYUS us | AT unix-ms | ATUS unix-us"},
@@ -247,18 +249,106 @@ func cmdQuit(_ *Server, c redcon.Conn, sess *session, _ [][]byte) error {
 	return c.Close()
 }
 
+// commandSubs are COMMAND's subcommands and their arities, as Redis
+// counts them (COMMAND and the subcommand included).
+var commandSubs = map[string]int{"COUNT": 2, "INFO": -2, "DOCS": -2, "LIST": -2, "GETKEYS": -3, "GETKEYSANDFLAGS": -3, "HELP": 2}
+
+// commandHelp is COMMAND HELP's reply, Redis's words for wheelq's table.
+var commandHelp = []string{
+	"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+	"(no subcommand)",
+	"    Return details about all wheelq commands.",
+	"COUNT",
+	"    Return the total number of commands in this wheelq server.",
+	"LIST [FILTERBY PATTERN <glob>]",
+	"    Return a list of all commands in this wheelq server.",
+	"INFO [<command-name> ...]",
+	"    Return details about multiple commands (a null for one not known).",
+	"    If no command names are given, details for all commands are returned.",
+	"DOCS [<command-name> ...]",
+	"    Return documentation details (the summary: the syntax) about multiple commands.",
+	"    If no command names are given, documentation details for all",
+	"    commands are returned.",
+	"GETKEYS <full-command>",
+	"    Return the keys from a full command (wheelq's commands have none).",
+	"GETKEYSANDFLAGS <full-command>",
+	"    Return the keys and the access flags from a full command (none).",
+	"HELP",
+	"    Prints this help.",
+}
+
+// cmdCommand answers COMMAND and its subcommands as Redis 7 does, for
+// wheelq's table: COMMAND and COMMAND INFO an entry of ten fields per
+// command (COMMAND INFO one per name asked, a null for an unknown one),
+// COUNT an integer, LIST the names, DOCS a map of name to its summary.
 func cmdCommand(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
-	if len(args) > 0 && strings.EqualFold(string(args[0]), "COUNT") {
-		c.WriteInt(len(s.cmds))
+	if len(args) == 0 {
+		names := s.commandNames()
+		c.WriteArray(len(names))
+		for _, n := range names {
+			s.writeCommandInfo(c, n)
+		}
 		return nil
 	}
-	if len(args) > 0 && strings.EqualFold(string(args[0]), "DOCS") {
-		names := args[1:]
-		var pick []string
+	sub := strings.ToUpper(string(args[0]))
+	arity, ok := commandSubs[sub]
+	if !ok {
+		return invalid("unknown subcommand '%s'. Try COMMAND HELP.", clip(args[0]))
+	}
+	if n := len(args) + 1; (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
+		return invalid("wrong number of arguments for 'command|%s' command", strings.ToLower(sub))
+	}
+	names := args[1:]
+	switch sub {
+	case "COUNT":
+		c.WriteInt(len(s.cmds))
+	case "INFO":
 		if len(names) == 0 {
-			for n := range s.cmds {
+			all := s.commandNames()
+			c.WriteArray(len(all))
+			for _, n := range all {
+				s.writeCommandInfo(c, n)
+			}
+			return nil
+		}
+		c.WriteArray(len(names))
+		for _, n := range names {
+			name := strings.ToLower(string(n))
+			if _, ok := s.cmds[name]; ok {
+				s.writeCommandInfo(c, name)
+			} else {
+				sess.out(c).Null()
+			}
+		}
+	case "LIST":
+		match := func(string) bool { return true }
+		if len(names) > 0 {
+			if len(names) != 3 || !strings.EqualFold(string(names[0]), "FILTERBY") {
+				return invalid("syntax error")
+			}
+			switch by, v := strings.ToUpper(string(names[1])), strings.ToLower(string(names[2])); by {
+			case "PATTERN":
+				match = func(n string) bool { ok, _ := path.Match(v, n); return ok }
+			case "MODULE", "ACLCAT":
+				match = func(string) bool { return false } // no modules, no ACL categories
+			default:
+				return invalid("syntax error")
+			}
+		}
+		var pick []string
+		for _, n := range s.commandNames() {
+			if match(n) {
 				pick = append(pick, n)
 			}
+		}
+		c.WriteArray(len(pick))
+		for _, n := range pick {
+			c.WriteBulkString(n)
+		}
+	case "DOCS":
+		var pick []string
+		if len(names) == 0 {
+			pick = s.commandNames()
 		} else {
 			for _, n := range names {
 				if _, ok := s.cmds[strings.ToLower(string(n))]; ok {
@@ -274,20 +364,56 @@ func cmdCommand(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 			c.WriteBulkString("summary")
 			c.WriteBulkString(s.cmds[n].summary)
 		}
-		return nil
-	}
-	// COMMAND: name, arity, flags, first key, last key, step.
-	c.WriteArray(len(s.cmds))
-	for n, sp := range s.cmds {
-		c.WriteArray(6)
-		c.WriteBulkString(n)
-		c.WriteInt(sp.arity)
-		c.WriteArray(0)
-		c.WriteInt(0)
-		c.WriteInt(0)
-		c.WriteInt(0)
+	case "GETKEYS", "GETKEYSANDFLAGS":
+		sp, ok := s.cmds[strings.ToLower(string(names[0]))]
+		if !ok {
+			return invalid("Invalid command specified")
+		}
+		if n := len(names); (sp.arity > 0 && n != sp.arity) || (sp.arity < 0 && n < -sp.arity) {
+			return invalid("Invalid number of arguments specified for command")
+		}
+		return invalid("The command has no key arguments")
+	case "HELP":
+		c.WriteArray(len(commandHelp))
+		for _, l := range commandHelp {
+			c.WriteString(l)
+		}
 	}
 	return nil
+}
+
+// commandNames are the table's names, in order.
+func (s *Server) commandNames() []string {
+	names := make([]string, 0, len(s.cmds))
+	for n := range s.cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// writeCommandInfo writes the COMMAND entry of name, a command in the
+// table, with Redis 7's ten fields: name, arity (negative: at least),
+// flags (no_auth for those that may come before AUTH), first key, last
+// key and step (no keys: 0), ACL categories, tips, key specifications and
+// subcommands (none).
+func (s *Server) writeCommandInfo(c redcon.Conn, name string) {
+	sp := s.cmds[name]
+	c.WriteArray(10)
+	c.WriteBulkString(name)
+	c.WriteInt(sp.arity)
+	if sp.noauth {
+		c.WriteArray(1)
+		c.WriteString("no_auth")
+	} else {
+		c.WriteArray(0)
+	}
+	c.WriteInt(0)
+	c.WriteInt(0)
+	c.WriteInt(0)
+	for range 4 {
+		c.WriteArray(0)
+	}
 }
 
 // ScheduleArgs are WQ.SCHEDULE's parsed arguments.
