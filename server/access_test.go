@@ -36,7 +36,7 @@ func TestAccessLog(t *testing.T) {
 		}
 		return out
 	}
-	args := []string{"-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "log.format=json",
+	args := []string{"-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "mail", "-set", "log.format=json",
 		"-set", "http.metrics=true", "-set", "http.ui=true", "-set", "token_file=" + tokens}
 	p := startServer(t, nil, append(args, "-set", "log.access=true")...)
 	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/mail", tok, map[string]any{"id": "a1", "payload": "x", "delay_ms": 60000}, nil))

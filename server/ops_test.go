@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -74,7 +76,8 @@ func TestServerReplicaDown(t *testing.T) {
 	var h map[string]string
 	waitFor(t, func() bool { return call(t, "GET", p.URL+"/readyz", "", nil, &h) == 503 })
 	require.Equal(t, "redis replicas not acknowledging writes", h["reason"])
-	require.Contains(t, p.Log(), "redis.replica_acks", "the log says which setting")
+	// The log is read from the process's pipe: the line may trail the reply.
+	waitFor(t, func() bool { return strings.Contains(p.Log(), "redis.replica_acks") }) // the log says which setting
 	var out struct{ Error struct{ Code string } }
 	require.Equal(t, 504, call(t, "POST", p.URL+"/v1/jobs/q", "", map[string]any{"id": "during", "delay_ms": 3600e3}, &out))
 	require.Equal(t, "outcome_unknown", out.Error.Code)
@@ -200,4 +203,41 @@ func TestServerNotStarted(t *testing.T) {
 	require.Contains(t, p.Log(), "started=false")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.exited(wait), "%s", p.Log())
+}
+
+// TestServerStartedRefusesUnrunTopics: a started server schedules only
+// the topics it pulls or pushes: a job, a batch entry, a recurring
+// schedule or a RESP WQ.SCHEDULE of another topic is refused with
+// topic_mode before anything is stored (before, it was taken, failed "no
+// handler" at each attempt and was dead-lettered).
+func TestServerStartedRefusesUnrunTopics(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "orders", "-set", "resp.addr=127.0.0.1:0")
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	require.Equal(t, 409, call(t, "POST", p.URL+"/v1/jobs/ordres", "", map[string]any{"id": "o1"}, &e))
+	require.Equal(t, "topic_mode", e.Error.Code)
+	require.Contains(t, e.Error.Message, `"ordres"`)
+	require.Equal(t, 201, call(t, "POST", p.URL+"/v1/jobs/orders", "", map[string]any{"id": "o1", "delay_ms": 60000}, nil))
+	var batch struct {
+		Results []struct {
+			Status int
+			Error  *struct{ Code string }
+		}
+		Failed int
+	}
+	require.Equal(t, 200, call(t, "POST", p.URL+"/v1/batch", "", map[string]any{"jobs": []map[string]any{
+		{"topic": "orders", "id": "o2", "delay_ms": 60000}, {"topic": "ordres", "id": "o3"}}}, &batch))
+	require.Equal(t, 1, batch.Failed)
+	require.Equal(t, 409, batch.Results[1].Status)
+	require.Equal(t, "topic_mode", batch.Results[1].Error.Code)
+	require.Equal(t, 409, call(t, "PUT", p.URL+"/v1/recurring/nightly", "", map[string]any{"topic": "ordres", "every_ms": 60000}, &e))
+	require.Equal(t, "topic_mode", e.Error.Code)
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr(t, p), Protocol: 2})
+	defer rdb.Close()
+	require.ErrorContains(t, rdb.Do(context.Background(), "WQ.SCHEDULE", "ordres", "x").Err(), "TOPICMODE ")
+	for _, id := range []string{"o1", "o3"} {
+		require.Equal(t, 404, call(t, "GET", p.URL+"/v1/jobs/ordres/"+id, "", nil, nil), "nothing stored")
+	}
 }

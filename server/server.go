@@ -110,6 +110,9 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		MaxAttempts: cfg.Queue.MaxAttempts, MaxPayload: cfg.Queue.MaxPayload, InstanceID: cfg.Queue.InstanceID,
 		LockDir: cfg.Queue.LockDir, Logger: s.log, Observer: m,
 		ReplicaAcks: cfg.Redis.ReplicaAcks, ReplicaTimeout: cfg.Redis.ReplicaTimeout.D(),
+		// A started server runs every job of the namespace it fires: one of
+		// a topic neither pulled nor pushed could only be dead-lettered.
+		RefuseUnhandled: cfg.Queue.Start,
 	})
 	if err != nil {
 		s.closeRedis()

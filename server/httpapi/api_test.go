@@ -279,7 +279,9 @@ func TestJobLifecycle(t *testing.T) {
 	// Pause holds a pulled topic: reserve says so.
 	e.ok(204, "POST", "/v1/topics/sms/pause", nil, nil)
 	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "p1"}, nil)
-	e.fails(409, apierr.Paused, "POST", "/v1/reserve", httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 300})
+	// A wait long enough for the job's announcement on a busy machine (or
+	// the periodic look, 1 s): the look that finds the topic paused ends it.
+	e.fails(409, apierr.Paused, "POST", "/v1/reserve", httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 5000})
 	e.ok(204, "POST", "/v1/topics/sms/resume", nil, nil)
 	got = e.reserve(httpapi.ReserveRequest{Topics: []string{"sms"}, WaitMS: 10000})
 	require.Len(t, got, 1)

@@ -78,7 +78,7 @@ func TestPipelinedAcksShareARoundTrip(t *testing.T) {
 // each job is stored with its own payload.
 func TestPipelinedSchedulesShareARoundTrip(t *testing.T) {
 	t.Parallel()
-	rdb, calls := pipelineServer(t, redis.Options{}, func(*config.Config) {})
+	rdb, calls := pipelineServer(t, redis.Options{}, func(c *config.Config) { c.Queue.Pull = []string{"t"} })
 	ctx := context.Background()
 	const n = 200
 	before := calls()
@@ -183,10 +183,10 @@ func monitorScripts(t *testing.T, addr string) func(word string) int {
 	}
 }
 
-// delayedQueue turns the delayedqueue mode on, queue "q" pulled.
+// delayedQueue turns the delayedqueue mode on, queues "q" and "t" pulled.
 func delayedQueue(c *config.Config) {
 	c.RESP.DelayedQueue = true
-	c.Queue.Pull = []string{"q"}
+	c.Queue.Pull = []string{"q", "t"}
 }
 
 // writeCalls returns a function that counts the write round trips

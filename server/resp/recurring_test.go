@@ -71,7 +71,7 @@ func TestRecurOtherTenant(t *testing.T) {
 	addr := start(t, []config.Token{
 		{ID: "shop", SHA256: shopSum, Produce: []string{"beat"}},
 		{ID: "mail", SHA256: mailSum, Produce: []string{"mail"}},
-	})
+	}, "beat", "mail")
 	ctx := context.Background()
 	shop := redis.NewClient(&redis.Options{Addr: addr, Password: shopTok, Protocol: 2})
 	defer shop.Close()
