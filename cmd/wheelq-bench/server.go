@@ -269,7 +269,7 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 	const conns = 32
 
 	ns := namespace("srv")
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns)
+	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "t")
 	if err != nil {
 		return err
 	}
