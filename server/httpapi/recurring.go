@@ -137,10 +137,7 @@ func (a *API) putRecurring(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	}
 	ctx, cancel := a.ctx(r)
 	defer cancel()
-	if err := recurs.MayDeclare(ctx, a.q, p, name, req.Topic); err != nil {
-		return 0, nil, err
-	}
-	if err := a.q.DeclareRecurring(ctx, rec); err != nil {
+	if err := recurs.Declare(ctx, a.q, p, rec); err != nil {
 		return 0, nil, err
 	}
 	all, err := a.recurrings(r)
@@ -171,21 +168,10 @@ func (a *API) listRecurring(_ http.ResponseWriter, r *http.Request, p *auth.Prin
 }
 
 func (a *API) deleteRecurring(_ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
-	name := r.PathValue("name")
-	all, err := a.recurrings(r)
-	if err != nil {
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	if err := recurs.Remove(ctx, a.q, p, r.PathValue("name")); err != nil {
 		return 0, nil, err
 	}
-	for _, ri := range all {
-		if ri.Name != name {
-			continue
-		}
-		if err := p.Allow(auth.Produce, ri.Topic); err != nil {
-			return 0, nil, err
-		}
-		ctx, cancel := a.ctx(r)
-		defer cancel()
-		return http.StatusNoContent, nil, a.q.RemoveRecurring(ctx, name)
-	}
-	return 0, nil, apierr.New(apierr.NotFound, "recurring schedule %q", name)
+	return http.StatusNoContent, nil, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/wheelq/wheelq"
-	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/internal/recurs"
 )
@@ -110,10 +109,7 @@ func cmdRecur(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	if err := recurs.MayDeclare(ctx, s.q, sess.p, r.Name, r.Topic); err != nil {
-		return err
-	}
-	if err := s.q.DeclareRecurring(ctx, r); err != nil {
+	if err := recurs.Declare(ctx, s.q, sess.p, r); err != nil {
 		return err
 	}
 	c.WriteString("OK")
@@ -168,25 +164,11 @@ func cmdRecurs(s *Server, c redcon.Conn, sess *session, _ [][]byte) error {
 }
 
 func cmdUnrecur(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
-	name := string(args[0])
 	ctx, cancel := s.ctx()
 	defer cancel()
-	all, err := s.q.Recurrings(ctx)
-	if err != nil {
+	if err := recurs.Remove(ctx, s.q, sess.p, string(args[0])); err != nil {
 		return err
 	}
-	for _, ri := range all {
-		if ri.Name != name {
-			continue
-		}
-		if err := sess.p.Allow(auth.Produce, ri.Topic); err != nil {
-			return err
-		}
-		if err := s.q.RemoveRecurring(ctx, name); err != nil {
-			return err
-		}
-		c.WriteInt(1)
-		return nil
-	}
-	return apierr.New(apierr.NotFound, "recurring schedule %q", clip(args[0]))
+	c.WriteInt(1)
+	return nil
 }
