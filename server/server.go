@@ -278,7 +278,9 @@ func (s *Server) ready(ctx context.Context) string {
 }
 
 // Handler is the server's whole HTTP handler: the API, /metrics and the
-// dashboard under /ui/.
+// dashboard under /ui/. A path not in canonical form (//v1/jobs,
+// /ui/../metrics) is answered a JSON 404, no_route, on any prefix
+// (httpapi.API.Canonical).
 func (s *Server) Handler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/", s.api)
@@ -293,7 +295,9 @@ func (s *Server) Handler() (http.Handler, error) {
 		}
 		mux.Handle("/ui/", s.api.Logged("/ui/", s.challenge(http.StripPrefix("/ui", dash))))
 	}
-	return mux, nil
+	// A path not in canonical form gets the API's JSON 404 on every
+	// prefix, not the mux's redirect.
+	return s.api.Canonical(mux), nil
 }
 
 // authenticated lets through requests whose token has perm on every

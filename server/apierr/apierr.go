@@ -55,7 +55,7 @@ func Codes() []Info {
 		{Unauthorized, http.StatusUnauthorized, "no token, or an unknown one"},
 		{Forbidden, http.StatusForbidden, "the token lacks the permission for the topic"},
 		{NotFound, http.StatusNotFound, "no such job (nor in the run history)"},
-		{NoRoute, http.StatusNotFound, "no such route"},
+		{NoRoute, http.StatusNotFound, "no such route, or a path not in canonical form (an empty, '.' or '..' segment), which is not redirected"},
 		{MethodNotAllow, http.StatusMethodNotAllowed, "the route does not take this method"},
 		{Duplicate, http.StatusConflict, "a job with this id exists (on_duplicate reject)"},
 		{Running, http.StatusConflict, "the job is running or reserved: cancelled, but that run goes on"},

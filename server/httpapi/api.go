@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,8 +170,12 @@ func (a *API) Authorizer() *auth.Authorizer { return a.auth.Load() }
 func (a *API) CloseWaits() { a.closeWaits() }
 
 // ServeHTTP serves the API's routes; any other path is a JSON 404
-// (no_route) and a known path with another method a JSON 405.
+// (no_route), a path not in canonical form too (see Canonical), and a
+// known path with another method a JSON 405.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.uncanonical(w, r) {
+		return
+	}
 	h, pattern := a.mux.Handler(r)
 	if pattern == "" {
 		// The mux's own 404 or 405: said in JSON.
@@ -189,6 +194,58 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mux.ServeHTTP(w, r) // which sets the path's values
+}
+
+// Canonical answers a request whose path is not in canonical form (an
+// empty, "." or ".." segment: //v1/jobs, /v1/jobs/./x, /v1/../v1/jobs)
+// with the API's JSON 404, no_route, naming the path it may have meant;
+// the others go to h. net/http's ServeMux would redirect such a request
+// to the cleaned path, with an HTML body: API clients read JSON errors
+// and follow no redirect of a POST, and a path a proxy or a client
+// joined wrongly is better said than guessed at. Escaped dots (%2E) are
+// not segments: they reach the route as an id's characters. The
+// server's whole handler (the API, /metrics, /ui/) is wrapped in it.
+func (a *API) Canonical(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.uncanonical(w, r) {
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// uncanonical answers r (no_route) if its path is not in canonical form,
+// as net/http's ServeMux judges it (CONNECT requests aside, which it does
+// not clean), and says whether it did.
+func (a *API) uncanonical(w http.ResponseWriter, r *http.Request) bool {
+	p := r.URL.EscapedPath()
+	clean := cleanPath(p)
+	if r.Method == http.MethodConnect || clean == p {
+		return false
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	if a.opts.Access {
+		defer a.access(r, "-", sw, time.Now(), "-")
+	}
+	a.writeErr(sw, r, apierr.New(apierr.NoRoute, "no route %s %s: the path is not in canonical form (an empty, '.' or '..' segment); the route may be %s",
+		r.Method, p, clean))
+	return true
+}
+
+// cleanPath is the canonical form of the URL path p as net/http's
+// ServeMux makes it: rooted, without empty, "." or ".." segments, a
+// trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // Logged puts the requests h serves (the server's paths outside the API:

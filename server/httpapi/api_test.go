@@ -776,3 +776,42 @@ func TestInflightBodyBudget(t *testing.T) {
 	st, b := e.do("POST", "/v1/jobs/sms", body("third"))
 	require.Equal(t, 201, st, "the budget is free again: %s", b)
 }
+
+// TestNonCanonicalPaths: a path with an empty, "." or ".." segment gets
+// the API's JSON 404 (no_route), never net/http's redirect with an HTML
+// body: API clients follow no redirects and read only JSON errors. The
+// message names the path the route may have been.
+func TestNonCanonicalPaths(t *testing.T) {
+	e := setup(t, nil, defaultOpts(), "sms")
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct{ method, path, clean string }{
+		{"GET", "//v1/jobs", "/v1/jobs"},
+		{"GET", "/v1//jobs/sms/x", "/v1/jobs/sms/x"},
+		{"GET", "/v1/jobs/./sms/x", "/v1/jobs/sms/x"},
+		{"GET", "/v1/../v1/jobs", "/v1/jobs"},
+		{"POST", "/v1/jobs/sms/x/../y/ack", "/v1/jobs/sms/y/ack"},
+		{"DELETE", "/v1/jobs/sms/x/.", "/v1/jobs/sms/x"},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			req, err := http.NewRequest(c.method, e.srv.URL+c.path, nil)
+			require.NoError(t, err)
+			resp, err := noFollow.Do(req)
+			require.NoError(t, err)
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, 404, resp.StatusCode, "%s", b)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s", b)
+			require.Empty(t, resp.Header.Get("Location"))
+			var er httpapi.ErrorResponse
+			require.NoError(t, json.Unmarshal(b, &er), "%s", b)
+			require.Equal(t, apierr.NoRoute, er.Error.Code, "%s", b)
+			if c.clean != c.path {
+				require.Contains(t, er.Error.Message, c.clean, "%s", b)
+			}
+		})
+	}
+	// Escaped dots are an id's characters, not a path's segments.
+	e.ok(201, "POST", "/v1/jobs/sms", map[string]any{"id": "..", "payload": "x", "delay_ms": 60000}, nil)
+	e.ok(200, "GET", "/v1/jobs/sms/%2E%2E", nil, nil)
+}
