@@ -132,7 +132,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		}
 	}
 	for i, pt := range cfg.Push.Topics {
-		u, _ := url.Parse(pt.URL)
+		u, _ := url.Parse(pt.URL.Reveal())
 		to := pt.Timeout.D()
 		if to == 0 {
 			to = cfg.Push.Timeout.D()

@@ -4,8 +4,9 @@
 // key (in the file or as a WHEELQ_SERVER_ variable) and an invalid value
 // are errors that name the key. Secrets (Redis's password, push signing
 // secrets) are of type Secret, which prints as "****" however it is
-// printed, so the effective configuration can be shown (Write) without
-// leaking them.
+// printed, and push URLs of type PushURL, which print with their query's
+// values masked, so the effective configuration can be shown (Write)
+// without leaking them.
 package config
 
 import (
@@ -25,6 +26,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/wheelq/wheelq/server/internal/redact"
 	"github.com/wheelq/wheelq/wheel"
 )
 
@@ -159,8 +161,8 @@ type Push struct {
 
 // PushTopic is one pushed topic.
 type PushTopic struct {
-	Topic string `toml:"topic"`
-	URL   string `toml:"url"`
+	Topic string  `toml:"topic"`
+	URL   PushURL `toml:"url"`
 	// Secret signs each request (Standard Webhooks): "whsec_" then the
 	// base64 of at least 16 random bytes.
 	Secret  Secret   `toml:"secret"`
@@ -497,12 +499,12 @@ func (c *Config) Validate() error {
 		if slices.Contains(c.Queue.Pull, p.Topic) {
 			return bad(key+".topic", "%q is also in queue.pull: a topic is pushed or pulled, not both", p.Topic)
 		}
-		u, err := url.Parse(p.URL)
+		u, err := url.Parse(p.URL.Reveal())
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return bad(key+".url", "%q: want http(s)://host:port/path", p.URL)
 		}
 		if u.User != nil {
-			return bad(key+".url", "credentials in the URL (%s): a push sends none; the receiver checks the webhook-signature instead", u.Redacted())
+			return bad(key+".url", "credentials in the URL (%s): a push sends none; the receiver checks the webhook-signature instead", p.URL)
 		}
 		if !slices.Contains(c.Push.AllowHosts, u.Host) {
 			return bad(key+".url", "host %q is not in push.allow_hosts %v", u.Host, c.Push.AllowHosts)
@@ -547,7 +549,8 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Write writes the configuration as TOML, secrets masked.
+// Write writes the configuration as TOML, secrets and push URLs' query
+// values masked.
 func (c Config) Write(w io.Writer) error {
 	return toml.NewEncoder(w).Encode(c)
 }
@@ -616,6 +619,40 @@ func (s *Secret) UnmarshalText(b []byte) error {
 
 // Reveal gives the secret's value.
 func (s Secret) Reveal() string { return string(s) }
+
+// PushURL is a push target's URL, printed (String, GoString, MarshalText,
+// MarshalJSON: -print-config, the refusals of Validate) with its query's
+// values, a password and a fragment masked ("?token=xxxxx"; the keys stay,
+// to say which URL it is), as a receiver may take its token in the query.
+// A value that does not parse is not printed at all. Reveal gives it
+// whole.
+type PushURL string
+
+// String masks the URL's secrets.
+func (u PushURL) String() string {
+	if u == "" {
+		return ""
+	}
+	return redact.String(string(u))
+}
+
+// GoString masks the URL's secrets.
+func (u PushURL) GoString() string { return strconv.Quote(u.String()) }
+
+// MarshalText masks the URL's secrets.
+func (u PushURL) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+
+// MarshalJSON masks the URL's secrets.
+func (u PushURL) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(u.String())), nil }
+
+// UnmarshalText takes the URL as written.
+func (u *PushURL) UnmarshalText(b []byte) error {
+	*u = PushURL(b)
+	return nil
+}
+
+// Reveal gives the URL whole.
+func (u PushURL) Reveal() string { return string(u) }
 
 // minHeaderBytes is the least http.max_header_bytes: below it, ordinary
 // requests (a token, a user agent, a host) would be refused.

@@ -121,20 +121,23 @@ password = "`+sec+`"
 allow_hosts = ["127.0.0.1:9"]
 [[push.topic]]
 topic = "hooks"
-url = "http://127.0.0.1:9/in"
+url = "http://127.0.0.1:9/in?token=qu3ry-s3cr3t"
 secret = "whsec_c2VjcmV0c2VjcmV0c2VjcmV0"
 `)
 	c, err := config.Load(p, nil, nil)
 	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:9/in?token=qu3ry-s3cr3t", c.Push.Topics[0].URL.Reveal())
+	require.Equal(t, "http://127.0.0.1:9/in?token=xxxxx", c.Push.Topics[0].URL.String())
 	require.Equal(t, "s3cr3t-from-file", c.Redis.Password.Reveal())
 	var b bytes.Buffer
 	require.NoError(t, c.Write(&b))
 	out := b.String()
-	for _, s := range []string{"hunter2", "s3cr3t", "whsec_c2Vj"} {
+	for _, s := range []string{"hunter2", "s3cr3t", "whsec_c2Vj", "qu3ry"} {
 		require.NotContains(t, out, s)
 	}
 	require.Contains(t, out, "****")
 	require.Contains(t, out, `allow_hosts = ["127.0.0.1:9"]`)
+	require.Contains(t, out, `url = "http://127.0.0.1:9/in?token=xxxxx"`)
 	require.Equal(t, "****", c.Redis.Password.String())
 	require.NotContains(t, strings.ReplaceAll(strings.ReplaceAll(stringOf(c), "\n", ""), " ", ""), "hunter2")
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/wheelq/wheelq"
+	"github.com/wheelq/wheelq/server/internal/redact"
 )
 
 // ErrNotAllowed is a target host outside the allow-list.
@@ -51,6 +52,9 @@ const maxIdlePerHost = 128
 
 // Target is where a topic's jobs go.
 type Target struct {
+	// URL is where the jobs are posted. It is printed (in errors, hence
+	// in a job's last error and the log) with its query's values and any
+	// password masked: a receiver's token may go in the query.
 	URL *url.URL
 	// Secret is the signing secret: "whsec_" and base64.
 	Secret  string
@@ -80,7 +84,10 @@ func Exponential(base, most time.Duration) func(attempt int) time.Duration {
 
 // Deliverer is the wheelq.Handler of one pushed topic.
 type Deliverer struct {
-	t     Target
+	t Target
+	// where is t.URL as printed (errors, a job's last error, the log):
+	// its query's values masked, as a receiver's token may be one.
+	where string
 	key   []byte
 	conns *poster
 	clock func() time.Time
@@ -92,7 +99,7 @@ type Deliverer struct {
 // connections kept for the next push.
 func New(t Target, allow []string) (*Deliverer, error) {
 	if t.URL == nil || (t.URL.Scheme != "http" && t.URL.Scheme != "https") {
-		return nil, fmt.Errorf("push: target %v: want an http(s) URL", t.URL)
+		return nil, fmt.Errorf("push: target %s: want an http(s) URL", redact.URL(t.URL))
 	}
 	if !slices.Contains(allow, t.URL.Host) {
 		return nil, fmt.Errorf("%w: %s (allowed: %v)", ErrNotAllowed, t.URL.Host, allow)
@@ -112,7 +119,7 @@ func New(t Target, allow []string) (*Deliverer, error) {
 	case port == "":
 		port = "80"
 	}
-	return &Deliverer{t: t, key: key, conns: newPoster(net.JoinHostPort(t.URL.Hostname(), port), tc), clock: time.Now}, nil
+	return &Deliverer{t: t, where: redact.URL(t.URL), key: key, conns: newPoster(net.JoinHostPort(t.URL.Hostname(), port), tc), clock: time.Now}, nil
 }
 
 // Close closes the connections kept for the next push. Pushes still
@@ -158,7 +165,11 @@ func MessageID(j *wheelq.Job) string {
 func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.t.URL.String(), bytes.NewReader(j.Payload))
 	if err != nil {
-		return wheelq.Permanent(err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which it prints whole
+		}
+		return wheelq.Permanent(fmt.Errorf("push to %s: %w", d.where, err))
 	}
 	id := MessageID(j)
 	ts := d.clock().Unix()
@@ -180,12 +191,12 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 	}
 	r, err := d.conns.post(ctx, req)
 	if err != nil {
-		return d.retry(j, fmt.Errorf("push to %s: %w", d.t.URL.Redacted(), err))
+		return d.retry(j, fmt.Errorf("push to %s: %w", d.where, err))
 	}
 	if r.status >= 200 && r.status < 300 {
 		return nil
 	}
-	err = fmt.Errorf("push to %s: %s", d.t.URL.Redacted(), strings.TrimSpace(strconv.Itoa(r.status)+" "+http.StatusText(r.status)))
+	err = fmt.Errorf("push to %s: %s", d.where, strings.TrimSpace(strconv.Itoa(r.status)+" "+http.StatusText(r.status)))
 	if after, ok := retryAfter(r.retryAfter, time.Now()); ok {
 		return wheelq.RetryAfter(after, err)
 	}

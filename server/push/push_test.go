@@ -414,3 +414,31 @@ func TestTopicBackoff(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.As(err, &re), "%v", err)
 }
+
+// TestErrorsMaskTheQuery: a failed push's error (a job's last error, the
+// log's line) names the target with its query's values masked: the
+// receiver still gets the whole URL.
+func TestErrorsMaskTheQuery(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.RawQuery
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	u, _ := url.Parse(srv.URL + "/hook?token=S3CRET&tenant=acme")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
+	require.NoError(t, err)
+	j := &wheelq.Job{Topic: "hooks", ID: "1", Attempt: 1}
+	err = d.HandleJob(context.Background(), j)
+	require.Equal(t, "token=S3CRET&tenant=acme", <-got)
+	require.ErrorContains(t, err, "/hook?token=xxxxx&tenant=xxxxx: 502")
+	require.NotContains(t, err.Error(), "S3CRET")
+	srv.Close() // refused: the dial's error
+	err = d.HandleJob(context.Background(), j)
+	require.ErrorContains(t, err, "token=xxxxx")
+	require.NotContains(t, err.Error(), "S3CRET")
+
+	bad, _ := url.Parse("ftp://" + u.Host + "/x?token=S3CRET")
+	_, err = push.New(push.Target{URL: bad, Secret: secret}, []string{u.Host})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "S3CRET")
+}
