@@ -397,7 +397,9 @@ func (s *Server) Reload() error {
 // Run starts the queue, listens and serves until ctx ends; then it stops
 // gracefully: no new connections, open long polls answered (empty), in
 // flight requests and push deliveries waited for up to
-// http.shutdown_timeout, partitions handed over.
+// http.shutdown_timeout, partitions handed over. Pushes still running
+// then are cut off, with a warning, and delivered again later (by another
+// server, or this one restarted): that alone is no error.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeRedis()
 	if s.opts.Dev {
@@ -476,6 +478,27 @@ func (s *Server) Run(ctx context.Context) error {
 	return errors.Join(err, s.stop())
 }
 
+// cutOff says whether err, the queue's Shutdown's, says only that its
+// context ended with n handlers (pushes: the server runs no other) still
+// running, which it cut off: their outcomes are dropped and their jobs
+// run again.
+func cutOff(err error) (n int, ok bool) {
+	var stuck *wheelq.StuckRunsError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &stuck) || len(stuck.Runs) == 0 {
+		return 0, false
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		if !errors.Is(e, context.DeadlineExceeded) && !errors.As(e, &stuck) {
+			return 0, false // something else failed too: said as an error
+		}
+	}
+	return len(stuck.Runs), true
+}
+
 // stop is the graceful stop.
 func (s *Server) stop() error {
 	s.log.Info("wheelq server: stopping")
@@ -498,6 +521,17 @@ func (s *Server) stop() error {
 	}
 	// After the requests: acks and nacks of open requests went through.
 	qerr := s.q.Shutdown(sctx)
+	if n, cut := cutOff(qerr); cut {
+		// Not a failure of the stop: the bound the operator set was kept,
+		// and nothing is lost. The outcomes of the pushes cut off are
+		// dropped, so their jobs stay pending in Redis, claimed by no one
+		// once the leases are released: another server, or this one
+		// restarted, pushes them again (at-least-once; the receiver may
+		// see a push twice, with the same webhook-id).
+		s.log.Warn(fmt.Sprintf("wheelq server: shutdown_timeout passed with %d push(es) running: cut off; each will be delivered again, by another server or by this one restarted", n),
+			"http.shutdown_timeout", bound.String(), "runs", qerr.Error())
+		qerr = nil
+	}
 	if qerr != nil {
 		qerr = fmt.Errorf("server: queue shutdown: %w", qerr)
 	}

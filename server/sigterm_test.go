@@ -85,6 +85,43 @@ func TestServerSIGTERMWaitsForPushes(t *testing.T) {
 	require.Len(t, rec.times("slow"), 1, "pushed once")
 }
 
+// TestServerSIGTERMCutsOffSlowPush: a SIGTERM while a push runs longer
+// than http.shutdown_timeout cuts that push off and exits 0 (the stop
+// went as configured; systemd must not count it a failure), after a WARN
+// that says how many pushes were cut off and that they will be delivered
+// again. They are: a server started after pushes the job again, and it
+// ends done; nothing is lost.
+func TestServerSIGTERMCutsOffSlowPush(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	rec, recv := newPushRecorder("slow")
+	defer recv.Close()
+	var release sync.Once
+	answer := func() { release.Do(func() { close(rec.release) }) }
+	defer answer() // before recv.Close, which waits for the held push
+	cfg := pushConfig(t, recv.URL, 3, []byte("0123456789abcdef0123456789abcdef"))
+	args := []string{"-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "http.shutdown_timeout=1s", "-set", "log.access=false"}
+	a := startServer(t, nil, args...)
+	require.Equal(t, 201, call(t, "POST", a.URL+"/v1/jobs/hooks", "", map[string]any{"id": "slow", "payload": "x"}, nil))
+	select {
+	case <-rec.got:
+	case <-time.After(wait):
+		t.Fatal("never pushed")
+	}
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, a.exited(wait), "%s", a.Log())
+	require.Regexp(t, `level=WARN msg="wheelq server: shutdown_timeout passed with 1 push\(es\) running: cut off; (each|they) will be delivered again`, a.Log())
+	require.Len(t, rec.times("slow"), 1)
+	answer() // the receiver answers now, to no one; the next push at once
+
+	b := startServer(t, nil, args...)
+	waitFor(t, func() bool {
+		var info map[string]any
+		require.Equal(t, 200, call(t, "GET", b.URL+"/v1/jobs/hooks/slow", "", nil, &info))
+		return info["state"] == "done"
+	})
+	require.GreaterOrEqual(t, len(rec.times("slow")), 2, "pushed again after the restart")
+}
+
 // TestServerSIGTERMHandsOver: two servers on a namespace; one gets
 // SIGTERM before the jobs come due. The other takes its partitions at
 // once (a graceful stop gives its leases up), so every job is pushed
