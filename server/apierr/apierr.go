@@ -63,8 +63,8 @@ func Codes() []Info {
 		{TopicMode, http.StatusConflict, "the topic is not pulled by this server (queue.pull), or is consumed the other way; or, on a started server, a job or schedule of a topic neither pulled nor pushed here"},
 		{Paused, http.StatusConflict, "every topic asked for is paused"},
 		{TooManyWaiters, http.StatusTooManyRequests, "the token holds http.max_polls_per_token long polls already"},
-		{Unavailable, http.StatusServiceUnavailable, "Redis is unreachable, or the server is shutting down: retry later"},
-		{OutcomeUnknown, http.StatusGatewayTimeout, "Redis did not answer: the request may have been applied; sending it again is safe"},
+		{Unavailable, http.StatusServiceUnavailable, "Redis is unreachable or did not answer a read in time, or the server is shutting down: retry later"},
+		{OutcomeUnknown, http.StatusGatewayTimeout, "Redis did not answer a write: the request may have been applied; sending it again is safe"},
 		{Internal, http.StatusInternalServerError, "a bug: the detail is in the server's log"},
 	}
 }
@@ -149,4 +149,18 @@ func From(err error) *Error {
 		code = OutcomeUnknown
 	}
 	return &Error{Code: code, Message: err.Error()}
+}
+
+// FromRead is From for a call that changes nothing: a read (a job, a
+// list, counts, dead jobs, recurring schedules). What From takes for a
+// write whose outcome is unknown (the call's deadline passing, the
+// library's ErrOutcomeUnknown) can have applied nothing here, so it is
+// Unavailable (503, retry later) rather than OutcomeUnknown, whose "may
+// have been applied" only a write can mean.
+func FromRead(err error) *Error {
+	e := From(err)
+	if e.Code == OutcomeUnknown {
+		return &Error{Code: Unavailable, Message: e.Message}
+	}
+	return e
 }

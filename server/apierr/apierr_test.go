@@ -37,6 +37,22 @@ func TestFrom(t *testing.T) {
 	require.False(t, errors.Is(e, &apierr.Error{Code: apierr.Invalid}))
 }
 
+// TestFromRead: for a read, what would be outcome_unknown (a deadline
+// passed, ErrOutcomeUnknown) is unavailable; every other code is From's.
+func TestFromRead(t *testing.T) {
+	for err, code := range map[error]apierr.Code{
+		context.DeadlineExceeded: apierr.Unavailable, wheelq.ErrOutcomeUnknown: apierr.Unavailable,
+		wheelq.ErrUnavailable: apierr.Unavailable, wheelq.ErrNotFound: apierr.NotFound, auth.ErrForbidden: apierr.Forbidden,
+		wheelq.ErrInvalidCursor: apierr.Invalid, errors.New("boom"): apierr.Internal,
+	} {
+		got := apierr.FromRead(fmt.Errorf("wheelq: lookup: %w", err))
+		require.Equal(t, code, got.Code, "%v", err)
+		require.Contains(t, got.Message, err.Error())
+	}
+	e := apierr.New(apierr.Duplicate, "x")
+	require.Same(t, e, apierr.FromRead(e))
+}
+
 // TestTable: every code has a status and a RESP prefix of its own.
 func TestTable(t *testing.T) {
 	seen := map[string]bool{}

@@ -99,6 +99,11 @@ type Route struct {
 	public bool
 }
 
+// read says whether the route changes nothing: its method is GET (safe,
+// RFC 9110), so its errors are mapped by apierr.FromRead (a timeout is
+// unavailable, not outcome_unknown).
+func (rt Route) read() bool { return strings.HasPrefix(rt.Pattern, http.MethodGet+" ") }
+
 // Routes lists the API's routes.
 func Routes() []Route {
 	return []Route{
@@ -373,7 +378,11 @@ func (a *API) endpoint(rt Route) http.Handler {
 		}
 		status, body, err := rt.h(a, sw, r, p)
 		if err != nil {
-			a.writeErr(sw, r, err)
+			if rt.read() {
+				a.writeErrAs(sw, r, err, apierr.FromRead)
+			} else {
+				a.writeErr(sw, r, err)
+			}
 			return
 		}
 		if sw.status != 0 {
@@ -437,13 +446,19 @@ func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) { a.
 const loggedInternal = "internal error (logged by the server)"
 
 func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	a.writeErrAs(w, r, err, apierr.From)
+}
+
+// writeErrAs is writeErr with err's code given by code: apierr.From, or
+// apierr.FromRead for a route that changes nothing.
+func (a *API) writeErrAs(w http.ResponseWriter, r *http.Request, err error, code func(error) *apierr.Error) {
 	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client went away during the call: not a bug, and no one
 		// reads the answer (the access log shows 499).
 		w.WriteHeader(statusClientGone)
 		return
 	}
-	e := apierr.From(err)
+	e := code(err)
 	if e.Code == apierr.Internal && e.Message != loggedInternal {
 		a.opts.Logger.Error("wheelq server: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = apierr.New(apierr.Internal, loggedInternal)

@@ -80,6 +80,9 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 				if strings.Contains(string(raw), "#/components/responses/Error") {
 					require.True(t, statuses[st], "%s %s lists error status %s, which no code has", m, p, st)
 				}
+				// A read applies nothing: its timeout is unavailable (503),
+				// never outcome_unknown (504).
+				require.False(t, m == "get" && st == "504", "GET %s lists 504 outcome_unknown", p)
 			}
 		}
 	}
