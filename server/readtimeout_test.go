@@ -3,12 +3,15 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -25,17 +28,22 @@ type readTimeoutCase struct {
 }
 
 // TestServerReadTimeoutIsUnavailable: a read (a job, a list, counts, dead
-// jobs, recurring schedules) that gets no answer from Redis within the
-// request's timeout (10 s) changed nothing: it answers 503 unavailable
-// with Retry-After, never 504 outcome_unknown ("may have been applied"),
-// which only a write can be. Redis holds every command for longer than
+// jobs, recurring schedules; over HTTP and RESP) that gets no answer from
+// Redis within the request's timeout (10 s) changed nothing: it answers
+// 503 unavailable with Retry-After (RESP: -UNAVAILABLE), never 504
+// outcome_unknown (-OUTCOMEUNKNOWN: "may have been applied"), which only a
+// write can be. Redis holds every command for longer than
 // that (CLIENT PAUSE), and the server's Redis client waits past it
 // (read_timeout=30s, as an operator may set), so the reads' own deadline
 // is what passes.
 func TestServerReadTimeoutIsUnavailable(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	rs.RequireReal(t)
-	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs)+"?read_timeout=30s", "-pull", "sms", "-set", "log.access=false")
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs)+"?read_timeout=30s", "-pull", "sms", "-set", "log.access=false",
+		"-set", "resp.addr=127.0.0.1:0")
+	rc := redis.NewClient(&redis.Options{Addr: respAddr(t, p), Protocol: 2, ReadTimeout: time.Minute, PoolSize: 4})
+	defer rc.Close()
+	require.NoError(t, rc.Ping(context.Background()).Err())
 	admin := rs.NewClient()
 	defer admin.Close()
 	ctx := context.Background()
@@ -66,8 +74,22 @@ func TestServerReadTimeoutIsUnavailable(t *testing.T) {
 			mu.Unlock()
 		})
 	}
+	for name, cmd := range map[string][]any{"WQ.GET": {"WQ.GET", "sms", "nope"}, "WQ.COUNTS": {"WQ.COUNTS"}, "WQ.RECURS": {"WQ.RECURS"}} {
+		wg.Go(func() {
+			start := time.Now()
+			err := rc.Do(ctx, cmd...).Err()
+			c := readTimeoutCase{name: name, elapsed: time.Since(start), code: fmt.Sprint(err)}
+			c.code, _, _ = strings.Cut(c.code, " ")
+			if c.code == "UNAVAILABLE" {
+				c.status, c.code, c.retry = http.StatusServiceUnavailable, "unavailable", "1" // as HTTP says it
+			}
+			mu.Lock()
+			got = append(got, c)
+			mu.Unlock()
+		})
+	}
 	wg.Wait()
-	require.Len(t, got, len(reads))
+	require.Len(t, got, len(reads)+3)
 	for _, c := range got {
 		t.Logf("%s: %d %s after %v", c.name, c.status, c.code, c.elapsed.Round(time.Millisecond))
 	}

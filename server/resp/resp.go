@@ -326,12 +326,19 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 		return
 	}
 	if err := spec.run(s, c, sess, cmd.Args[1:]); err != nil {
+		if reads[name] {
+			err = apierr.FromRead(err) // a timeout is UNAVAILABLE: nothing was applied
+		}
 		s.writeErr(c, err)
 	}
 	if sess.lim != nil {
 		sess.lim.authed.Store(sess.p != nil)
 	}
 }
+
+// reads are the commands that change nothing: their errors are mapped by
+// apierr.FromRead, so a timeout is -UNAVAILABLE, not -OUTCOMEUNKNOWN.
+var reads = map[string]bool{"wq.get": true, "wq.counts": true, "wq.recurs": true, "keys": true, "scard": true}
 
 // writeErr answers err with its code's prefix.
 func (s *Server) writeErr(c redcon.Conn, err error) {
