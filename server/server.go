@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -479,24 +480,61 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // cutOff says whether err, the queue's Shutdown's, says only that its
-// context ended with n handlers (pushes: the server runs no other) still
-// running, which it cut off: their outcomes are dropped and their jobs
-// run again.
-func cutOff(err error) (n int, ok bool) {
-	var stuck *wheelq.StuckRunsError
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &stuck) || len(stuck.Runs) == 0 {
-		return 0, false
+// context ended (the stop's bound) while handlers ran, which it cut off:
+// the context's error, and a wheelq.StuckRunsError naming those that had
+// not yet returned. Their jobs run again (an outcome stored in time is a
+// failed attempt, retried; one dropped leaves the job pending).
+func cutOff(err error) bool {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return false
 	}
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
 	}
 	for _, e := range errs {
+		var stuck *wheelq.StuckRunsError
 		if !errors.Is(e, context.DeadlineExceeded) && !errors.As(e, &stuck) {
-			return 0, false // something else failed too: said as an error
+			return false // something else failed too: said as an error
 		}
 	}
-	return len(stuck.Runs), true
+	return true
+}
+
+// countedEnd is a context that ends when parent does, with parent's
+// error, but only once count has run: what was running when the bound
+// passed is counted before anything is told to stop. It has no deadline
+// of its own (the parent's would end contexts derived from it first).
+type countedEnd struct {
+	context.Context
+	done chan struct{}
+	err  error // written before done is closed
+}
+
+func newCountedEnd(parent context.Context, count func()) (*countedEnd, func() bool) {
+	c := &countedEnd{Context: context.WithoutCancel(parent), done: make(chan struct{})}
+	stop := context.AfterFunc(parent, func() {
+		count()
+		c.err = parent.Err()
+		close(c.done)
+	})
+	return c, stop
+}
+
+// Deadline says there is none: the end comes by Done.
+func (c *countedEnd) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done is closed once parent ended and the count was taken.
+func (c *countedEnd) Done() <-chan struct{} { return c.done }
+
+// Err is parent's error once Done is closed.
+func (c *countedEnd) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
 }
 
 // stop is the graceful stop.
@@ -520,15 +558,26 @@ func (s *Server) stop() error {
 		_ = s.hsrv.Close()
 	}
 	// After the requests: acks and nacks of open requests went through.
-	qerr := s.q.Shutdown(sctx)
-	if n, cut := cutOff(qerr); cut {
+	// The pushes running when the bound passes are counted before the
+	// queue cuts them off.
+	var pushing int
+	qctx, stopCount := newCountedEnd(sctx, func() {
+		for _, d := range s.pushes {
+			pushing += d.Running()
+		}
+	})
+	qerr := s.q.Shutdown(qctx)
+	stopCount()
+	// qctx.Err, not stopCount's answer: once it is set, the count is.
+	if qctx.Err() != nil && pushing > 0 && cutOff(qerr) {
 		// Not a failure of the stop: the bound the operator set was kept,
-		// and nothing is lost. The outcomes of the pushes cut off are
-		// dropped, so their jobs stay pending in Redis, claimed by no one
-		// once the leases are released: another server, or this one
-		// restarted, pushes them again (at-least-once; the receiver may
-		// see a push twice, with the same webhook-id).
-		s.log.Warn(fmt.Sprintf("wheelq server: shutdown_timeout passed with %d push(es) running: cut off; each will be delivered again, by another server or by this one restarted", n),
+		// and nothing is lost. A push cut off is a failed attempt, retried
+		// (if its outcome was stored in time), or its outcome is dropped
+		// and its job stays pending, claimed by no one once the leases
+		// are released: either way another server, or this one restarted,
+		// pushes it again (at-least-once; the receiver may see a push
+		// twice, with the same webhook-id).
+		s.log.Warn(fmt.Sprintf("wheelq server: shutdown_timeout passed with %d push(es) running: cut off; each will be delivered again, by another server or by this one restarted", pushing),
 			"http.shutdown_timeout", bound.String(), "runs", qerr.Error())
 		qerr = nil
 	}

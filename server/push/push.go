@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/wheelq/wheelq"
@@ -91,7 +92,12 @@ type Deliverer struct {
 	key   []byte
 	conns *poster
 	clock func() time.Time
+	// running counts the pushes under way (Running).
+	running atomic.Int64
 }
+
+// Running is how many of the deliverer's pushes are under way.
+func (d *Deliverer) Running() int { return int(d.running.Load()) }
 
 // New checks t against the allowed hosts (host:port as in the URL) and
 // returns its deliverer. Pushes go straight to the target (no proxy from
@@ -163,6 +169,8 @@ func MessageID(j *wheelq.Job) string {
 
 // HandleJob posts the job.
 func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
+	d.running.Add(1)
+	defer d.running.Add(-1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.t.URL.String(), bytes.NewReader(j.Payload))
 	if err != nil {
 		var ue *url.Error
