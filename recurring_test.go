@@ -615,3 +615,58 @@ func TestRecurringIf(t *testing.T) {
 	require.Empty(t, topicOf())
 	require.ErrorIs(t, q.RemoveRecurringIf(b.ctx, "beat", mine("a")), ErrNotFound)
 }
+
+// TestRecurringRedeclareTwice: a slot that ran early stays done through
+// two changes of its schedule: changed to a spec whose first slot comes
+// after it (whose fill moves the watermark past it), then back to one
+// that has it. (Found by a review helper: the second change stored it
+// again, and it ran twice.)
+func TestRecurringRedeclareTwice(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "rerun2"}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	q := b.newQueue(t, Config{})
+	require.NoError(t, q.Handle("beat", HandlerFunc(func(_ context.Context, j *Job) error {
+		slot, _, _ := strings.Cut(j.ID, ".")
+		mu.Lock()
+		ran[slot]++
+		mu.Unlock()
+		return nil
+	})))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	runs := func(slot string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran[slot]
+	}
+	start := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
+	slot := "beat@" + strconv.FormatInt(start.UnixMilli(), 10)
+	stored := func() []string {
+		jobs, _, err := q.List(b.ctx, JobFilter{Topic: "beat"}, "", 100)
+		require.NoError(t, err)
+		var ids []string
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
+		return ids
+	}
+	a := Recurring{Name: "beat", Topic: "beat", Every: time.Hour, Start: start, Payload: []byte("v1")}
+	require.NoError(t, q.DeclareRecurring(b.ctx, a))
+	ids := stored()
+	require.Len(t, ids, 1)
+	require.NoError(t, q.RunNow(b.ctx, "beat", ids[0]))
+	require.Eventually(t, func() bool { return runs(slot) == 1 && len(stored()) == 0 }, wait, 10*time.Millisecond)
+
+	later := a
+	later.Start, later.Payload = start.Add(2*time.Second), []byte("b")
+	require.NoError(t, q.DeclareRecurring(b.ctx, later))
+	a.Payload = []byte("v2")
+	require.NoError(t, q.DeclareRecurring(b.ctx, a))
+	require.Empty(t, stored(), "the slot that ran was stored again")
+	time.Sleep(time.Until(start.Add(time.Second)))
+	require.Equal(t, 1, runs(slot), "the slot ran again at its time")
+}

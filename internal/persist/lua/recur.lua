@@ -9,7 +9,8 @@
 --          watermark); name .. "\0r" -> the latest slots stored, up to 8,
 --          comma-separated; name .. "\0d" -> the slots after the watermark
 --          that already ran (or run, or were cancelled) under a spec since
---          replaced, comma-separated: a fill passes over them
+--          replaced, comma-separated: a fill passes over them; kept until
+--          their time has passed
 -- ARGV[1]  op
 --
 -- op "declare": ARGV[2] name, ARGV[3] the new spec, ARGV[4] the spec the
@@ -128,9 +129,13 @@ end
 while #recent > 8 do table.remove(recent, 1) end
 redis.call('HSET', KEYS[8], name, string.format('%d', wm), name .. '\0r', table.concat(recent, ','))
 if dones then
+  -- Kept until their time has passed (by Redis's clock), not the
+  -- watermark: a later change may set the watermark back to now.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local left = {}
   for s in string.gmatch(dones, '[^,]+') do
-    if tonumber(s) > wm then left[#left + 1] = s end
+    if tonumber(s) > now then left[#left + 1] = s end
   end
   if #left > 0 then
     redis.call('HSET', KEYS[8], name .. '\0d', table.concat(left, ','))
