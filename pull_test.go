@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"log/slog"
 	"errors"
 	"fmt"
 	"os"
@@ -975,4 +976,38 @@ func TestRefuseUnhandled(t *testing.T) {
 	lax := b.newQueue(t, Config{})
 	_, err = lax.Schedule(b.ctx, "typo", nil)
 	require.NoError(t, err)
+}
+
+// TestRefuseUnhandledRecurring: with Config.RefuseUnhandled, a schedule
+// stored earlier whose topic this queue neither handles nor pulls (a
+// server whose configuration dropped the topic) is not filled by the
+// queue's loop, with one WARN naming it, instead of storing slot jobs
+// that could only be dead-lettered; declaring it again is refused.
+// (Found by a review helper: the loop went on storing them.)
+func TestRefuseUnhandledRecurring(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "refloop"}
+	old := b.newQueue(t, Config{})
+	r := Recurring{Name: "tick", Topic: "gone", Every: time.Second}
+	require.NoError(t, old.DeclareRecurring(b.ctx, r))
+	require.NoError(t, old.Shutdown(b.ctx))
+
+	var out lockedBuffer
+	q := b.newQueue(t, Config{RefuseUnhandled: true, Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, q.Handle("other", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	require.ErrorIs(t, q.DeclareRecurring(b.ctx, r), ErrTopicMode, "the same spec, declared again")
+	stored := func() time.Time {
+		list, err := q.Recurrings(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		return list[0].Stored
+	}
+	before := stored()
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	time.Sleep(3 * time.Second) // three turns of the loop
+	require.True(t, stored().Equal(before), "slots stored by the loop: the latest %v, before %v", stored(), before)
+	require.Equal(t, 1, strings.Count(out.String(), `recurring schedule not filled`), "%s", out.String())
+	require.Contains(t, out.String(), "tick")
 }

@@ -116,6 +116,10 @@ type Queue struct {
 	recurLoop struct {
 		stop chan struct{}
 		done chan struct{}
+		// unrun: the schedules (name -> spec) the loop did not fill as
+		// their topic is not run here (Config.RefuseUnhandled), warned
+		// of once each; the loop's goroutine only.
+		unrun map[string]string
 	}
 	stats counters
 	late  latency

@@ -844,6 +844,9 @@ func (q *Queue) fillOwned(ctx context.Context) error {
 	var errsOut []error
 	for _, st := range sts {
 		p, err := q.decodePlan(st.Spec)
+		if err == nil && q.unrunRecur(p) {
+			continue
+		}
 		if err == nil {
 			err = q.fillRecur(ctx, p, st.Watermark, now)
 		}
@@ -852,6 +855,28 @@ func (q *Queue) fillOwned(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errsOut...)
+}
+
+// unrunRecur reports whether p's topic is one this queue does not run
+// (Config.RefuseUnhandled): its slots are not stored, since they could
+// only be dead-lettered; the first time, a WARN says so. The loop's
+// goroutine only.
+func (q *Queue) unrunRecur(p *plan) bool {
+	err := q.runsTopic(p.r.Topic)
+	w := &q.recurLoop
+	if err == nil {
+		delete(w.unrun, p.r.Name)
+		return false
+	}
+	if w.unrun == nil {
+		w.unrun = map[string]string{}
+	}
+	if w.unrun[p.r.Name] != p.spec {
+		w.unrun[p.r.Name] = p.spec
+		q.log.Warn("wheelq: recurring schedule not filled: its topic is neither handled nor pulled here (Config.RefuseUnhandled); declare it with a topic this process runs, or remove it",
+			"name", p.r.Name, "topic", p.r.Topic)
+	}
+	return true
 }
 
 // startRecurring starts the loop that stores the coming slots of the
