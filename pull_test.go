@@ -2,9 +2,9 @@ package wheelq
 
 import (
 	"context"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
