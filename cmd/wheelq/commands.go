@@ -268,7 +268,7 @@ func changeCmd(cmd string) func(fs *flag.FlagSet) func([]string) (action, error)
 				if len(args) != 0 {
 					return nil, usagef("give either TOPIC ID or filter flags, not both")
 				}
-				f, err := ff.filter()
+				f, err := ff.filter(fs)
 				if err != nil {
 					return nil, usageError{err.Error()}
 				}
@@ -378,8 +378,28 @@ func (ff *filterFlags) given(fs *flag.FlagSet) bool {
 	return set
 }
 
-func (ff *filterFlags) filter() (wheelq.JobFilter, error) {
+// filter reads the filter flags set on fs. A flag given an empty value
+// is an error, not "no filter": `-topic "$T"` with T unset must not
+// select every job.
+func (ff *filterFlags) filter(fs *flag.FlagSet) (wheelq.JobFilter, error) {
 	f := wheelq.JobFilter{Topic: ff.topic}
+	var empty []string
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "topic", "state", "after", "before":
+			if strings.TrimSpace(fl.Value.String()) == "" {
+				empty = append(empty, "-"+fl.Name)
+			}
+		}
+	})
+	if len(empty) > 0 {
+		return f, fmt.Errorf("%s given empty: leave a flag out rather than give it no value (with no filter flag, -all acts on every job)", strings.Join(empty, ", "))
+	}
+	if ff.topic != "" {
+		if err := wheelq.CheckTopic(ff.topic); err != nil {
+			return f, fmt.Errorf("bad -topic: %s", cleanErr(err))
+		}
+	}
 	switch ff.state {
 	case "", "pending":
 	case "overdue":
@@ -425,7 +445,7 @@ func lsCmd(fs *flag.FlagSet) func([]string) (action, error) {
 		if err := noArgs(args); err != nil {
 			return nil, err
 		}
-		f, err := ff.filter()
+		f, err := ff.filter(fs)
 		if err != nil {
 			return nil, usageError{err.Error()}
 		}

@@ -28,6 +28,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -364,14 +366,34 @@ func (cf *connFlags) define(fs *flag.FlagSet) {
 // check fills -url from the environment when no server is named, and
 // refuses a command line that names none.
 func (cf *connFlags) check(getenv func(string) string) error {
+	fromEnv := false
 	if cf.url == "" && cf.addrs == "" {
-		cf.url = getenv(envURL)
+		cf.url, fromEnv = getenv(envURL), true
 		if _, err := redis.ParseURL(cf.url); cf.url != "" && err != nil {
-			return fmt.Errorf("$%s is %q, not a Redis URL (%v): want redis://host:port/db; this command speaks to Redis, not to wheelq-server's HTTP address", envURL, cf.url, err)
+			return fmt.Errorf("$%s is %q, not a Redis URL (%v): want redis://host:port/db; this command speaks to Redis, not to wheelq-server's HTTP address", envURL, maskURL(cf.url), cleanURLErr(err, cf.url))
 		}
 	}
 	if cf.url == "" && cf.addrs == "" {
 		return fmt.Errorf("no Redis named: give -url redis://host:port (or -addrs with -sentinel-master or -cluster), or set $%s; wheelq has no default server", envURL)
+	}
+	// An empty host would be localhost:6379 to go-redis: a server the
+	// user did not name (`redis://$HOST:6379` with HOST unset).
+	if cf.url != "" {
+		what := "-url"
+		if fromEnv {
+			what = "$" + envURL
+		}
+		if u, err := url.Parse(cf.url); err == nil && u.Hostname() == "" {
+			return fmt.Errorf("%s %q names no host: want redis://host:port/db; wheelq has no default server", what, maskURL(cf.url))
+		}
+	}
+	for _, a := range splitAddrs(cf.addrs) {
+		if host, _, err := net.SplitHostPort(a); err != nil || host == "" {
+			return fmt.Errorf("bad -addrs entry %q: want host:port; wheelq has no default server", a)
+		}
+	}
+	if strings.TrimSpace(cf.namespace) == "" {
+		return errors.New("-namespace is empty: name the queue's namespace (its default is \"default\")")
 	}
 	if cf.timeout <= 0 {
 		return fmt.Errorf("bad -timeout %v: want > 0", cf.timeout)
@@ -440,24 +462,44 @@ func connect(url, addrs, master string, cluster bool) (redis.UniversalClient, st
 		if len(list) == 0 {
 			return nil, "", errors.New("-sentinel-master needs -addrs, the Sentinels' host:port list")
 		}
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: list}),
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: list, ContextTimeoutEnabled: true}),
 			fmt.Sprintf("Sentinel master %q via %s", master, addrs), nil
 	case cluster:
 		if len(list) == 0 {
 			return nil, "", errors.New("-cluster needs -addrs, some of the Cluster's host:port")
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: list}), "Cluster " + addrs, nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: list, ContextTimeoutEnabled: true}), "Cluster " + addrs, nil
 	case addrs != "":
 		if len(list) != 1 {
 			return nil, "", errors.New("several -addrs need -sentinel-master or -cluster")
 		}
-		return redis.NewClient(&redis.Options{Addr: list[0]}), list[0], nil
+		return redis.NewClient(&redis.Options{Addr: list[0], ContextTimeoutEnabled: true}), list[0], nil
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, "", fmt.Errorf("bad -url %q: %v (want redis://host:port/db)", url, err)
+		return nil, "", fmt.Errorf("bad -url %q: %v (want redis://host:port/db)", maskURL(url), cleanURLErr(err, url))
 	}
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), opt.Addr, nil
+}
+
+// maskURL is raw with its password masked, to be printed.
+func maskURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	// Unparsable: mask whatever stands between the scheme and an '@'.
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if j := strings.LastIndex(raw, "@"); j > i {
+			return raw[:i+3] + "xxxxx" + raw[j:]
+		}
+	}
+	return raw
+}
+
+// cleanURLErr is a URL parser's error with the URL in it masked.
+func cleanURLErr(err error, raw string) string {
+	return strings.ReplaceAll(err.Error(), raw, maskURL(raw))
 }
 
 func splitAddrs(s string) []string {

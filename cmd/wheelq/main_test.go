@@ -323,3 +323,80 @@ func TestRecurringCommands(t *testing.T) {
 	code, _, errs = wq(t, srv, "unrecur")
 	require.Equal(t, 2, code, errs)
 }
+
+// TestNothingUnnamed: an empty value never widens what a command acts on
+// or where: an empty filter flag, an empty -namespace, a Redis URL or
+// -addrs entry naming no host (go-redis would take localhost:6379) are
+// usage errors, and nothing is cancelled; a password in a refused URL is
+// not printed. (Found by a red-team helper: `cancel -topic "$T"` with T
+// unset cancelled every pending job; `WHEELQ_URL=redis://` went to
+// localhost:6379.)
+func TestNothingUnnamed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4})
+	require.NoError(t, err)
+	for _, id := range []string{"a", "b"} {
+		_, err = q.Schedule(ctx, "orders", nil, wheelq.ID(id), wheelq.After(time.Hour))
+		require.NoError(t, err)
+	}
+	for _, args := range [][]string{
+		{"cancel", "-topic", ""}, {"cancel", "-after", ""}, {"cancel", "-topic", " "}, {"cancel", "-state", ""},
+		{"requeue", "-topic", ""}, {"ls", "-topic", ""},
+	} {
+		code, _, errs := wq(t, srv, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errs)
+		require.Contains(t, errs, "empty", "%v", args)
+	}
+	counts, err := q.Counts(ctx)
+	require.NoError(t, err)
+	require.Len(t, counts, 1)
+	require.EqualValues(t, 2, counts[0].Pending, "nothing cancelled")
+
+	for _, args := range [][]string{
+		{"-url", "redis://", "stats"}, {"-url", "redis:///0", "stats"}, {"-url", "redis://:6379", "stats"},
+		{"-url", "redis://user:s3cretpw@/2", "stats"}, {"-url", "rediss://", "stats"},
+		{"-addrs", ":6379", "stats"}, {"-url", "redis://" + srv.Addr, "-namespace", "", "stats"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, args, &out, &errb)
+		require.Equal(t, 2, code, "%v: %s", args, errb.String())
+		require.NotContains(t, errb.String(), "localhost:6379", "%v", args)
+		require.NotContains(t, errb.String(), "s3cretpw", "%v", args)
+	}
+	var out, errb bytes.Buffer
+	code := runEnv(ctx, []string{"stats"}, func(k string) string {
+		return map[string]string{envURL: "redis://admin:s3cretpw@"}[k]
+	}, &out, &errb)
+	require.Equal(t, 2, code, errb.String())
+	require.NotContains(t, errb.String(), "s3cretpw")
+	errb.Reset()
+	code = run(ctx, []string{"-url", "redis://admin:s3cretpw@127.0.0.1:1", "-timeout", "300ms", "stats"}, &out, &errb)
+	require.Equal(t, 1, code)
+	require.NotContains(t, errb.String(), "s3cretpw")
+}
+
+// TestTimeoutBounds: -timeout bounds each Redis call, also when Redis
+// holds the call (CLIENT PAUSE): before, go-redis's own 3 s read timeout
+// applied, and a 300 ms -timeout waited out a 6 s pause. (Found by a
+// red-team helper.)
+func TestTimeoutBounds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	ctx := context.Background()
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4})
+	require.NoError(t, err)
+	_, err = q.Schedule(ctx, "orders", nil, wheelq.After(time.Hour))
+	require.NoError(t, err)
+	code, _, errs := wq(t, srv, "-timeout", "300ms", "stats")
+	require.Equal(t, 0, code, errs)
+	require.NoError(t, srv.NewClient().Do(ctx, "CLIENT", "PAUSE", 6000, "ALL").Err())
+	t.Cleanup(func() { _ = srv.NewClient().Do(ctx, "CLIENT", "UNPAUSE").Err() })
+	start := time.Now()
+	code, _, errs = wq(t, srv, "-timeout", "300ms", "stats")
+	took := time.Since(start)
+	require.Equal(t, 1, code, errs)
+	require.Less(t, took, 4*time.Second, "a 300 ms -timeout waited %v", took)
+}
