@@ -367,13 +367,14 @@ func (cf *connFlags) define(fs *flag.FlagSet) {
 // refuses a command line that names none.
 func (cf *connFlags) check(getenv func(string) string) error {
 	fromEnv := false
-	if cf.url == "" && cf.addrs == "" {
+	named := cf.url != "" || cf.addrs != "" || cf.master != "" || cf.cluster // -sentinel-master or -cluster: -addrs is what is missing
+	if !named {
 		cf.url, fromEnv = getenv(envURL), true
 		if _, err := redis.ParseURL(cf.url); cf.url != "" && err != nil {
 			return fmt.Errorf("$%s is %q, not a Redis URL (%v): want redis://host:port/db; this command speaks to Redis, not to wheelq-server's HTTP address", envURL, maskURL(cf.url), cleanURLErr(err, cf.url))
 		}
 	}
-	if cf.url == "" && cf.addrs == "" {
+	if cf.url == "" && cf.addrs == "" && cf.master == "" && !cf.cluster {
 		return fmt.Errorf("no Redis named: give -url redis://host:port (or -addrs with -sentinel-master or -cluster), or set $%s; wheelq has no default server", envURL)
 	}
 	// An empty host would be localhost:6379 to go-redis: a server the

@@ -371,6 +371,12 @@ func TestNothingUnnamed(t *testing.T) {
 	}, &out, &errb)
 	require.Equal(t, 2, code, errb.String())
 	require.NotContains(t, errb.String(), "s3cretpw")
+	for _, args := range [][]string{{"-sentinel-master", "m", "stats"}, {"-cluster", "stats"}} {
+		errb.Reset()
+		code = runEnv(ctx, args, func(k string) string { return map[string]string{envURL: "redis://127.0.0.1:1"}[k] }, &out, &errb)
+		require.Equal(t, 2, code, errb.String())
+		require.Contains(t, errb.String(), "needs -addrs", "with $%s set, what is missing is -addrs", envURL)
+	}
 	errb.Reset()
 	code = run(ctx, []string{"-url", "redis://admin:s3cretpw@127.0.0.1:1", "-timeout", "300ms", "stats"}, &out, &errb)
 	require.Equal(t, 1, code)
