@@ -101,7 +101,7 @@ func (c *Client) Schedule(ctx context.Context, topic string, payload []byte, s S
 		b.OnDuplicate = "replace"
 	}
 	var out Scheduled
-	return out, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(topic), b, &out)
+	return out, c.do(ctx, "POST", "/v1/jobs/"+segment(topic), b, &out)
 }
 
 // Cancel deletes a job: it never runs after Cancel returned nil
@@ -248,7 +248,18 @@ func (c *Client) Touch(ctx context.Context, r *Reservation, ttr time.Duration) (
 }
 
 func jobPath(topic, id string) string {
-	return "/v1/jobs/" + url.PathEscape(topic) + "/" + url.PathEscape(id)
+	return "/v1/jobs/" + segment(topic) + "/" + segment(id)
+}
+
+// segment escapes s as one path segment. url.PathEscape leaves "." and
+// ".." as they are, which the server refuses as dot segments (no_route),
+// and which a proxy may resolve away; their dots are escaped (%2E), which
+// the server decodes back to the topic or id.
+func segment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
