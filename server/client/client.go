@@ -2,7 +2,11 @@
 // for services that do not embed wheelq: schedule, cancel, reschedule,
 // get, reserve, ack, nack, touch. It speaks the API's JSON with the
 // standard library only; an error of the server is an *apierr.Error,
-// which errors.Is matches against this package's sentinels by code:
+// which errors.Is matches against this package's sentinels by code. Only
+// a 2xx reply is success, and only with the JSON body expected. A reply
+// that is not the server's (a proxy's 502, 503 or 504 page) matches
+// ErrUnavailable or ErrOutcomeUnknown as its status allows, and a server
+// that refuses connections (restarting) ErrUnavailable:
 //
 //	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
 //	_, err := c.Schedule(ctx, "orders.expire", []byte(order), client.Schedule{ID: order, Delay: 30 * time.Minute})
@@ -13,11 +17,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/wheelq/wheelq/server/apierr"
@@ -101,7 +108,14 @@ func (c *Client) Schedule(ctx context.Context, topic string, payload []byte, s S
 		b.OnDuplicate = "replace"
 	}
 	var out Scheduled
-	return out, c.do(ctx, "POST", "/v1/jobs/"+segment(topic), b, &out)
+	path := "/v1/jobs/" + segment(topic)
+	if err := c.do(ctx, "POST", path, b, &out); err != nil {
+		return Scheduled{}, err
+	}
+	if out.ID == "" {
+		return Scheduled{}, malformed("POST", path, "has no job id")
+	}
+	return out, nil
 }
 
 // Cancel deletes a job: it never runs after Cancel returned nil
@@ -143,7 +157,14 @@ func (j *Job) Bytes() []byte {
 // Get says what became of a job.
 func (c *Client) Get(ctx context.Context, topic, id string) (Job, error) {
 	var j Job
-	return j, c.do(ctx, "GET", jobPath(topic, id), nil, &j)
+	path := jobPath(topic, id)
+	if err := c.do(ctx, "GET", path, nil, &j); err != nil {
+		return Job{}, err
+	}
+	if j.ID == "" || j.State == "" {
+		return Job{}, malformed("GET", path, "has no job id or state")
+	}
+	return j, nil
 }
 
 // Reserve asks.
@@ -184,10 +205,16 @@ func (r *Reservation) Bytes() []byte {
 // r.Max of them; none if none came due.
 func (c *Client) Reserve(ctx context.Context, r Reserve) ([]Reservation, error) {
 	var out struct {
-		Jobs []Reservation `json:"jobs"`
+		Jobs *[]Reservation `json:"jobs"`
 	}
 	body := map[string]any{"topics": r.Topics, "max": r.Max, "ttr_ms": r.TTR.Milliseconds(), "wait_ms": r.Wait.Milliseconds()}
-	return out.Jobs, c.do(ctx, "POST", "/v1/reserve", body, &out)
+	if err := c.do(ctx, "POST", "/v1/reserve", body, &out); err != nil {
+		return nil, err
+	}
+	if out.Jobs == nil {
+		return nil, malformed("POST", "/v1/reserve", "has no jobs list")
+	}
+	return *out.Jobs, nil
 }
 
 // Ack says a reserved job is done.
@@ -218,9 +245,12 @@ func (c *Client) AckAll(ctx context.Context, rs []Reservation) ([]error, error) 
 	if err := c.do(ctx, "POST", "/v1/ack", body, &out); err != nil {
 		return nil, err
 	}
+	if len(out.Results) != len(rs) {
+		return nil, malformed("POST", "/v1/ack", fmt.Sprintf("has %d results for %d receipts", len(out.Results), len(rs)))
+	}
 	errs := make([]error, len(rs))
 	for i := range errs {
-		if i < len(out.Results) && out.Results[i].Error != nil {
+		if out.Results[i].Error != nil {
 			errs[i] = out.Results[i].Error
 		}
 	}
@@ -240,11 +270,15 @@ func (c *Client) Touch(ctx context.Context, r *Reservation, ttr time.Duration) (
 	var out struct {
 		Deadline time.Time `json:"deadline"`
 	}
-	err := c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/touch", map[string]any{"token": r.Token, "ttr_ms": ttr.Milliseconds()}, &out)
-	if err == nil {
-		r.Deadline = out.Deadline
+	path := jobPath(r.Topic, r.ID) + "/touch"
+	if err := c.do(ctx, "POST", path, map[string]any{"token": r.Token, "ttr_ms": ttr.Milliseconds()}, &out); err != nil {
+		return time.Time{}, err
 	}
-	return out.Deadline, err
+	if out.Deadline.IsZero() {
+		return time.Time{}, malformed("POST", path, "has no deadline")
+	}
+	r.Deadline = out.Deadline
+	return out.Deadline, nil
 }
 
 func jobPath(topic, id string) string {
@@ -262,6 +296,10 @@ func segment(s string) string {
 	return url.PathEscape(s)
 }
 
+// do sends a request and decodes its reply into out (nil: any body is
+// ignored). Only a 2xx is success; with out set, its body must be the JSON
+// expected, else the error names the method and path. A reply that is not
+// the server's JSON error is mapped by its status (replyError).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -281,6 +319,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
+		if ctx.Err() == nil && notSent(err) {
+			return fmt.Errorf("wheelq client: %s %s: %w: %w", method, path, ErrUnavailable, err)
+		}
 		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
@@ -288,17 +329,68 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
 	}
-	if resp.StatusCode >= 400 {
-		var e struct {
-			Error apierr.Error `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
-			return fmt.Errorf("wheelq client: %s %s: %s", method, path, resp.Status)
-		}
-		return &e.Error
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return replyError(method, path, resp, b)
 	}
-	if out != nil && len(b) > 0 {
-		return json.Unmarshal(b, out)
+	if out == nil {
+		return nil
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return fmt.Errorf("wheelq client: %s %s: %s with an empty body", method, path, resp.Status)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("wheelq client: %s %s: %s with a body that is not the reply expected: %w", method, path, resp.Status, err)
 	}
 	return nil
+}
+
+// malformed is the error of a 2xx reply that decoded but lacks what it
+// must hold.
+func malformed(method, path, what string) error {
+	return fmt.Errorf("wheelq client: %s %s: the reply %s", method, path, what)
+}
+
+// notSent says err is a failure to connect (refused, no route, a failed
+// dial): the request was not sent, so nothing was applied.
+func notSent(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// replyError is the error of a reply that is not a 2xx. The server's JSON
+// error is returned as it is (*apierr.Error). Any other reply (a proxy's
+// plain or HTML page, a redirect) is mapped by status where that is safe:
+// 503 is ErrUnavailable (nothing was done; its Retry-After, if any, is in
+// the message); 502 and 504 are ErrUnavailable for a GET, which changes
+// nothing, and ErrOutcomeUnknown for any other method, since the proxy
+// may have passed the write on before it failed. Every other status
+// matches no sentinel.
+func replyError(method, path string, resp *http.Response, b []byte) error {
+	var e struct {
+		Error *apierr.Error `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Code != "" {
+		return e.Error
+	}
+	msg := fmt.Sprintf("%s %s: %s, not the wheelq server's reply", method, path, resp.Status)
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		msg += " (Retry-After " + ra + ")"
+	}
+	code := apierr.Code("")
+	switch resp.StatusCode {
+	case http.StatusServiceUnavailable:
+		code = apierr.Unavailable
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		code = apierr.OutcomeUnknown
+		if method == http.MethodGet || method == http.MethodHead {
+			code = apierr.Unavailable
+		}
+	}
+	if code == "" {
+		return errors.New("wheelq client: " + msg)
+	}
+	return &apierr.Error{Code: code, Message: "wheelq client: " + msg}
 }
