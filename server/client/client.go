@@ -26,6 +26,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wheelq/wheelq/server/apierr"
 )
@@ -257,11 +258,74 @@ func (c *Client) AckAll(ctx context.Context, rs []Reservation) ([]error, error) 
 	return errs, nil
 }
 
+// MaxCause is the most bytes of a Nack's cause sent. The server takes a
+// nack body of up to 8 KiB and keeps a job's last error to 2,048 bytes
+// (cut without regard to UTF-8), so a longer cause is cut here, at a
+// UTF-8 boundary, to end with TruncatedMarker within MaxCause. A cause of
+// many characters JSON escapes (control characters, invalid UTF-8) is cut
+// shorter, so that its JSON stays within 7 KiB.
+const MaxCause = 2048
+
+// TruncatedMarker ends a cause Nack cut.
+const TruncatedMarker = "… (truncated)"
+
+// maxCauseJSON bounds a cause's JSON string (quotes and escapes
+// included), leaving room in the nack body for the token and options.
+const maxCauseJSON = 7 << 10
+
 // Nack says a reserved job failed: retried after retryAfter (0: the
-// server's backoff), or dead-lettered if permanent.
+// server's backoff), or dead-lettered if permanent. A cause longer than
+// MaxCause bytes is cut (see MaxCause), so that the nack is not refused
+// too_large, which would leave the job reserved until its time-to-run.
 func (c *Client) Nack(ctx context.Context, r *Reservation, cause string, retryAfter time.Duration, permanent bool) error {
-	return c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/nack", map[string]any{"token": r.Token, "error": cause,
+	return c.do(ctx, "POST", jobPath(r.Topic, r.ID)+"/nack", map[string]any{"token": r.Token, "error": truncateCause(cause),
 		"retry_after_ms": retryAfter.Milliseconds(), "permanent": permanent}, nil)
+}
+
+// truncateCause cuts cause at a rune boundary to at most MaxCause bytes
+// and maxCauseJSON bytes of JSON, TruncatedMarker included.
+func truncateCause(cause string) string {
+	size, enc := 0, 2
+	for i, r := range cause {
+		n := utf8.RuneLen(r)
+		if r == utf8.RuneError {
+			_, n = utf8.DecodeRuneInString(cause[i:])
+		}
+		size += n
+		enc += jsonLen(r, n)
+	}
+	if size <= MaxCause && enc <= maxCauseJSON {
+		return cause
+	}
+	size, enc = 0, 2
+	maxSize, maxEnc := MaxCause-len(TruncatedMarker), maxCauseJSON-len(TruncatedMarker)
+	for i, r := range cause {
+		n := utf8.RuneLen(r)
+		if r == utf8.RuneError {
+			_, n = utf8.DecodeRuneInString(cause[i:])
+		}
+		e := jsonLen(r, n)
+		if size+n > maxSize || enc+e > maxEnc {
+			return cause[:i] + TruncatedMarker
+		}
+		size += n
+		enc += e
+	}
+	return cause + TruncatedMarker
+}
+
+// jsonLen is how many bytes encoding/json (without HTML escaping) writes
+// for rune r of n bytes in a string.
+func jsonLen(r rune, n int) int {
+	switch {
+	case r == utf8.RuneError && n == 1:
+		return 6 // \ufffd
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '\u2028' || r == '\u2029':
+		return 6
+	}
+	return n
 }
 
 // Touch extends a reservation to ttr from now; it returns the new
@@ -303,11 +367,15 @@ func segment(s string) string {
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		// Without HTML escaping: '<', '>' and '&' take one byte each, not
+		// six, against the server's limits on bodies.
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(body); err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
+		rd = &buf
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
