@@ -31,7 +31,8 @@ import (
 	"github.com/wheelq/wheelq/server/apierr"
 )
 
-// Sentinels for errors.Is: one per code the server answers with.
+// Sentinels for errors.Is: one per code the server answers with
+// (apierr.Codes).
 var (
 	ErrInvalid         = &apierr.Error{Code: apierr.Invalid}
 	ErrTooLarge        = &apierr.Error{Code: apierr.TooLarge}
@@ -46,15 +47,22 @@ var (
 	ErrTooManyWaiters  = &apierr.Error{Code: apierr.TooManyWaiters}
 	ErrUnavailable     = &apierr.Error{Code: apierr.Unavailable}
 	ErrOutcomeUnknown  = &apierr.Error{Code: apierr.OutcomeUnknown}
+	// ErrNoRoute: no such route, or a path not in canonical form.
+	ErrNoRoute = &apierr.Error{Code: apierr.NoRoute}
+	// ErrMethodNotAllowed: the route does not take the method.
+	ErrMethodNotAllowed = &apierr.Error{Code: apierr.MethodNotAllow}
+	// ErrInternal: a bug of the server (the detail is in its log).
+	ErrInternal = &apierr.Error{Code: apierr.Internal}
 )
 
 // Client calls one wheelq server.
 type Client struct {
 	base  string
 	token string
-	// HTTP is the client requests go through; default one without a
-	// timeout of its own (each call's context bounds it; a reserve's
-	// wait is added to it).
+	// HTTP is the client requests go through; the default has no
+	// timeout of its own: each call's context bounds it. Its Timeout, if
+	// set, bounds every request as it is, a Reserve's long poll included,
+	// so it must be longer than any Reserve's Wait.
 	HTTP *http.Client
 }
 
@@ -171,8 +179,9 @@ func (c *Client) Get(ctx context.Context, topic, id string) (Job, error) {
 // Reserve asks.
 type Reserve struct {
 	Topics []string
-	// Max jobs (0: 1); TTR (0: 30 s); Wait for a due job (0: only those
-	// due now).
+	// Max jobs (0: 1); TTR (0: the server's default, 30 s; under a
+	// millisecond but not 0: ErrInvalid, the API counts it in ms); Wait
+	// for a due job (0: only those due now).
 	Max  int
 	TTR  time.Duration
 	Wait time.Duration
@@ -208,6 +217,9 @@ func (c *Client) Reserve(ctx context.Context, r Reserve) ([]Reservation, error) 
 	var out struct {
 		Jobs *[]Reservation `json:"jobs"`
 	}
+	if err := checkTTR("POST", "/v1/reserve", r.TTR); err != nil {
+		return nil, err
+	}
 	body := map[string]any{"topics": r.Topics, "max": r.Max, "ttr_ms": r.TTR.Milliseconds(), "wait_ms": r.Wait.Milliseconds()}
 	if err := c.do(ctx, "POST", "/v1/reserve", body, &out); err != nil {
 		return nil, err
@@ -225,8 +237,12 @@ func (c *Client) Ack(ctx context.Context, r *Reservation) error {
 
 // AckAll acks many reserved jobs in one request (they share Redis round
 // trips); it returns one error per reservation, nil where acked, and an
-// error of the request as a whole.
+// error of the request as a whole. No reservations: nil, nil, and no
+// request.
 func (c *Client) AckAll(ctx context.Context, rs []Reservation) ([]error, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
 	type receipt struct {
 		Topic string `json:"topic"`
 		ID    string `json:"id"`
@@ -328,13 +344,17 @@ func jsonLen(r rune, n int) int {
 	return n
 }
 
-// Touch extends a reservation to ttr from now; it returns the new
+// Touch extends a reservation to ttr from now (0: the server's default,
+// 30 s; under a millisecond but not 0: ErrInvalid); it returns the new
 // deadline.
 func (c *Client) Touch(ctx context.Context, r *Reservation, ttr time.Duration) (time.Time, error) {
 	var out struct {
 		Deadline time.Time `json:"deadline"`
 	}
 	path := jobPath(r.Topic, r.ID) + "/touch"
+	if err := checkTTR("POST", path, ttr); err != nil {
+		return time.Time{}, err
+	}
 	if err := c.do(ctx, "POST", path, map[string]any{"token": r.Token, "ttr_ms": ttr.Milliseconds()}, &out); err != nil {
 		return time.Time{}, err
 	}
@@ -343,6 +363,15 @@ func (c *Client) Touch(ctx context.Context, r *Reservation, ttr time.Duration) (
 	}
 	r.Deadline = out.Deadline
 	return out.Deadline, nil
+}
+
+// checkTTR refuses a TTR that is not 0 but is 0 in whole milliseconds,
+// which the API would take for its default.
+func checkTTR(method, path string, ttr time.Duration) error {
+	if ttr != 0 && ttr.Milliseconds() == 0 {
+		return &apierr.Error{Code: apierr.Invalid, Message: fmt.Sprintf("wheelq client: %s %s: ttr %v is under a millisecond (0 is the default)", method, path, ttr)}
+	}
+	return nil
 }
 
 func jobPath(topic, id string) string {
