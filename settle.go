@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wheelq/wheelq/internal/batch"
 	"github.com/wheelq/wheelq/internal/persist"
@@ -399,9 +400,14 @@ func (s *settler) stop(ctx context.Context) error {
 	return oerr
 }
 
+// truncate cuts s to at most n bytes, at a rune boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	// At a rune boundary: the stored text stays valid UTF-8.
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

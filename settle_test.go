@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -237,4 +239,16 @@ func TestSettlesSplitWhileJobsWait(t *testing.T) {
 
 	clk.Advance(3 * time.Millisecond)
 	eventually(t, func() bool { return ran.Load() == parts*each+1 }, "the later job runs at its time")
+}
+
+// TestTruncateKeepsRunes: a last error cut to its bound is cut at a rune
+// boundary, so the stored text stays valid UTF-8. (A helper saw the cut
+// split a character.)
+func TestTruncateKeepsRunes(t *testing.T) {
+	s := strings.Repeat("a", 2047) + "é" + "tail" // é is 2 bytes, at 2047-2048
+	got := truncate(s, 2048)
+	require.True(t, utf8.ValidString(got), "%q", got[len(got)-4:])
+	require.Equal(t, strings.Repeat("a", 2047), got)
+	require.Equal(t, "abc", truncate("abc", 2048))
+	require.Equal(t, "ab", truncate("abc", 2))
 }
