@@ -143,8 +143,11 @@ type NackOptions struct {
 // pullStage holds the consumers blocked in Reserve and the jobs of pulled
 // topics whose time has come.
 type pullStage struct {
-	mu       sync.Mutex
-	declared map[string]bool // guarded by mu: topics this queue pulls (Pull)
+	mu sync.Mutex
+	// declared holds the topics this queue pulls (Pull): replaced whole,
+	// under mu, never changed, so that Reserve and Schedule (with
+	// Config.RefuseUnhandled) read it without mu.
+	declared atomic.Pointer[map[string]bool]
 	// known holds the namespace's pulled topics: declared here, or
 	// recorded in Redis by another process (read at Start and every
 	// pauseRecheck, and when announced). A job of one is never run by a
@@ -200,12 +203,13 @@ func newPullStage() *pullStage {
 	binary.LittleEndian.PutUint32(nb[:], rand.Uint32())
 	binary.LittleEndian.PutUint16(nb[4:], uint16(rand.Uint32()))
 	ps := &pullStage{
-		declared: map[string]bool{}, byTopic: map[string][]*pullWaiter{}, looked: map[string]time.Time{},
+		byTopic: map[string][]*pullWaiter{}, looked: map[string]time.Time{},
 		gen: map[string]uint64{}, drained: map[string]uint64{},
 		nonce: base64.RawURLEncoding.EncodeToString(nb[:]) + ".",
 		sig:   make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	ps.known.Store(&map[string]bool{})
+	ps.declared.Store(&map[string]bool{})
 	return ps
 }
 
@@ -215,10 +219,9 @@ func newPullStage() *pullStage {
 // Start, so the answer holds while Reserve and Pop use it.
 func (ps *pullStage) pulledTopics(topics []string) ([]string, error) {
 	topics = slices.Compact(slices.Sorted(slices.Values(topics)))
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
+	declared := *ps.declared.Load()
 	for _, t := range topics {
-		if !ps.declared[t] {
+		if !declared[t] {
 			if err := validTopic(t); err != nil {
 				return nil, err
 			}
@@ -230,9 +233,7 @@ func (ps *pullStage) pulledTopics(topics []string) ([]string, error) {
 
 // isDeclared reports whether this queue pulls topic (Pull).
 func (ps *pullStage) isDeclared(topic string) bool {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	return ps.declared[topic]
+	return (*ps.declared.Load())[topic]
 }
 
 // spareJob is a reservation waiting here for a Reserve (see spare).
@@ -288,14 +289,12 @@ func (q *Queue) Pull(topics ...string) error {
 	ps := q.pull
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	known := map[string]bool{}
-	for t := range *ps.known.Load() {
-		known[t] = true
-	}
+	known, declared := maps.Clone(*ps.known.Load()), maps.Clone(*ps.declared.Load())
 	for _, t := range topics {
-		ps.declared[t], known[t] = true, true
+		declared[t], known[t] = true, true
 		ps.gen[t] = 1 // jobs may be queued already: the first Reserve looks
 	}
+	ps.declared.Store(&declared)
 	ps.known.Store(&known)
 	return nil
 }
@@ -319,11 +318,9 @@ func (q *Queue) declareTopics(ctx context.Context) error {
 	for t := range *q.handlers.Load() {
 		modes[t] = persist.ModeHandler
 	}
-	q.pull.mu.Lock()
-	for t := range q.pull.declared {
+	for t := range *q.pull.declared.Load() {
 		modes[t] = persist.ModePull
 	}
-	q.pull.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.WriteTimeout)
 	defer cancel()
 	if err := q.store.DeclareTopics(ctx, modes); err != nil {
@@ -344,10 +341,7 @@ func (q *Queue) readTopicModes(ctx context.Context) error {
 	ps := q.pull
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	known := map[string]bool{}
-	for t := range ps.declared {
-		known[t] = true
-	}
+	known := maps.Clone(*ps.declared.Load())
 	for t, mode := range m {
 		if mode == persist.ModePull {
 			known[t] = true
