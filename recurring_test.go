@@ -478,26 +478,7 @@ func TestRecurringOwnerDiesOnAnotherHost(t *testing.T) {
 // A slot's job cancelled before it ran is likewise not brought back.
 func TestRecurringRedeclareRanSlot(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "rerun"}
-	var mu sync.Mutex
-	ran := map[string]int{} // slot (the ID up to its ".") -> runs
-	q := b.newQueue(t, Config{})
-	require.NoError(t, q.Handle("beat", HandlerFunc(func(_ context.Context, j *Job) error {
-		slot, _, _ := strings.Cut(j.ID, ".")
-		mu.Lock()
-		ran[slot]++
-		mu.Unlock()
-		return nil
-	})))
-	require.NoError(t, q.Start(b.ctx))
-	<-q.Ready()
-	runs := func(slot string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran[slot]
-	}
+	b, q, runs := slotRuns(t, "rerun")
 	start := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
 	slotOf := func(s time.Time) string { return "beat@" + strconv.FormatInt(s.UnixMilli(), 10) }
 	r := Recurring{Name: "beat", Topic: "beat", Every: time.Hour, Start: start, Payload: []byte("v1")}
@@ -623,26 +604,7 @@ func TestRecurringIf(t *testing.T) {
 // again, and it ran twice.)
 func TestRecurringRedeclareTwice(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "rerun2"}
-	var mu sync.Mutex
-	ran := map[string]int{}
-	q := b.newQueue(t, Config{})
-	require.NoError(t, q.Handle("beat", HandlerFunc(func(_ context.Context, j *Job) error {
-		slot, _, _ := strings.Cut(j.ID, ".")
-		mu.Lock()
-		ran[slot]++
-		mu.Unlock()
-		return nil
-	})))
-	require.NoError(t, q.Start(b.ctx))
-	<-q.Ready()
-	runs := func(slot string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran[slot]
-	}
+	b, q, runs := slotRuns(t, "rerun2")
 	start := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
 	slot := "beat@" + strconv.FormatInt(start.UnixMilli(), 10)
 	stored := func() []string {
@@ -669,4 +631,31 @@ func TestRecurringRedeclareTwice(t *testing.T) {
 	require.Empty(t, stored(), "the slot that ran was stored again")
 	time.Sleep(time.Until(start.Add(time.Second)))
 	require.Equal(t, 1, runs(slot), "the slot ran again at its time")
+}
+
+// slotRuns starts a queue on a Redis of its own whose handler of topic
+// "beat" counts the runs of each slot: runs(slot) says how many jobs
+// whose ID up to its "." is slot ran.
+func slotRuns(t *testing.T, ns string) (*bundle, *Queue, func(slot string) int) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: ns}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	q := b.newQueue(t, Config{})
+	require.NoError(t, q.Handle("beat", HandlerFunc(func(_ context.Context, j *Job) error {
+		slot, _, _ := strings.Cut(j.ID, ".")
+		mu.Lock()
+		ran[slot]++
+		mu.Unlock()
+		return nil
+	})))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	return b, q, func(slot string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran[slot]
+	}
 }

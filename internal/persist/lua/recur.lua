@@ -44,6 +44,29 @@ local function drop(key)
   end
 end
 
+-- readDone returns the done slots of schedule name (NAME\0d), as stored.
+local function readDone(name)
+  local list = {}
+  for s in string.gmatch(redis.call('HGET', KEYS[8], name .. '\0d') or '', '[^,]+') do
+    list[#list + 1] = s
+  end
+  return list
+end
+
+-- writeDone stores the entries of list after t (unix µs) as the done
+-- slots of schedule name; with none, the field goes.
+local function writeDone(name, list, t)
+  local keep = {}
+  for _, s in ipairs(list) do
+    if tonumber(s) > t then keep[#keep + 1] = s end
+  end
+  if #keep > 0 then
+    redis.call('HSET', KEYS[8], name .. '\0d', table.concat(keep, ','))
+  else
+    redis.call('HDEL', KEYS[8], name .. '\0d')
+  end
+end
+
 if op == 'declare' or op == 'remove' then
   local name = ARGV[2]
   local cur = redis.call('HGET', KEYS[7], name) or ''
@@ -65,25 +88,19 @@ if op == 'declare' or op == 'remove' then
     local done = {}
     if cur ~= '' then
       wm = tonumber(ARGV[5])
-      for s in string.gmatch(redis.call('HGET', KEYS[8], name .. '\0d') or '', '[^,]+') do
-        if tonumber(s) > wm then done[#done + 1] = s end
-      end
+      done = readDone(name)
     end
     for i = first, #ARGV, 2 do
       local due, key = ARGV[i], ARGV[i + 1]
       if redis.call('HEXISTS', KEYS[2], key) == 0 or redis.call('HEXISTS', KEYS[6], key) == 1 then
-        if tonumber(due) > wm then done[#done + 1] = due end
+        done[#done + 1] = due
       else
         drop(key)
       end
     end
     redis.call('HSET', KEYS[7], name, ARGV[3])
     redis.call('HSET', KEYS[8], name, string.format('%d', wm))
-    if #done > 0 then
-      redis.call('HSET', KEYS[8], name .. '\0d', table.concat(done, ','))
-    else
-      redis.call('HDEL', KEYS[8], name .. '\0d')
-    end
+    writeDone(name, done, wm)
   else
     for i = first, #ARGV do drop(ARGV[i]) end
     redis.call('HDEL', KEYS[7], name)
@@ -103,11 +120,9 @@ local recent = {}
 for s in string.gmatch(redis.call('HGET', KEYS[8], name .. '\0r') or '', '[^,]+') do
   recent[#recent + 1] = s
 end
+local dones = readDone(name)
 local done = {}
-local dones = redis.call('HGET', KEYS[8], name .. '\0d')
-if dones then
-  for s in string.gmatch(dones, '[^,]+') do done[tonumber(s)] = true end
-end
+for _, s in ipairs(dones) do done[tonumber(s)] = true end
 local out = {0}
 for i = 6, #ARGV, 3 do
   local due, key, rec = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
@@ -128,19 +143,10 @@ for i = 6, #ARGV, 3 do
 end
 while #recent > 8 do table.remove(recent, 1) end
 redis.call('HSET', KEYS[8], name, string.format('%d', wm), name .. '\0r', table.concat(recent, ','))
-if dones then
+if #dones > 0 then
   -- Kept until their time has passed (by Redis's clock), not the
   -- watermark: a later change may set the watermark back to now.
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local left = {}
-  for s in string.gmatch(dones, '[^,]+') do
-    if tonumber(s) > now then left[#left + 1] = s end
-  end
-  if #left > 0 then
-    redis.call('HSET', KEYS[8], name .. '\0d', table.concat(left, ','))
-  else
-    redis.call('HDEL', KEYS[8], name .. '\0d')
-  end
+  writeDone(name, dones, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 return out
