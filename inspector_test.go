@@ -101,6 +101,50 @@ func TestListMergesPartitionsInDueOrder(t *testing.T) {
 	})
 }
 
+// TestListCursorOnlyWhenMoreFollows: List gives a cursor only when a job
+// follows the page: a page that is exactly full and ends the listing
+// (a partition holding exactly limit jobs of it) comes back with no
+// cursor, so paging with any limit never ends on an empty page. Before,
+// List read limit members of a partition and took a full read for "more
+// to read", and `wheelq ls -limit 1` of one job said "more".
+func TestListCursorOnlyWhenMoreFollows(t *testing.T) {
+	t.Parallel()
+	eachDeployment(t, func(t *testing.T, d deployment) {
+		for _, parts := range []int{1, 8} {
+			b := d.setup(t, Config{Partitions: parts})
+			base := time.Now().Add(time.Hour)
+			for i := range 5 {
+				topic := []string{"a", "b"}[i%2] // a: 0, 2, 4; b: 1, 3
+				_, err := b.q.Schedule(b.ctx, topic, nil, ID(fmt.Sprint(i)), At(base.Add(time.Duration(i)*time.Second)))
+				require.NoError(t, err)
+			}
+			for _, c := range []struct {
+				f JobFilter
+				n int
+			}{{JobFilter{}, 5}, {JobFilter{Topic: "a"}, 3}, {JobFilter{Topic: "b"}, 2}} {
+				for limit := 1; limit <= 6; limit++ {
+					var all []JobInfo
+					pages := 0
+					for cursor := ""; ; {
+						jobs, next, err := b.q.List(b.ctx, c.f, cursor, limit)
+						require.NoError(t, err)
+						pages++
+						require.NotEmpty(t, jobs, "%d partitions, %+v, limit %d: page %d is empty", parts, c.f, limit, pages)
+						all = append(all, jobs...)
+						if next == "" {
+							break
+						}
+						require.Less(t, len(all), c.n, "%d partitions, %+v, limit %d: a cursor after the last job", parts, c.f, limit)
+						cursor = next
+					}
+					require.Len(t, all, c.n, "%d partitions, %+v, limit %d", parts, c.f, limit)
+					require.Equal(t, (c.n+limit-1)/limit, pages, "%d partitions, %+v, limit %d: full pages", parts, c.f, limit)
+				}
+			}
+		}
+	})
+}
+
 // TestListBadInput: bad filters, limits and cursors are errors that say
 // so, never a panic or a silent default.
 func TestListBadInput(t *testing.T) {

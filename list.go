@@ -156,13 +156,18 @@ type partPage struct {
 
 // List returns a page of the jobs f selects, in due order across all
 // partitions (dead jobs: in order of death), and the cursor of the next
-// page: "" starts, and "" comes back after the last page. A page holds up
-// to limit jobs (0: DefaultListLimit; at most MaxListLimit), fewer when a
-// filter by topic had to stop reading a partition (it reads at most a few
-// thousand members of each per call) or at the end; continue while the
-// cursor is not "". Jobs that change between pages (run, cancelled,
-// rescheduled) are seen where they stand when a page is read: a job moved
-// past the cursor may be listed twice, one moved before it not at all.
+// page: "" starts, and "" comes back with the last page. A page holds up
+// to limit jobs (0: DefaultListLimit; at most MaxListLimit); fewer at the
+// end, or when a filter by topic had to stop reading a partition (it
+// reads at most a few thousand members of each per call). Continue while
+// the cursor is not "": it is given only when a job follows the page as
+// read, or when a filter by topic stopped reading a partition with
+// members unread (the next page may then hold none of the topic's jobs,
+// and give a cursor again); a full page that ends the listing comes back
+// with "". Jobs that change between pages (run, cancelled, rescheduled)
+// are seen where they stand when a page is read: a job moved past the
+// cursor may be listed twice, one moved before it not at all, and the
+// page after jobs that ended meanwhile may be short or empty.
 //
 // Each job's state is StatePending, StateRunning (a run claimed, its
 // outcome not stored yet) or StateDead. A record that cannot be decoded
@@ -209,7 +214,12 @@ func (q *Queue) List(ctx context.Context, f JobFilter, cursor string, limit int)
 	var all []found
 	var bound *position // where the earliest partition with more to read stopped
 	for p := range q.cfg.Partitions {
-		pg, err := q.readPart(ctx, qu, p, from, limit)
+		// One more than the page: a partition with exactly limit jobs
+		// left is then read to its end (a reading of a set is known to be
+		// done only when it comes back short), so it gives no cursor;
+		// one with more gives limit+1 jobs, the page is full and the
+		// cursor is its last job's, with a job after it.
+		pg, err := q.readPart(ctx, qu, p, from, limit+1)
 		if err != nil {
 			return nil, "", errs.Errorf("wheelq: list: %w", unreachable(err))
 		}
@@ -289,7 +299,10 @@ func jobInfo(e persist.Entry, rec []byte, dead bool) JobInfo {
 
 // readPart reads partition p's jobs that qu selects after from (nil: from
 // the start of the window): up to limit of them, or what a scan of
-// listScanBudget members found.
+// listScanBudget members found. The page says more when the reading
+// stopped before the set's end: with limit jobs read (maybe the last ones:
+// a reading that comes back full is not known to be done) or at the
+// budget.
 func (q *Queue) readPart(ctx context.Context, qu query, p int, from *position, limit int) (partPage, error) {
 	after := func(e persist.Entry) bool { return from == nil || posOf(e).compare(*from) > 0 }
 	match := func(e persist.Entry) bool {

@@ -230,6 +230,41 @@ func TestWatchRidesOutAnOutage(t *testing.T) {
 	}
 }
 
+// TestLsSaysMoreOnlyWhenMore: ls prints its "more: add -cursor" hint only
+// when a job follows the page; a page exactly full that ends the listing
+// has none (ls -limit 1 of one job said "more", and the cursor led to an
+// empty page).
+func TestLsSaysMoreOnlyWhenMore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv) // orders/o-1, due in an hour
+	code, out, errs := wq(t, srv, "ls", "-limit", "1")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-1")
+	require.NotContains(t, errs, "more", "one job, a page of one")
+
+	q, err := wheelq.New(srv.Client(t), wheelq.Config{Namespace: "cli", Partitions: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
+	_, err = q.Schedule(context.Background(), "orders", nil, wheelq.ID("o-2"), wheelq.After(2*time.Hour))
+	require.NoError(t, err)
+	for _, args := range [][]string{{"ls", "-limit", "2"}, {"ls", "-topic", "orders", "-limit", "2"}, {"ls", "-limit", "2", "-json"}} {
+		code, out, errs = wq(t, srv, args...)
+		require.Zero(t, code, errs)
+		require.Contains(t, out, "o-2", args)
+		require.NotContains(t, errs, "more", args)
+	}
+	code, out, errs = wq(t, srv, "ls", "-limit", "1")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-1")
+	require.Contains(t, errs, "more: add -cursor ", "o-2 follows")
+	cursor := strings.TrimSpace(strings.TrimPrefix(errs, "more: add -cursor "))
+	code, out, errs = wq(t, srv, "ls", "-limit", "1", "-cursor", cursor)
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-2")
+	require.NotContains(t, errs, "more", "o-2 is the last")
+}
+
 // deadJob makes namespace "cli" on srv hold one dead job, mail/m-1.
 func deadJob(t *testing.T, srv *redistest.Server) *wheelq.Queue {
 	t.Helper()
