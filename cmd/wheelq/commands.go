@@ -662,7 +662,12 @@ func unrecurCmd(fs *flag.FlagSet) func([]string) (action, error) {
 		return func(ctx context.Context, c *cli) int {
 			cctx, cancel := context.WithTimeout(ctx, c.timeout)
 			defer cancel()
-			if err := c.q.RemoveRecurring(cctx, args[0]); err != nil {
+			err := c.q.RemoveRecurring(cctx, args[0])
+			switch {
+			case errors.Is(err, wheelq.ErrNotFound): // the sentinel's text says "job not found"
+				fmt.Fprintf(c.err, "wheelq: no recurring schedule %q (wheelq recurring lists them)\n", args[0])
+				return 1
+			case err != nil:
 				return c.fail(err)
 			}
 			fmt.Fprintf(c.out, "unrecur %s: done\n", printable(args[0]))

@@ -319,7 +319,8 @@ func TestRecurringCommands(t *testing.T) {
 	require.Contains(t, out, "unrecur nightly: done")
 	code, _, errs = wq(t, srv, "unrecur", "nightly")
 	require.Equal(t, 1, code)
-	require.Contains(t, errs, "not found")
+	require.Equal(t, "wheelq: no recurring schedule \"nightly\" (wheelq recurring lists them)\n", errs,
+		"the schedule, not a job, is not found")
 	code, _, errs = wq(t, srv, "unrecur")
 	require.Equal(t, 2, code, errs)
 }
