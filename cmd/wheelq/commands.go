@@ -212,8 +212,8 @@ func deadCmd(fs *flag.FlagSet) func([]string) (action, error) {
 		if err := noArgs(args); err != nil {
 			return nil, err
 		}
-		if *limit < 0 {
-			return nil, usagef("bad -limit %d: want >= 0", *limit)
+		if *limit < 1 {
+			return nil, usagef("bad -limit %d: want >= 1", *limit)
 		}
 		return func(ctx context.Context, c *cli) int { return c.dead(ctx, *limit, *asJSON) }, nil
 	}

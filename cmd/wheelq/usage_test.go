@@ -160,6 +160,7 @@ func TestBadUsageSaysSo(t *testing.T) {
 		{[]string{"counts", "x"}, "usage: wheelq counts"},
 		{[]string{"dead", "x"}, "usage: wheelq dead"},
 		{[]string{"dead", "-limit", "-1"}, "-limit"},
+		{[]string{"dead", "-limit", "0"}, "bad -limit 0"},
 		{[]string{"ls", "x"}, "usage: wheelq ls"},
 		{[]string{"ls", "-limit", "0"}, "bad -limit 0"},
 		{[]string{"ls", "-state", "sleeping"}, "want pending, overdue, running or dead"},
@@ -171,6 +172,9 @@ func TestBadUsageSaysSo(t *testing.T) {
 		{[]string{"run", "orders"}, "usage: wheelq run"},
 		{[]string{"requeue", "-at", "someday", "orders", "o-1"}, "bad -at"},
 		{[]string{"stats", "-frob"}, "flag provided but not defined: -frob"},
+		{[]string{"stats", "-timeout", "0"}, "bad -timeout 0s"},
+		{[]string{"watch", "-timeout", "-1s"}, "bad -timeout -1s"},
+		{[]string{"stats", "-partitions", "-1"}, "bad -partitions -1"},
 	} {
 		for _, url := range []string{"redis://" + srv.Addr, nowhere} {
 			code, out, errs := runArgs(t, append([]string{"-url", url, "-namespace", "cli"}, c.args...)...)
