@@ -116,10 +116,13 @@ func watchCmd(fs *flag.FlagSet) func([]string) (action, error) {
 }
 
 // watch prints a line of stats every interval, count times (0: until ctx
-// ends). It rides out an outage: the first failed reading prints a line
-// saying so, the next ones nothing, and the first good one after them a
-// line saying Redis is back. Each line is printed whole. The exit code is
-// 1 if the last reading failed.
+// ends). It rides out an outage, also one under way when it starts (c is
+// not attached yet: each reading tries to attach it first): the first
+// failed reading prints a line saying so, the next ones nothing, and the
+// first good one after them a line saying Redis is back. Each line is
+// printed whole. The exit code is 1 if the last reading failed; if Redis
+// answers but the namespace cannot be opened (there is none of that
+// name), watch says so and ends at once, as the other commands do.
 func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -132,7 +135,17 @@ func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 				return 0
 			}
 		}
-		s, err := c.readStats(ctx)
+		var s wheelq.Stats
+		var err error
+		if c.q == nil {
+			var code int
+			if code, err = c.attach(ctx); err == nil && code != 0 {
+				return code // attach said why
+			}
+		}
+		if err == nil {
+			s, err = c.readStats(ctx)
+		}
 		now := time.Now()
 		stamp := now.Format(time.TimeOnly)
 		switch {

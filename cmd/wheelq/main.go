@@ -82,6 +82,11 @@ type command struct {
 	// checks them and the flags' values (a usage error, before any
 	// connection) and returns the action that does the work.
 	setup func(fs *flag.FlagSet) (prepare func(args []string) (action, error))
+	// attaches says the action opens the namespace itself (cli.attach),
+	// riding out a Redis that does not answer yet: it is given a cli
+	// that is not attached. Every other action is given an attached
+	// one, and the command fails if Redis does not answer.
+	attaches bool
 }
 
 // An action does a command's work with a connected cli and returns the
@@ -108,7 +113,12 @@ func commands() []command {
 		{name: "stats", summary: "pending, overdue and dead jobs of the namespace, how late the oldest overdue one is, and the worker processes' running jobs and lateness",
 			forms: []string{"[-json]"}, setup: statsCmd},
 		{name: "watch", summary: "stats again every -interval (until interrupted or -count times)",
-			forms: []string{"[-interval 1s] [-count N]"}, setup: watchCmd},
+			forms: []string{"[-interval 1s] [-count N]"},
+			doc: "If Redis does not answer, at the start or later, watch says so once and tries\n" +
+				"again every -interval (each try is a reading of -count) until it answers, and\n" +
+				"says when it is back. It exits 1 if the last reading failed; a namespace that\n" +
+				"does not exist ends it at once.",
+			setup: watchCmd, attaches: true},
 		{name: "show", summary: "a job: its state, due time, attempts, last error, payload",
 			forms: []string{"[-json] TOPIC ID"}, setup: showCmd},
 		{name: "dead", summary: "dead-lettered jobs, oldest death first",
@@ -222,11 +232,16 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 		shortUsage(stderr, cmd)
 		return 2
 	}
-	c, code := conn.open(ctx, stdout, stderr)
+	c, code := conn.dial(stdout, stderr)
 	if c == nil {
 		return code
 	}
 	defer c.close()
+	if !cmd.attaches {
+		if code := c.open(ctx); code != 0 {
+			return code
+		}
+	}
 	return act(ctx, c)
 }
 
@@ -405,50 +420,88 @@ func (cf *connFlags) check(getenv func(string) string) error {
 	return nil
 }
 
-// open connects to the server and the namespace the flags name. It
-// returns nil and the exit code if it cannot.
-func (cf *connFlags) open(ctx context.Context, stdout, stderr io.Writer) (*cli, int) {
+// dial makes the client of the server the flags name; it does not
+// connect yet (see cli.attach). It returns nil and the exit code if the
+// flags do not make one.
+func (cf *connFlags) dial(stdout, stderr io.Writer) (*cli, int) {
 	rdb, where, err := connect(cf.url, cf.addrs, cf.master, cf.cluster)
 	if err != nil {
 		fmt.Fprintf(stderr, "wheelq: %v\n", err)
 		return nil, 2
 	}
-	pctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	err = rdb.Ping(pctx).Err()
+	return &cli{rdb: rdb, out: stdout, err: stderr, timeout: cf.timeout, where: where,
+		namespace: cf.namespace, partitions: cf.partitions}, 0
+}
+
+// open attaches c, and says why it cannot: Redis does not answer (exit
+// code 1), or what attach said. It returns the exit code, 0 if attached.
+func (c *cli) open(ctx context.Context) int {
+	code, err := c.attach(ctx)
+	var down outage
+	if errors.As(err, &down) {
+		if down.ping {
+			fmt.Fprintf(c.err, "wheelq: cannot reach Redis at %s: %v\n(is it running? give its address with -url, or -addrs with -sentinel-master or -cluster)\n", c.where, down.err)
+		} else {
+			fmt.Fprintf(c.err, "wheelq: %s at %s: %s\n", down.what, c.where, cleanErr(down.err))
+		}
+	}
+	return code
+}
+
+// An outage is why attach could not open the namespace when nothing the
+// user gave is wrong: Redis did not answer (ping), or answered an error
+// to the reading of the namespace. A later attach may pass.
+type outage struct {
+	ping bool
+	what string // what failed, when not ping
+	err  error
+}
+
+func (o outage) Error() string {
+	if o.ping {
+		return o.err.Error()
+	}
+	return o.what + ": " + cleanErr(o.err)
+}
+
+func (o outage) Unwrap() error { return o.err }
+
+// attach checks that Redis answers and opens the namespace as c.q. It
+// returns an outage (and exit code 1), having printed nothing, when Redis
+// does not answer or the namespace cannot be read: a later attach may
+// pass. Otherwise, if it fails, it prints why (there is no such namespace,
+// or the flags do not fit it) and returns the exit code.
+func (c *cli) attach(ctx context.Context) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	err := c.rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: cannot reach Redis at %s: %v\n(is it running? give its address with -url, or -addrs with -sentinel-master or -cluster)\n", where, err)
-		return nil, 1
+		return 1, outage{ping: true, err: err}
 	}
-	lctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	n, err := wheelq.Partitions(lctx, rdb, cf.namespace)
+	lctx, cancel := context.WithTimeout(ctx, c.timeout)
+	n, err := wheelq.Partitions(lctx, c.rdb, c.namespace)
 	cancel()
 	switch {
 	case errors.Is(err, wheelq.ErrInvalidConfig):
-		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: -namespace: %s\n", cleanErr(err))
-		return nil, 2
+		fmt.Fprintf(c.err, "wheelq: -namespace: %s\n", cleanErr(err))
+		return 2, nil
 	case errors.Is(err, wheelq.ErrNotFound):
-		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: no namespace %q at %s (give the queue's namespace with -namespace)\n", cf.namespace, where)
-		return nil, 1
+		fmt.Fprintf(c.err, "wheelq: no namespace %q at %s (give the queue's namespace with -namespace)\n", c.namespace, c.where)
+		return 1, nil
 	case err != nil:
-		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: reading namespace %q at %s: %s\n", cf.namespace, where, cleanErr(err))
-		return nil, 1
+		return 1, outage{what: fmt.Sprintf("reading namespace %q", c.namespace), err: err}
 	}
-	parts := cf.partitions
+	parts := c.partitions
 	if parts == 0 {
 		parts = n
 	}
-	q, err := wheelq.New(rdb, wheelq.Config{Namespace: cf.namespace, Partitions: parts, WriteTimeout: cf.timeout, MaxDelay: maxDelay})
+	q, err := wheelq.New(c.rdb, wheelq.Config{Namespace: c.namespace, Partitions: parts, WriteTimeout: c.timeout, MaxDelay: maxDelay})
 	if err != nil {
-		_ = rdb.Close()
-		fmt.Fprintf(stderr, "wheelq: %s\n", cleanErr(err))
-		return nil, 2
+		fmt.Fprintf(c.err, "wheelq: %s\n", cleanErr(err))
+		return 2, nil
 	}
-	return &cli{q: q, rdb: rdb, out: stdout, err: stderr, timeout: cf.timeout, where: where}, 0
+	c.q = q
+	return 0, nil
 }
 
 // connect makes the client the flags name, and says where it points.
@@ -515,17 +568,24 @@ func splitAddrs(s string) []string {
 
 // cli is a connection to a namespace, which the commands' actions use.
 type cli struct {
+	// q is the namespace's queue; nil until attach opens it.
 	q        *wheelq.Queue
 	rdb      redis.UniversalClient
 	out, err io.Writer
 	timeout  time.Duration
 	// where says which server it is connected to.
 	where string
+	// namespace and partitions are the flags' (partitions 0: the
+	// namespace's own).
+	namespace  string
+	partitions int
 }
 
-// close shuts the queue down and closes the client.
+// close shuts the queue down, if attached, and closes the client.
 func (c *cli) close() {
-	_ = c.q.Shutdown(context.Background())
+	if c.q != nil {
+		_ = c.q.Shutdown(context.Background())
+	}
 	_ = c.rdb.Close()
 }
 

@@ -234,6 +234,88 @@ func TestWatchRidesOutAnOutage(t *testing.T) {
 	}
 }
 
+// TestWatchWaitsForRedisAtLaunch: watch launched while Redis is down
+// rides the outage out as it does one that begins later: it says once
+// that Redis is unreachable and that it tries again, keeps trying at its
+// interval (each try a reading of -count), says when Redis is back and
+// goes on. Before, it exited 1 at once with "cannot reach Redis".
+func TestWatchWaitsForRedisAtLaunch(t *testing.T) {
+	t.Parallel()
+	// Down for good: -count readings, all failed, exit 1 saying so.
+	code, out, errs := runArgs(t, "-url", nowhere, "-namespace", "cli", "-timeout", "500ms",
+		"watch", "-interval", "10ms", "-count", "3")
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errs)
+	require.Equal(t, 1, strings.Count(out, "unreachable"), out)
+	require.Regexp(t, `^\d\d:\d\d:\d\d  Redis at 127\.0\.0\.1:1 unreachable: .*; trying again every 10ms\n$`, out)
+	require.Contains(t, errs, "the last reading failed")
+	require.NotContains(t, errs, "cannot reach", "not the one-shot commands' message")
+
+	// Down for good, no -count: it tries until interrupted, then exits 0
+	// (as when interrupted during a later outage).
+	{
+		ctx, stop := context.WithCancel(context.Background())
+		var outb, errb lockedBuffer
+		exited := make(chan int, 1)
+		go func() {
+			exited <- runEnv(ctx, []string{"-url", nowhere, "-namespace", "cli", "-timeout", "200ms",
+				"watch", "-interval", "10ms"}, func(string) string { return "" }, &outb, &errb)
+		}()
+		require.Eventually(t, func() bool { return strings.Contains(outb.String(), "trying again") },
+			20*time.Second, 10*time.Millisecond)
+		stop()
+		select {
+		case code := <-exited:
+			require.Zero(t, code, errb.String())
+		case <-time.After(10 * time.Second):
+			t.Fatal("watch did not end when interrupted")
+		}
+		require.Equal(t, 1, strings.Count(outb.String(), "unreachable"), outb.String())
+	}
+
+	// Down at launch, back later: watch waits for it, then reads.
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	srv.RequireReal(t)
+	newNamespace(t, srv)
+	srv.Stop()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var outb, errb lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runEnv(ctx, []string{"-url", "redis://" + srv.Addr, "-namespace", "cli", "-timeout", "500ms",
+			"watch", "-interval", "50ms"}, func(string) string { return "" }, &outb, &errb)
+	}()
+	waitFor := func(what string, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Count(outb.String(), what) >= n },
+			20*time.Second, 10*time.Millisecond, "%q %d times; stdout:\n%s\nstderr:\n%s", what, n, outb.String(), errb.String())
+	}
+	waitFor("unreachable", 1)
+	time.Sleep(300 * time.Millisecond) // several tries fail meanwhile
+	select {
+	case code := <-exited:
+		t.Fatalf("watch exited (%d) while Redis was down; stdout:\n%s\nstderr:\n%s", code, outb.String(), errb.String())
+	default:
+	}
+	require.NoError(t, srv.Restart())
+	waitFor("back", 1)
+	waitFor("pending 1", 2)
+	stop()
+	require.Zero(t, <-exited, errb.String())
+	s := outb.String()
+	t.Logf("watch printed:\n%s", s)
+	require.Equal(t, 1, strings.Count(s, "unreachable"), "said once per outage:\n%s", s)
+	require.Contains(t, strings.SplitN(s, "\n", 2)[0], "unreachable", "the first line:\n%s", s)
+	for _, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		require.Regexp(t, `^\d\d:\d\d:\d\d  (pending \d+ |Redis at .* unreachable|Redis at .* back)`, line, "in:\n%s", s)
+	}
+
+	// Reachable, but no such namespace: not an outage; refused at once.
+	code, _, errs = runArgs(t, "-url", "redis://"+srv.Addr, "-namespace", "nope", "watch", "-interval", "10ms")
+	require.Equal(t, 1, code, errs)
+	require.Contains(t, errs, `no namespace "nope"`)
+}
+
 // TestLsSaysMoreOnlyWhenMore: ls prints its "more: add -cursor" hint only
 // when a job follows the page; a page exactly full that ends the listing
 // has none (ls -limit 1 of one job said "more", and the cursor led to an
