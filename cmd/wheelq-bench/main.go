@@ -95,6 +95,7 @@ func main() {
 	traceFile := flag.String("trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
 	flag.DurationVar(&cfg.schedSlice, "sched-slice", 0, "run the bench's process (its queues and clients) and wheelq-server (process.sched_slice) with this Linux time slice (wheel.SetSchedSlice; 6.12 or later); the Redis, beanstalkd and stress-ng it starts keep the kernel's default; 0: the kernel's default everywhere")
 	loadCPU := flag.Int("load-cpu", 0, "run Debian's stress-ng --cpu N beside the workloads, from before the first to after the last (the machine busy with other work, as a shared host is); 0: none")
+	loadApart := flag.Bool("load-apart", false, "run -load-cpu's stress-ng in a session of its own (setsid): under Linux's autogroup scheduling a group of its own, as another service on a shared host is; without it, it shares the bench's session and competes with the bench's threads thread by thread")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: wheelq-bench [flags]\n\nworkloads:\n")
 		for _, w := range workloads {
@@ -111,6 +112,10 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.goroutines = append(cfg.goroutines, g)
+	}
+	if *loadApart && *loadCPU <= 0 {
+		fmt.Fprintln(os.Stderr, "wheelq-bench: -load-apart needs -load-cpu N")
+		os.Exit(2)
 	}
 
 	if *cpuprofile != "" {
@@ -139,7 +144,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if *loadCPU > 0 {
-		end, err := startLoad(*loadCPU)
+		end, err := startLoad(*loadCPU, *loadApart)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "wheelq-bench: -load-cpu:", err)
 			os.Exit(1)
@@ -160,6 +165,10 @@ func main() {
 		r["gomaxprocs"] = runtime.GOMAXPROCS(0)
 		r["time"] = time.Now().UTC().Format(time.RFC3339)
 		r["load_cpu"] = *loadCPU
+		if *loadCPU > 0 {
+			r["load_apart"] = *loadApart
+			r["autogroup"] = autogroup()
+		}
 		if cfg.schedSlice != 0 {
 			r["sched_slice_us"] = cfg.schedSlice.Microseconds()
 		}
