@@ -61,6 +61,14 @@ var (
 	ErrPaused = errors.New("wheelq: topic is paused")
 )
 
+// ErrContended is returned by DeclareRecurring, DeclareRecurringIf,
+// RemoveRecurring and RemoveRecurringIf when the schedule changed between
+// each of their reads of it and their change, five times in a row (other
+// callers declaring or removing it, or the queues storing its slots, at
+// that moment). The call changed nothing: the caller may retry it, after
+// a short pause.
+var ErrContended = errors.New("wheelq: recurring schedule contended (changed meanwhile at each try)")
+
 // ErrUnavailable is returned by Schedule, Cancel, Reschedule and Requeue,
 // without sending anything, while Redis is known to be unreachable: a call
 // shortly before found no connection to it, or got no answer within

@@ -557,7 +557,8 @@ func (p *plan) lastSlots(from, to time.Time, keep int) []time.Time {
 //
 // Bad fields give an error naming the field (ErrInvalidOption,
 // ErrInvalidTopic, ErrPayloadTooLarge, or ErrTooFar when the first slot
-// lies past MaxDelay).
+// lies past MaxDelay). A schedule that others change at each of its tries
+// gives ErrContended (nothing changed: retry).
 func (q *Queue) DeclareRecurring(ctx context.Context, r Recurring) error {
 	return q.declareRecurring(ctx, r, nil)
 }
@@ -627,7 +628,7 @@ func (q *Queue) declareRecurring(ctx context.Context, r Recurring, check func(st
 		}
 		return q.fillRecur(ctx, p, wm, now)
 	}
-	return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, persist.ErrSpecChanged)
+	return errs.Errorf("wheelq: declare recurring %q: %w", r.Name, ErrContended)
 }
 
 // comingSlots returns the stored slot jobs of st still to come after now
@@ -700,7 +701,8 @@ func (q *Queue) fillRecur(ctx context.Context, p *plan, wm int64, now time.Time)
 
 // RemoveRecurring removes a recurring schedule, and its stored slot jobs
 // still to come (unless a run of one has started). ErrNotFound if there
-// is no schedule of that name.
+// is no schedule of that name; ErrContended if others change it at each
+// of its tries (nothing removed: retry).
 func (q *Queue) RemoveRecurring(ctx context.Context, name string) error {
 	return q.removeRecurring(ctx, name, nil)
 }
@@ -770,7 +772,7 @@ func (q *Queue) removeRecurring(ctx context.Context, name string, check func(sto
 		}
 		return nil
 	}
-	return errs.Errorf("wheelq: remove recurring %q: %w", name, persist.ErrSpecChanged)
+	return errs.Errorf("wheelq: remove recurring %q: %w", name, ErrContended)
 }
 
 // Recurrings lists the namespace's recurring schedules, by name, each

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/crashpoint"
+	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -658,4 +659,82 @@ func slotRuns(t *testing.T, ns string) (*bundle, *Queue, func(slot string) int) 
 		defer mu.Unlock()
 		return ran[slot]
 	}
+}
+
+// contendedStore is the engine's store with another caller changing a
+// recurring schedule right after each read of it (RecurOf), before the
+// reader's compare-and-set: the race DeclareRecurring and RemoveRecurring
+// retry, lost every time while contend is set.
+type contendedStore struct {
+	engineStore
+	contend bool                    // the test goroutine's only
+	change  func(name string) error // another caller's change of the schedule
+	reads   int                     // RecurOf calls while contend was set
+}
+
+func (s *contendedStore) RecurOf(ctx context.Context, p int, name string) (persist.RecurState, error) {
+	st, err := s.engineStore.RecurOf(ctx, p, name)
+	if err == nil && s.contend {
+		s.reads++
+		if err := s.change(name); err != nil {
+			return st, fmt.Errorf("contendedStore: the other caller's change: %w", err)
+		}
+	}
+	return st, err
+}
+
+// TestRecurringContended: a declaration or removal that loses the race
+// for the schedule at each of its tries (another caller changes it
+// between each read and the change) gives up with ErrContended, which
+// says the caller may retry, having changed nothing; once the others stop,
+// the same call goes through. (Seen failing before ErrContended: the
+// error wrapped only the store's unexported ErrSpecChanged, which the
+// server answered 500 internal.)
+func TestRecurringContended(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "contend"}
+	other := b.newQueue(t, Config{})
+	r := Recurring{Name: "beat", Topic: "t", Every: time.Hour}
+	var cs *contendedStore
+	q := b.newQueue(t, Config{test: testHooks{wrapStore: func(s engineStore) engineStore {
+		n := 0
+		cs = &contendedStore{engineStore: s, change: func(string) error {
+			n++
+			o := r
+			o.Payload = []byte("other " + strconv.Itoa(n))
+			return other.DeclareRecurring(b.ctx, o)
+		}}
+		return cs
+	}}})
+	payload := func() string {
+		list, err := other.Recurrings(b.ctx)
+		require.NoError(t, err)
+		if len(list) == 0 {
+			return ""
+		}
+		return string(list[0].Payload)
+	}
+	mine := r
+	mine.Payload = []byte("mine")
+	for name, call := range map[string]func() error{
+		"DeclareRecurring":   func() error { return q.DeclareRecurring(b.ctx, mine) },
+		"DeclareRecurringIf": func() error { return q.DeclareRecurringIf(b.ctx, mine, func(*Recurring) error { return nil }) },
+		"RemoveRecurring":    func() error { return q.RemoveRecurring(b.ctx, "beat") },
+		"RemoveRecurringIf":  func() error { return q.RemoveRecurringIf(b.ctx, "beat", func(*Recurring) error { return nil }) },
+	} {
+		if strings.HasPrefix(name, "Remove") && payload() == "" {
+			require.NoError(t, other.DeclareRecurring(b.ctx, r))
+		}
+		cs.contend, cs.reads = true, 0
+		err := call()
+		require.ErrorIs(t, err, ErrContended, "%s", name)
+		require.Equal(t, 5, cs.reads, "%s: tries", name)
+		require.True(t, strings.HasPrefix(payload(), "other "), "%s: the other caller's schedule stays: %q", name, payload())
+		cs.contend = false
+	}
+	require.NoError(t, q.DeclareRecurring(b.ctx, mine))
+	require.Equal(t, "mine", payload())
+	require.NoError(t, q.RemoveRecurring(b.ctx, "beat"))
+	require.Empty(t, payload())
 }
