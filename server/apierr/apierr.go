@@ -35,6 +35,7 @@ const (
 	Paused          Code = "paused"
 	TooManyWaiters  Code = "too_many_waiters"
 	Unavailable     Code = "unavailable"
+	Contended       Code = "contended"
 	OutcomeUnknown  Code = "outcome_unknown"
 	Internal        Code = "internal"
 )
@@ -64,6 +65,7 @@ func Codes() []Info {
 		{Paused, http.StatusConflict, "every topic asked for is paused"},
 		{TooManyWaiters, http.StatusTooManyRequests, "the token holds http.max_polls_per_token long polls already"},
 		{Unavailable, http.StatusServiceUnavailable, "Redis is unreachable or did not answer a read in time, or the server is shutting down: retry later"},
+		{Contended, http.StatusServiceUnavailable, "a recurring schedule changed under the request at each of its tries (other clients declaring or removing it at once): nothing was done; retry"},
 		{OutcomeUnknown, http.StatusGatewayTimeout, "Redis did not answer a write: the request may have been applied; sending it again is safe"},
 		{Internal, http.StatusInternalServerError, "a bug: the detail is in the server's log"},
 	}
@@ -128,6 +130,8 @@ func From(err error) *Error {
 		code = OutcomeUnknown
 	case errors.Is(err, wheelq.ErrUnavailable), errors.Is(err, wheelq.ErrClosed), errors.Is(err, wheelq.ErrNotStarted):
 		code = Unavailable
+	case errors.Is(err, wheelq.ErrContended):
+		code = Contended
 	case errors.Is(err, wheelq.ErrDuplicate):
 		code = Duplicate
 	case errors.Is(err, wheelq.ErrNotFound):

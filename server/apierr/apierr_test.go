@@ -26,6 +26,7 @@ func TestFrom(t *testing.T) {
 		wheelq.ErrTopicMode: apierr.TopicMode, wheelq.ErrNotPulled: apierr.TopicMode, wheelq.ErrPaused: apierr.Paused,
 		auth.ErrUnauthorized: apierr.Unauthorized, auth.ErrForbidden: apierr.Forbidden, &http.MaxBytesError{Limit: 1}: apierr.TooLarge,
 		context.DeadlineExceeded: apierr.OutcomeUnknown, errors.New("boom"): apierr.Internal,
+		wheelq.ErrContended: apierr.Contended,
 	} {
 		got := apierr.From(fmt.Errorf("wheelq: op: %w", err))
 		require.Equal(t, code, got.Code, "%v", err)

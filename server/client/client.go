@@ -46,7 +46,10 @@ var (
 	ErrPaused          = &apierr.Error{Code: apierr.Paused}
 	ErrTooManyWaiters  = &apierr.Error{Code: apierr.TooManyWaiters}
 	ErrUnavailable     = &apierr.Error{Code: apierr.Unavailable}
-	ErrOutcomeUnknown  = &apierr.Error{Code: apierr.OutcomeUnknown}
+	// ErrContended: a recurring schedule changed under the request at
+	// each of the server's tries; nothing was done: retry.
+	ErrContended      = &apierr.Error{Code: apierr.Contended}
+	ErrOutcomeUnknown = &apierr.Error{Code: apierr.OutcomeUnknown}
 	// ErrNoRoute: no such route, or a path not in canonical form.
 	ErrNoRoute = &apierr.Error{Code: apierr.NoRoute}
 	// ErrMethodNotAllowed: the route does not take the method.

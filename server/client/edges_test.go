@@ -56,7 +56,8 @@ func TestSubMillisecondTTR(t *testing.T) {
 
 // Every code the server answers with has its sentinel.
 func TestEveryCodeHasASentinel(t *testing.T) {
-	for code, want := range map[string]error{"no_route": client.ErrNoRoute, "method_not_allowed": client.ErrMethodNotAllowed, "internal": client.ErrInternal} {
+	for code, want := range map[string]error{"no_route": client.ErrNoRoute, "method_not_allowed": client.ErrMethodNotAllowed, "internal": client.ErrInternal,
+		"contended": client.ErrContended} {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = w.Write([]byte(`{"error":{"code":"` + code + `","message":"m"}}`))

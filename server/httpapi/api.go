@@ -463,7 +463,7 @@ func (a *API) writeErrAs(w http.ResponseWriter, r *http.Request, err error, code
 		a.opts.Logger.Error("wheelq server: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = apierr.New(apierr.Internal, loggedInternal)
 	}
-	if e.Code == apierr.Unavailable || e.Code == apierr.OutcomeUnknown {
+	if e.Code == apierr.Unavailable || e.Code == apierr.Contended || e.Code == apierr.OutcomeUnknown {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Code.Status(), ErrorResponse{Error: *e})
