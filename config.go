@@ -173,7 +173,8 @@ type Config struct {
 	// RefuseUnhandled makes Schedule, ScheduleBatch and DeclareRecurring
 	// refuse, with ErrTopicMode, a job or schedule of a topic this queue
 	// neither handles (Handle) nor pulls (Pull), before anything is
-	// stored; and a schedule of such a topic stored earlier is not filled
+	// stored, and Requeue a dead job of such a topic (it stays dead);
+	// and a schedule of such a topic stored earlier is not filled
 	// by the queue's loop (a WARN names it once). For a team whose processes all run the same topics (a
 	// started wheelq-server), where such a job could only fail "no
 	// handler" until it is dead-lettered. Off by default: a producer, or

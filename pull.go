@@ -48,8 +48,9 @@ var (
 	// queue consumes the other way, and by Start for a topic recorded in
 	// Redis as consumed the other way in the namespace (by another
 	// process; docs/operations.md says how to change a topic's mode); and,
-	// with Config.RefuseUnhandled, by Schedule, ScheduleBatch and
-	// DeclareRecurring for a topic this queue neither handles nor pulls.
+	// with Config.RefuseUnhandled, by Schedule, ScheduleBatch,
+	// DeclareRecurring, Requeue and RequeueWhere for a topic this queue
+	// neither handles nor pulls.
 	ErrTopicMode = persist.ErrTopicMode
 	// ErrNotPulled is returned by Reserve for a topic this queue did not
 	// declare with Pull.

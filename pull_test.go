@@ -978,6 +978,56 @@ func TestRefuseUnhandled(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestRefuseUnhandledRequeue: with Config.RefuseUnhandled, Requeue (and
+// RequeueWhere) of a dead job whose topic this queue neither handles nor
+// pulls is refused with ErrTopicMode, as Schedule refuses a new job of
+// it, leaving the job dead: brought back, it could only fail "no handler"
+// until it was dead-lettered again. RequeueWhere of every dead job
+// requeues those of topics run here and leaves the others. (Seen failing
+// before the check: Requeue returned nil, the job pending again.)
+func TestRefuseUnhandledRequeue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "strictrq"}
+	lax := b.newQueue(t, Config{})
+	give := HandlerFunc(func(context.Context, *Job) error { return Permanent(errors.New("no")) })
+	require.NoError(t, lax.Handle("h", give))
+	require.NoError(t, lax.Handle("typo", give))
+	require.NoError(t, lax.Start(b.ctx))
+	for _, topic := range []string{"h", "typo"} {
+		_, err := lax.Schedule(b.ctx, topic, nil, ID("x"))
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			info, err := lax.Lookup(b.ctx, topic, "x")
+			return err == nil && info.State == StateDead
+		}, topic+"/x dead")
+	}
+	require.NoError(t, lax.Shutdown(b.ctx))
+
+	q := b.newQueue(t, Config{RefuseUnhandled: true})
+	require.NoError(t, q.Handle("h", HandlerFunc(func(context.Context, *Job) error { return nil })))
+	err := q.Requeue(b.ctx, "typo", "x", time.Now().Add(time.Hour))
+	require.ErrorIs(t, err, ErrTopicMode)
+	require.Contains(t, err.Error(), `"typo"`)
+	n, err := q.RequeueWhere(b.ctx, JobFilter{Topic: "typo"}, time.Now().Add(time.Hour))
+	require.ErrorIs(t, err, ErrTopicMode)
+	require.Zero(t, n)
+	info, err := q.Lookup(b.ctx, "typo", "x")
+	require.NoError(t, err)
+	require.Equal(t, StateDead, info.State, "left dead")
+
+	// Every dead job: the one of a topic run here is requeued, the other
+	// left dead.
+	n, err = q.RequeueWhere(b.ctx, JobFilter{}, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	for topic, want := range map[string]JobState{"h": StatePending, "typo": StateDead} {
+		info, err = q.Lookup(b.ctx, topic, "x")
+		require.NoError(t, err)
+		require.Equal(t, want, info.State, topic)
+	}
+}
+
 // TestRefuseUnhandledRecurring: with Config.RefuseUnhandled, a schedule
 // stored earlier whose topic this queue neither handles nor pulls (a
 // server whose configuration dropped the topic) is not filled by the

@@ -76,7 +76,11 @@ func (q *Queue) CancelWhere(ctx context.Context, f JobFilter) (int, error) {
 // StateDead) back to pending, due at at, as Requeue would one by one, a
 // page of List at a time, and returns how many it moved. A job requeued or
 // cancelled meanwhile does not count. On an error it returns the count so
-// far; calling again carries on with what is left.
+// far; calling again carries on with what is left. With
+// Config.RefuseUnhandled, f's Topic (if set) must be one this queue
+// handles or pulls (else ErrTopicMode, nothing moved), and without one,
+// the dead jobs of the topics it neither handles nor pulls are left dead,
+// uncounted, as Requeue would refuse them.
 func (q *Queue) RequeueWhere(ctx context.Context, f JobFilter, at time.Time) (int, error) {
 	if err := checkCtx(ctx, "RequeueWhere"); err != nil {
 		return 0, err
@@ -91,14 +95,27 @@ func (q *Queue) RequeueWhere(ctx context.Context, f JobFilter, at time.Time) (in
 	default:
 		return 0, fmt.Errorf("%w: RequeueWhere state %v: only dead jobs are requeued", ErrInvalidOption, f.State)
 	}
+	if f.Topic != "" {
+		if err := q.runsTopic(f.Topic); err != nil {
+			return 0, errs.Errorf("wheelq: RequeueWhere: %w", err)
+		}
+	}
 	return q.bulk(ctx, "RequeueWhere", f, func(j JobInfo) error {
+		if q.runsTopic(j.Topic) != nil {
+			return errPassOver // Config.RefuseUnhandled: not a topic run here
+		}
 		return q.Requeue(ctx, j.Topic, j.ID, at)
 	})
 }
 
+// errPassOver is what bulk's do returns for a job it leaves as it is, not
+// counted and not an error.
+var errPassOver = errors.New("wheelq: passed over")
+
 // bulk applies do to every job f selects, a page at a time, up to
 // bulkCalls calls at once, and counts the calls that returned nil
-// (ErrNotFound: gone meanwhile, not counted).
+// (ErrNotFound: gone meanwhile, not counted; errPassOver: left, not
+// counted).
 func (q *Queue) bulk(ctx context.Context, op string, f JobFilter, do func(JobInfo) error) (int, error) {
 	if _, err := q.query(op, f); err != nil {
 		return 0, err
@@ -125,7 +142,7 @@ func (q *Queue) bulk(ctx context.Context, op string, f JobFilter, do func(JobInf
 				switch {
 				case err == nil:
 					done++
-				case errors.Is(err, ErrNotFound):
+				case errors.Is(err, ErrNotFound), errors.Is(err, errPassOver):
 				case firstErr == nil:
 					firstErr = err
 				}
@@ -144,10 +161,15 @@ func (q *Queue) bulk(ctx context.Context, op string, f JobFilter, do func(JobInf
 
 // Requeue moves a dead-lettered job back to pending, due at at, with its
 // attempts reset. A job that is not dead gives ErrNotFound; at more than
-// Config.MaxDelay away gives ErrTooFar.
+// Config.MaxDelay away gives ErrTooFar. With Config.RefuseUnhandled, a job
+// of a topic this queue neither handles nor pulls gives ErrTopicMode, as
+// Schedule does, and stays dead.
 func (q *Queue) Requeue(ctx context.Context, topic, id string, at time.Time) error {
 	if err := checkCtx(ctx, "Requeue"); err != nil {
 		return err
+	}
+	if err := q.runsTopic(topic); err != nil {
+		return errs.Errorf("wheelq: requeue: %w", err)
 	}
 	key, err := q.moveTo(ctx, "requeue", topic, id, at)
 	if err != nil {

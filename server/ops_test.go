@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/server/auth"
 )
@@ -240,4 +242,40 @@ func TestServerStartedRefusesUnrunTopics(t *testing.T) {
 	for _, id := range []string{"o1", "o3"} {
 		require.Equal(t, 404, call(t, "GET", p.URL+"/v1/jobs/ordres/"+id, "", nil, nil), "nothing stored")
 	}
+}
+
+// TestServerStartedRefusesUnrunRequeue: a started server refuses, with
+// 409 topic_mode as it refuses scheduling one, to requeue a dead job of
+// a topic it neither pulls nor pushes (one dead-lettered by an earlier
+// configuration, say): brought back, it could only fail "no handler"
+// until it was dead again. The job stays dead. (Seen failing before
+// Requeue checked Config.RefuseUnhandled: 204, the job pending.)
+func TestServerStartedRefusesUnrunRequeue(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	// An earlier worker of the namespace handled "ordres" and gave its job up.
+	q, err := wheelq.New(rs.Client(t), wheelq.Config{Namespace: "default", Partitions: 16})
+	require.NoError(t, err)
+	require.NoError(t, q.Handle("ordres", wheelq.HandlerFunc(func(context.Context, *wheelq.Job) error {
+		return wheelq.Permanent(errors.New("gave up"))
+	})))
+	require.NoError(t, q.Start(ctx))
+	_, err = q.Schedule(ctx, "ordres", nil, wheelq.ID("d1"))
+	require.NoError(t, err)
+	waitFor(t, func() bool {
+		info, err := q.Lookup(ctx, "ordres", "d1")
+		return err == nil && info.State == wheelq.StateDead
+	})
+	require.NoError(t, q.Shutdown(ctx))
+
+	p := startServer(t, nil, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-pull", "orders")
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	require.Equal(t, 409, call(t, "POST", p.URL+"/v1/jobs/ordres/d1/requeue", "", map[string]any{}, &e))
+	require.Equal(t, "topic_mode", e.Error.Code)
+	require.Contains(t, e.Error.Message, `"ordres"`)
+	var info map[string]any
+	require.Equal(t, 200, call(t, "GET", p.URL+"/v1/jobs/ordres/d1", "", nil, &info))
+	require.Equal(t, "dead", info["state"], "left dead")
 }

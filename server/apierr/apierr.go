@@ -61,7 +61,7 @@ func Codes() []Info {
 		{Duplicate, http.StatusConflict, "a job with this id exists (on_duplicate reject)"},
 		{Running, http.StatusConflict, "the job is running or reserved: cancelled, but that run goes on"},
 		{ReservationLost, http.StatusConflict, "the reservation is not current: lapsed, cancelled, or settled already"},
-		{TopicMode, http.StatusConflict, "the topic is not pulled by this server (queue.pull), or is consumed the other way; or, on a started server, a job or schedule of a topic neither pulled nor pushed here"},
+		{TopicMode, http.StatusConflict, "the topic is not pulled by this server (queue.pull), or is consumed the other way; or, on a started server, a job, schedule or requeue of a topic neither pulled nor pushed here"},
 		{Paused, http.StatusConflict, "every topic asked for is paused"},
 		{TooManyWaiters, http.StatusTooManyRequests, "the token holds http.max_polls_per_token long polls already"},
 		{Unavailable, http.StatusServiceUnavailable, "Redis is unreachable or did not answer a read in time, or the server is shutting down: retry later"},
