@@ -64,9 +64,11 @@ const (
 	CodeMethodNotAllowed Code = "method_not_allowed" // 405: an action asked for with another method than POST
 	CodeLayout           Code = "layout"             // 409: the namespace's layout is another version (wheelq.ErrLayout)
 	CodePaused           Code = "paused"             // 409: the topic is paused (wheelq.ErrPaused)
+	CodeTopicMode        Code = "topic_mode"         // 409: a requeue of a topic the queue does not run (wheelq.ErrTopicMode)
 	CodeTooLarge         Code = "too_large"          // 413: an action's body past 64 KiB
 	CodeInternal         Code = "internal"           // 500: a bug, or an error the dashboard has no code for
 	CodeUnavailable      Code = "unavailable"        // 503: Redis unreachable, or the queue closed: retry
+	CodeContended        Code = "contended"          // 503: a schedule changed under its removal at each try (wheelq.ErrContended): retry
 	CodeOutcomeUnknown   Code = "outcome_unknown"    // 504: Redis did not answer an action: it may have applied
 	CodeTimeout          Code = "timeout"            // 504: the request took past Options.Timeout
 )
@@ -299,6 +301,10 @@ func errorStatus(err error) (int, Code) {
 		return http.StatusConflict, CodeLayout
 	case errors.Is(err, wheelq.ErrPaused):
 		return http.StatusConflict, CodePaused
+	case errors.Is(err, wheelq.ErrTopicMode):
+		return http.StatusConflict, CodeTopicMode
+	case errors.Is(err, wheelq.ErrContended):
+		return http.StatusServiceUnavailable, CodeContended
 	case errors.Is(err, wheelq.ErrUnavailable), errors.Is(err, wheelq.ErrClosed):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, wheelq.ErrOutcomeUnknown):

@@ -135,7 +135,7 @@ func do(t *testing.T, method, url, body string, header map[string]string) reply 
 var codeStatus = map[Code]int{
 	CodeInvalid: 400, CodeForbidden: 403, CodeCrossSite: 403, CodeReadOnly: 403,
 	CodeNotFound: 404, CodeNoRoute: 404, CodeMethodNotAllowed: 405, CodeLayout: 409,
-	CodePaused: 409, CodeTooLarge: 413, CodeInternal: 500, CodeUnavailable: 503,
+	CodePaused: 409, CodeTopicMode: 409, CodeTooLarge: 413, CodeInternal: 500, CodeUnavailable: 503, CodeContended: 503,
 	CodeOutcomeUnknown: 504, CodeTimeout: 504,
 }
 
@@ -558,4 +558,18 @@ func TestAuthorize(t *testing.T) {
 	require.Contains(t, seen, Action{Kind: KindRequeue, Topic: deadTopic, ID: deadID}, "the hook sees the target")
 	require.Contains(t, seen, Action{Kind: KindView, Topic: "mail", ID: "x"})
 	require.Contains(t, seen, Action{Kind: KindRequeue, Topic: "hooks", All: true})
+}
+
+// TestErrorStatusOfRefusals: a requeue the queue refuses for its topic
+// (wheelq.ErrTopicMode, Config.RefuseUnhandled) is 409 topic_mode, and a
+// schedule's removal that lost the race at each try (wheelq.ErrContended)
+// 503 contended, as the server's API answers them; neither is 500
+// internal.
+func TestErrorStatusOfRefusals(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]Code{wheelq.ErrTopicMode: CodeTopicMode, wheelq.ErrContended: CodeContended} {
+		status, code := errorStatus(fmt.Errorf("wheelq: op: %w", err))
+		require.Equal(t, want, code, "%v", err)
+		require.Equal(t, codeStatus[want], status, "%v", err)
+	}
 }
