@@ -136,10 +136,19 @@ type RecurringInfo struct {
 	Next []time.Time
 	// Stored is the latest slot whose job was stored (zero: none yet).
 	Stored time.Time
-	// Last is the job of the latest slot whose time has come, as Lookup
-	// gives it (its state and run history), or nil if there was none or
-	// it is no longer known (finished longer ago than the run history
-	// keeps).
+	// Last is the job of the latest slot whose time has come and whose
+	// job is known, as Lookup gives it (its state and run history), or
+	// nil if there was none or none is known any more (finished longer
+	// ago than the run history keeps). It is the slot's own job, whatever
+	// became of it: a slot whose job was cancelled shows StateCancelled,
+	// and one whose job ran early (RunNow) shows that run, also when a
+	// redeclaration of the schedule marked the slot done so as not to
+	// store it again. That is intended: the listing says what happened to
+	// the latest slot, which a run of an older slot would hide. A slot
+	// whose job never was (dropped by a redeclaration before it ran, or
+	// skipped by the missed-slot policy) is passed over for the one
+	// before it. Slots are looked up under the current Topic: after a
+	// change of Topic, the slots stored under the old one are not known.
 	Last *JobInfo
 }
 
@@ -776,7 +785,8 @@ func (q *Queue) removeRecurring(ctx context.Context, name string, check func(sto
 }
 
 // Recurrings lists the namespace's recurring schedules, by name, each
-// with its next slots and the job of its latest slot whose time has come.
+// with its next slots and the job of its latest slot whose time has come
+// (RecurringInfo.Last).
 func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
 	if err := checkCtx(ctx, "Recurrings"); err != nil {
 		return nil, err
@@ -810,22 +820,64 @@ func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
 		if st.Watermark > 0 {
 			info.Stored = time.UnixMicro(st.Watermark)
 		}
-		for i := len(st.Recent) - 1; i >= 0; i-- {
-			if s := time.UnixMicro(st.Recent[i]); !s.After(now) {
-				key := p.slotKey(s, q.cfg.Partitions)
-				_, id, _ := persist.SplitJobKey(key)
-				if ji, err := q.Lookup(ctx, p.r.Topic, id); err == nil {
-					info.Last = &ji
-				} else if !errors.Is(err, ErrNotFound) {
-					return nil, err
-				}
-				break
-			}
+		if info.Last, err = q.lastRecur(ctx, p, st, now); err != nil {
+			return nil, err
 		}
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b RecurringInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// maxLastLookups bounds the slots lastRecur looks up for one schedule.
+const maxLastLookups = 4
+
+// lastRecur returns the job of the latest slot of schedule st (compiled
+// as p) whose time has come and whose job is known, for RecurringInfo.Last.
+// The candidates, latest first: the slots the state lists as recently
+// stored (of any spec it had), and p's own latest slots up to the
+// watermark (stored, unless the missed-slot policy skipped them): the
+// recent list keeps 8, so a schedule with more slots than that in its
+// lookahead lists only slots still to come. A candidate whose job is not
+// known (dropped by a redeclaration before it ran, skipped, or forgotten
+// by the run history) gives way to the one before it, up to
+// maxLastLookups of them.
+func (q *Queue) lastRecur(ctx context.Context, p *plan, st persist.RecurState, now time.Time) (*JobInfo, error) {
+	cands := map[int64]time.Time{} // by unix µs (ceilMicro), as the state stores slots
+	for _, us := range st.Recent {
+		if s := time.UnixMicro(us); !s.After(now) {
+			cands[us] = s
+		}
+	}
+	if st.Watermark > 0 {
+		upTo := minTime(now, time.UnixMicro(st.Watermark))
+		for _, s := range p.lastSlots(upTo.Add(-lastLookback), upTo, 2) {
+			cands[ceilMicro(s)] = s // exact: its job's id has s's milliseconds
+		}
+	}
+	order := slices.Sorted(maps.Keys(cands))
+	for i, n := len(order)-1, 0; i >= 0 && n < maxLastLookups; i, n = i-1, n+1 {
+		_, id, _ := persist.SplitJobKey(p.slotKey(cands[order[i]], q.cfg.Partitions))
+		ji, err := q.Lookup(ctx, p.r.Topic, id)
+		if err == nil {
+			return &ji, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// lastLookback is how far back of the watermark lastRecur looks for a
+// schedule's own slots: a yearly one has one in it.
+const lastLookback = 400 * 24 * time.Hour
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // fillOwned stores the coming slots of the schedules of the partitions

@@ -526,6 +526,11 @@ func TestRecurringRedeclareRanSlot(t *testing.T) {
 	for _, info := range list {
 		want := start.Add(time.Hour).Add(map[string]time.Duration{"beat": 0, "skip": time.Millisecond}[info.Name])
 		require.True(t, want.Equal(info.Next[0]), "%s: the next slot is %s, want the one after, %s", info.Name, info.Next[0], want)
+		// Last is the slot's own job, as it became (RecurringInfo.Last):
+		// the early run, the cancellation.
+		require.NotNil(t, info.Last, info.Name)
+		require.Equal(t, map[string]JobState{"beat": StateDone, "skip": StateCancelled}[info.Name], info.Last.State, info.Name)
+		require.Equal(t, map[string]string{"beat": id, "skip": skip}[info.Name], info.Last.ID, info.Name)
 	}
 }
 
@@ -737,4 +742,58 @@ func TestRecurringContended(t *testing.T) {
 	require.Equal(t, "mine", payload())
 	require.NoError(t, q.RemoveRecurring(b.ctx, "beat"))
 	require.Empty(t, payload())
+}
+
+// lastOf returns the listing's Last of schedule name (nil if none).
+func lastOf(t *testing.T, q *Queue, name string) *JobInfo {
+	t.Helper()
+	list, err := q.Recurrings(context.Background())
+	require.NoError(t, err)
+	for _, ri := range list {
+		if ri.Name == name {
+			return ri.Last
+		}
+	}
+	t.Fatalf("no schedule %q listed", name)
+	return nil
+}
+
+// TestRecurringLastOfFrequent: a schedule with more slots in the
+// lookahead than the recent-slot list keeps (8) still lists the job of
+// its latest slot whose time came. (Seen failing before the listing
+// looked at the schedule's own slots: Last was nil for good, the slots
+// listed as recent being all still to come.)
+func TestRecurringLastOfFrequent(t *testing.T) {
+	t.Parallel()
+	b, q, runs := slotRuns(t, "lastfreq")
+	start := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	require.NoError(t, q.DeclareRecurring(b.ctx, Recurring{Name: "beat", Topic: "beat", Every: time.Second, Start: start}))
+	second := "beat@" + strconv.FormatInt(start.Add(time.Second).UnixMilli(), 10)
+	require.Eventually(t, func() bool { return runs(second) == 1 }, wait, 10*time.Millisecond, "slots run")
+	require.Eventually(t, func() bool {
+		last := lastOf(t, q, "beat")
+		return last != nil && last.State == StateDone && last.ID >= second
+	}, 3*time.Second, 50*time.Millisecond, "Last: %+v", lastOf(t, q, "beat"))
+}
+
+// TestRecurringLastAfterDrop: once the time has come of a slot that a
+// redeclaration dropped before it ran, the listing's Last is the slot
+// that did run before it, not nil. (Seen failing before the listing went
+// on past a slot whose job is not known: Last was nil until the new
+// spec's first slot came.)
+func TestRecurringLastAfterDrop(t *testing.T) {
+	t.Parallel()
+	b, q, runs := slotRuns(t, "lastdrop")
+	start := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	r := Recurring{Name: "beat", Topic: "beat", Every: 4 * time.Second, Start: start}
+	require.NoError(t, q.DeclareRecurring(b.ctx, r))
+	first := "beat@" + strconv.FormatInt(start.UnixMilli(), 10)
+	require.Eventually(t, func() bool { return runs(first) == 1 }, wait, 10*time.Millisecond, "the first slot runs")
+	r.Start = start.Add(6 * time.Second) // its slot at start+4s is dropped
+	require.NoError(t, q.DeclareRecurring(b.ctx, r))
+	time.Sleep(time.Until(start.Add(4500 * time.Millisecond)))
+	last := lastOf(t, q, "beat")
+	require.NotNil(t, last, "the slot that ran is the latest known")
+	require.True(t, strings.HasPrefix(last.ID, first+"."), last.ID)
+	require.Equal(t, StateDone, last.State)
 }

@@ -30,7 +30,9 @@ func keysRecur(k Keys) []string {
 
 // RecurState is a schedule as stored: its spec, the latest slot whose job
 // was stored (the watermark, unix µs; 0 for none) and the latest slots
-// stored, oldest first (up to 8).
+// stored (or passed over by a fill as done), in the order the fills
+// reached them (up to 8; a redeclaration keeps them, so the old spec's
+// slots, dropped or not, may come before the new one's earlier slots).
 type RecurState struct {
 	Partition int
 	Name      string
