@@ -27,7 +27,7 @@ func init() {
 	workloads = append(workloads,
 		workload{"server-schedule", "jobs/s scheduled through wheelq-server over HTTP with keep-alive from 32 client connections, one job per request (net/http's client, then a lean one) and batches of 100, vs the library's Schedule from 32 goroutines before and after them; the server's CPU per job", runServerSchedule},
 		workload{"server-push", "2,000 then 20,000 jobs due over [1s, 3s] (1,000 then 10,000 a second) of a topic wheelq-server POSTs to a receiver in the bench process (lateness: the POST's arrival minus due), vs precision64's handlers in the same run", runServerPush},
-		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), with Go's client then a lean one, again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream; the server's CPU, garbage and GC cycles; vs the in-process pull workload in the same run", runServerReserve},
+		workload{"server-reserve", "20,000 jobs due over [1s, 3s], 8 HTTP clients blocked in POST /v1/reserve (lateness: the reply's arrival minus due), with Go's client then a lean one, again beside 1,000 idle long polls, and 8 clients reading POST /v1/reserve/stream (Go's client, then a lean one); the server's CPU, garbage and GC cycles; vs the in-process pull workload in the same run", runServerReserve},
 	)
 }
 
@@ -392,7 +392,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 	for _, pass := range []struct {
 		stream, lean bool
 		idle         int
-	}{{false, false, 0}, {false, true, 0}, {false, false, 1000}, {true, false, 0}} {
+	}{{false, false, 0}, {false, true, 0}, {false, false, 1000}, {true, false, 0}, {true, true, 0}} {
 		idle := pass.idle
 		stopIdle := holdIdlePolls(ctx, s.url, idle)
 		time.Sleep(time.Duration(idle) * time.Millisecond) // let them open
@@ -416,6 +416,10 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 			}
 		}
 		for range 8 {
+			if pass.stream && pass.lean {
+				cw.Go(func() { leanStreamConsumer(cctx, s.url, record, &ackFailed) })
+				continue
+			}
 			if pass.stream {
 				cw.Go(func() { streamConsumer(cctx, s.url, record, &ackFailed) })
 				continue
@@ -458,6 +462,8 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 		stopIdle()
 		system := "wheelq-server HTTP reserve (long polls)"
 		switch {
+		case pass.stream && pass.lean:
+			system = "wheelq-server HTTP reserve/stream, lean client"
 		case pass.stream:
 			system = "wheelq-server HTTP reserve/stream"
 		case pass.lean:
@@ -547,6 +553,49 @@ func streamConsumer(ctx context.Context, url string, record func(string, time.Ti
 			ack(j)
 		}
 		resp.Body.Close()
+	}
+}
+
+// leanStreamConsumer reads POST /v1/reserve/stream as streamConsumer
+// does, on a keep-alive connection of its own without Go's Transport (it
+// writes the request and reads the chunked reply from the connection
+// itself, as leanReserver does), opening another stream when one ends.
+func leanStreamConsumer(ctx context.Context, base string, record func(string, time.Time), ackFailed *atomic.Int64) {
+	ack, acked := httpAcker(base, ackFailed)
+	defer acked()
+	host := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	const body = `{"topics":["p"],"max":100,"wait_ms":60000}`
+	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	for ctx.Err() == nil {
+		fmt.Fprintf(w, "POST /v1/reserve/stream HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
+		if w.Flush() != nil {
+			return
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			return
+		}
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var j receipt
+			if dec.Decode(&j) != nil {
+				break
+			}
+			record(j.ID, time.Now())
+			ack(j)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return
+		}
 	}
 }
 
