@@ -758,22 +758,29 @@ func TestInflightBodyBudget(t *testing.T) {
 	first := body("slow")
 	_, err = fmt.Fprintf(conn, "POST /v1/jobs/sms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(first), first[:100])
 	require.NoError(t, err)
+	// Wait until the server holds the slow body's bytes: a second request
+	// sent before that could take the budget first, and the slow one be
+	// the one refused.
+	deadline := time.Now().Add(wait)
+	for e.api.InflightBody() == 0 {
+		require.True(t, time.Now().Before(deadline), "the slow body was never held")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, int64(len(first)), e.api.InflightBody(), "the slow body holds its Content-Length")
+	st, b := e.do("POST", "/v1/jobs/sms", body("second"))
+	require.Equal(t, 503, st, "past the budget while the first body is held: %s", b)
 	var out struct{ Error struct{ Code string } }
-	require.Eventually(t, func() bool {
-		st, b := e.do("POST", "/v1/jobs/sms", body("second"))
-		if st != 503 {
-			return false
-		}
-		require.NoError(t, json.Unmarshal(b, &out))
-		return out.Error.Code == "unavailable"
-	}, wait, 20*time.Millisecond, "past the budget while the first body is held")
+	require.NoError(t, json.Unmarshal(b, &out), "%s", b)
+	require.Equal(t, "unavailable", out.Error.Code, "%s", b)
+	require.Equal(t, int64(len(first)), e.api.InflightBody(), "the refused body gave its bytes back")
 	_, err = conn.Write([]byte(first[100:]))
 	require.NoError(t, err)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 201, resp.StatusCode, "the slow one went through")
-	st, b := e.do("POST", "/v1/jobs/sms", body("third"))
+	require.Zero(t, e.api.InflightBody(), "its bytes given back before its reply went out")
+	st, b = e.do("POST", "/v1/jobs/sms", body("third"))
 	require.Equal(t, 201, st, "the budget is free again: %s", b)
 }
 
