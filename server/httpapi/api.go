@@ -43,11 +43,13 @@ type Options struct {
 	// MaxBatch is the most jobs in one batch.
 	MaxBatch int
 	// MaxInflightBody bounds the bytes of request bodies the API holds at
-	// once, counted from the moment a body is read until its request is
-	// answered (a body of unknown length counts as its limit): a request
-	// past it is answered 503 unavailable with Retry-After, unread,
-	// rather than the server running out of memory under many large
-	// batches at once. 0: no bound.
+	// once, counted from the moment a body is read until its reply begins
+	// (the handler is done with it: a reply past net/http's buffer
+	// reaches the client before the handler returns, and the client's
+	// next request must find the bytes free); a body of unknown length
+	// counts as its limit. A request past it is answered 503 unavailable
+	// with Retry-After, unread, rather than the server running out of
+	// memory under many large batches at once. 0: no bound.
 	MaxInflightBody int64
 	// MaxWait bounds a reserve's wait_ms.
 	MaxWait time.Duration
@@ -268,7 +270,8 @@ func (a *API) Logged(route string, h http.Handler) http.Handler {
 }
 
 // heldKey is the context key of the body bytes a request holds of
-// Options.MaxInflightBody (given back by endpoint when it is answered).
+// Options.MaxInflightBody (given back by endpoint when its reply begins,
+// see statusWriter.replying).
 type heldKey struct{}
 
 // whoKey is the context key of the access log's token id of a request
@@ -363,8 +366,14 @@ func (a *API) endpoint(rt Route) http.Handler {
 				a.access(r, rt.Pattern, sw, start, who)
 			}
 		}()
-		var held int64 // body bytes this request holds of MaxInflightBody
-		defer func() { a.inflight.Add(-held) }()
+		// The body bytes this request holds of MaxInflightBody (added by
+		// decode), given back once: when the reply begins (any reply:
+		// the result, an error, one a handler writes itself), or when the
+		// handler returns or panics without one. Only this goroutine
+		// touches held.
+		var held int64
+		sw.replying = func() { a.inflight.Add(-held); held = 0 }
+		defer sw.replying()
 		r = r.WithContext(context.WithValue(r.Context(), heldKey{}, &held))
 		var p *auth.Principal
 		if !rt.public {
@@ -400,22 +409,34 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	n      int
+	// replying, if set, is called as the reply begins (its status is
+	// written), before any of it can reach the client: endpoint gives
+	// back the request's body bytes there.
+	replying func()
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 {
-		s.status = code
+		s.begin(code)
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
-		s.status = http.StatusOK
+		s.begin(http.StatusOK)
 	}
 	n, err := s.ResponseWriter.Write(b)
 	s.n += n
 	return n, err
+}
+
+// begin records the reply's status, the first, and calls replying.
+func (s *statusWriter) begin(code int) {
+	s.status = code
+	if s.replying != nil {
+		s.replying()
+	}
 }
 
 // Unwrap lets http.ResponseController reach the connection.
@@ -489,7 +510,7 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, limit int64, v any)
 			return apierr.New(apierr.Unavailable, "the server holds %d bytes of request bodies already (http.max_inflight_body %d): retry", a.inflight.Load(), most)
 		}
 		if held, ok := r.Context().Value(heldKey{}).(*int64); ok {
-			*held += n // given back when the request is answered
+			*held += n // given back when the reply begins
 		} else {
 			defer a.inflight.Add(-n)
 		}

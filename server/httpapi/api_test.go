@@ -784,6 +784,122 @@ func TestInflightBodyBudget(t *testing.T) {
 	require.Equal(t, 201, st, "the budget is free again: %s", b)
 }
 
+// TestInflightBodyGivenBackBeforeReply: a request's body bytes are given
+// back to MaxInflightBody before its reply is written, not when its
+// handler returns. A reply past net/http's buffer (a batch's, listing its
+// ids) reaches the client before the handler returns: a client that sent
+// its next request at once was refused 503 for bytes no longer held, on
+// timing. Here the handler is held in its first write of the reply, once
+// that is flushed (as a reply past the buffer is): the client has read the
+// whole reply, and the budget must be free for another batch of that size.
+func TestInflightBodyGivenBackBeforeReply(t *testing.T) {
+	t.Parallel()
+	opts := defaultOpts()
+	opts.MaxBatchBody = 64 << 10
+	batch := func(prefix string) []byte {
+		var req httpapi.BatchRequest
+		for i := range 100 {
+			p := strings.Repeat("x", 400)
+			req.Jobs = append(req.Jobs, httpapi.BatchJob{Topic: "sms",
+				ScheduleRequest: httpapi.ScheduleRequest{ID: fmt.Sprintf("%s-%03d", prefix, i), Payload: &p}})
+		}
+		b, err := json.Marshal(req)
+		require.NoError(t, err)
+		return b
+	}
+	first, second := batch("first"), batch("again")
+	require.Equal(t, len(first), len(second))
+	// Room for one such batch, not two.
+	opts.MaxInflightBody = int64(len(first)) + 100
+	e := setupServe(t, nil, opts, false, "sms")
+	e.t = t
+
+	written, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.api.ServeHTTP(&holdingWriter{ResponseWriter: w, once: &once, written: written, hold: hold}, r)
+	}))
+	defer held.Close()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+
+	type result struct {
+		resp *http.Response
+		body []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.Post(held.URL+"/v1/batch", "application/json", bytes.NewReader(first))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- result{resp, b, err}
+	}()
+	select {
+	case <-written:
+	case <-time.After(wait):
+		t.Fatal("the batch's reply was never written")
+	}
+	// The handler has not returned, and its whole reply is at the client.
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(wait):
+		t.Fatal("the batch's reply never reached the client")
+	}
+	require.NoError(t, res.err)
+	require.Equal(t, 200, res.resp.StatusCode, "%s", res.body)
+	require.Greater(t, len(res.body), 4<<10, "a reply past net/http's buffer")
+	var out httpapi.BatchResponse
+	require.NoError(t, json.Unmarshal(res.body, &out), "%s", res.body)
+	require.Len(t, out.Results, 100)
+	require.Zero(t, out.Failed, "%s", res.body)
+
+	st, b := e.do("POST", "/v1/batch", string(second))
+	require.Equal(t, 200, st, "the next batch, sent once the reply is read, is not refused: %s", b)
+	require.Zero(t, e.api.InflightBody(), "the reply is read: its request's body bytes are given back")
+
+	release()
+	held.Close() // waits for the held handler to return
+	require.Zero(t, e.api.InflightBody(), "given back once, not again when the handler returns")
+
+	// Refused and failed bodies give their bytes back once too.
+	e.fails(400, apierr.Invalid, "POST", "/v1/batch", `{"jobs": [}`)
+	e.fails(413, apierr.TooLarge, "POST", "/v1/batch", `{"jobs": [], "x": "`+strings.Repeat("x", 64<<10)+`"}`)
+	e.fails(400, apierr.Invalid, "POST", "/v1/batch", `{"jobs": []}`)
+	require.Zero(t, e.api.InflightBody())
+	st, b = e.do("POST", "/v1/batch", string(first))
+	require.Equal(t, 200, st, "%s", b)
+	require.Zero(t, e.api.InflightBody())
+}
+
+// holdingWriter flushes the first write of a reply, closes written, and
+// holds that write (and so its handler) until hold is closed: as a reply
+// past net/http's buffer, it is at the client before the handler returns.
+type holdingWriter struct {
+	http.ResponseWriter
+	once          *sync.Once
+	written, hold chan struct{}
+}
+
+func (h *holdingWriter) Write(b []byte) (int, error) {
+	n, err := h.ResponseWriter.Write(b)
+	h.once.Do(func() {
+		_ = http.NewResponseController(h.ResponseWriter).Flush()
+		close(h.written)
+		<-h.hold
+	})
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (h *holdingWriter) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
 // TestNonCanonicalPaths: a path with an empty, "." or ".." segment gets
 // the API's JSON 404 (no_route), never net/http's redirect with an HTML
 // body: API clients follow no redirects and read only JSON errors. The
