@@ -411,7 +411,9 @@ type statusWriter struct {
 	n      int
 	// replying, if set, is called as the reply begins (its status is
 	// written), before any of it can reach the client: endpoint gives
-	// back the request's body bytes there.
+	// back the request's body bytes there. A long poll calls it too once
+	// its body is read, before it waits (waiting); a second call gives
+	// back nothing.
 	replying func()
 }
 

@@ -784,6 +784,39 @@ func TestInflightBodyBudget(t *testing.T) {
 	require.Equal(t, 201, st, "the budget is free again: %s", b)
 }
 
+// TestLongPollHoldsNoBodyBudget: a long poll gives its body's bytes back
+// to MaxInflightBody once its body is read, not when its reply begins
+// after the wait: idle consumers' polls (a chunked body counts as the
+// whole body limit) held the budget for as long as they waited, and the
+// server refused other requests 503 while holding nothing.
+func TestLongPollHoldsNoBodyBudget(t *testing.T) {
+	t.Parallel()
+	opts := defaultOpts()
+	opts.MaxBody, opts.MaxInflightBody = 64<<10, 100<<10
+	e := setupServe(t, nil, opts, false, "idle", "sms")
+	e.t = t
+	// A long poll with a chunked body (no Content-Length): counted as
+	// MaxBody while it is read.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	poll := `{"topics":["idle"],"wait_ms":30000}`
+	_, err = fmt.Fprintf(conn, "POST /v1/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(poll), poll)
+	require.NoError(t, err)
+	deadline := time.Now().Add(wait)
+	for e.api.Waiting() == 0 {
+		require.True(t, time.Now().Before(deadline), "the long poll never waited")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Zero(t, e.api.InflightBody(), "a waiting long poll holds no body bytes")
+	prefix := `{"id":"big","payload":"`
+	big := prefix + strings.Repeat("x", 60000-len(prefix)-2) + `"}`
+	st, b := e.do("POST", "/v1/jobs/sms", big)
+	require.Equal(t, 201, st, "the budget is free while the poll waits: %s", b)
+	require.Zero(t, e.api.InflightBody())
+	require.Equal(t, 1, e.api.Waiting(), "the poll still waits")
+}
+
 // TestInflightBodyGivenBackBeforeReply: a request's body bytes are given
 // back to MaxInflightBody before its reply is written, not when its
 // handler returns. A reply past net/http's buffer (a batch's, listing its

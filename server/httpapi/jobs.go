@@ -360,8 +360,14 @@ func (a *API) reserveArgs(w http.ResponseWriter, r *http.Request, p *auth.Princi
 
 // waiting holds a long poll's place (429 past the token's cap) and gives
 // its context: it ends after wait, when the client goes, or when
-// CloseWaits is called. release gives the place back.
+// CloseWaits is called. release gives the place back. Its body is read
+// by then: its bytes go back to MaxInflightBody now, not when the reply
+// begins after the wait (idle consumers' polls held the budget, and
+// other requests were refused for bytes no longer held).
 func (a *API) waiting(w http.ResponseWriter, r *http.Request, p *auth.Principal, wait time.Duration) (context.Context, func(), error) {
+	if sw, ok := w.(*statusWriter); ok && sw.replying != nil {
+		sw.replying()
+	}
 	if !a.holdWaiter(p.ID) {
 		return nil, nil, apierr.New(apierr.TooManyWaiters, "token %s holds %d long polls already", p.ID, a.opts.MaxPollsPerToken)
 	}
