@@ -144,11 +144,12 @@ type RecurringInfo struct {
 	// and one whose job ran early (RunNow) shows that run, also when a
 	// redeclaration of the schedule marked the slot done so as not to
 	// store it again. That is intended: the listing says what happened to
-	// the latest slot, which a run of an older slot would hide. A slot
-	// whose job never was (dropped by a redeclaration before it ran, or
-	// skipped by the missed-slot policy) is passed over for the one
-	// before it. Slots are looked up under the current Topic: after a
-	// change of Topic, the slots stored under the old one are not known.
+	// the latest slot, which a run of an older slot would hide. Only the
+	// latest slot is looked at: if its job never was (dropped by a
+	// redeclaration before it ran, or skipped by the missed-slot policy),
+	// Last is nil until a later slot's time comes. Slots are looked up
+	// under the current Topic: after a change of Topic, the slots stored
+	// under the old one are not known.
 	Last *JobInfo
 }
 
@@ -829,44 +830,44 @@ func (q *Queue) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
 	return out, nil
 }
 
-// maxLastLookups bounds the slots lastRecur looks up for one schedule.
-const maxLastLookups = 4
-
 // lastRecur returns the job of the latest slot of schedule st (compiled
-// as p) whose time has come and whose job is known, for RecurringInfo.Last.
-// The candidates, latest first: the slots the state lists as recently
-// stored (of any spec it had), and p's own latest slots up to the
-// watermark (stored, unless the missed-slot policy skipped them): the
-// recent list keeps 8, so a schedule with more slots than that in its
-// lookahead lists only slots still to come. A candidate whose job is not
-// known (dropped by a redeclaration before it ran, skipped, or forgotten
-// by the run history) gives way to the one before it, up to
-// maxLastLookups of them.
+// as p) whose time has come, for RecurringInfo.Last: the latest of the
+// slots the state lists as recently stored (of any spec it had) and of
+// p's own slots up to the watermark (the recent list keeps 8, so a
+// schedule with more slots than that in its lookahead lists only slots
+// still to come). One slot is looked up, as one listing's cost per
+// schedule is bounded: if its job is not known (forgotten by the run
+// history, or never stored: dropped by a redeclaration before it ran,
+// skipped), Last is nil. Going on to older slots could not tell a slot
+// never stored from one forgotten, and would show an older slot's dead
+// job for a schedule whose latest slots ran well.
 func (q *Queue) lastRecur(ctx context.Context, p *plan, st persist.RecurState, now time.Time) (*JobInfo, error) {
-	cands := map[int64]time.Time{} // by unix µs (ceilMicro), as the state stores slots
+	var last time.Time
 	for _, us := range st.Recent {
-		if s := time.UnixMicro(us); !s.After(now) {
-			cands[us] = s
+		if s := time.UnixMicro(us); !s.After(now) && s.After(last) {
+			last = s
 		}
 	}
 	if st.Watermark > 0 {
 		upTo := minTime(now, time.UnixMicro(st.Watermark))
-		for _, s := range p.lastSlots(upTo.Add(-lastLookback), upTo, 2) {
-			cands[ceilMicro(s)] = s // exact: its job's id has s's milliseconds
+		for _, s := range p.lastSlots(upTo.Add(-lastLookback), upTo, 1) {
+			if ceilMicro(s) > ceilMicro(last) {
+				last = s // exact: its job's id has s's milliseconds
+			}
 		}
 	}
-	order := slices.Sorted(maps.Keys(cands))
-	for i, n := len(order)-1, 0; i >= 0 && n < maxLastLookups; i, n = i-1, n+1 {
-		_, id, _ := persist.SplitJobKey(p.slotKey(cands[order[i]], q.cfg.Partitions))
-		ji, err := q.Lookup(ctx, p.r.Topic, id)
-		if err == nil {
-			return &ji, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
-			return nil, err
-		}
+	if last.IsZero() {
+		return nil, nil
 	}
-	return nil, nil
+	_, id, _ := persist.SplitJobKey(p.slotKey(last, q.cfg.Partitions))
+	ji, err := q.Lookup(ctx, p.r.Topic, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ji, nil
 }
 
 // lastLookback is how far back of the watermark lastRecur looks for a
