@@ -101,7 +101,7 @@ func (q *Queue) RequeueWhere(ctx context.Context, f JobFilter, at time.Time) (in
 		}
 	}
 	return q.bulk(ctx, "RequeueWhere", f, func(j JobInfo) error {
-		if q.runsTopic(j.Topic) != nil {
+		if err := q.runsTopic(j.Topic); errors.Is(err, ErrTopicMode) {
 			return errPassOver // Config.RefuseUnhandled: not a topic run here
 		}
 		return q.Requeue(ctx, j.Topic, j.ID, at)
