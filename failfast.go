@@ -29,6 +29,20 @@ func (r *reach) admit(clock wheel.Clock) (probe bool, err error) {
 	return probe, nil
 }
 
+// down returns, while Redis is known to be unreachable, the error admit
+// would (wrapping ErrUnavailable), and nil while it is reachable; unlike
+// admit it never takes a probe's turn. It is for a call that will not go
+// to Redis now but says why it has nothing.
+func (r *reach) down(clock wheel.Clock) error {
+	if r.b.Up() {
+		return nil // no clock read while Redis is reachable
+	}
+	if err := r.b.Err(clock.Now()); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
 // note records the outcome err of a call that admit let through, made
 // for a caller whose context is ctx. A call ended by the queue's own
 // deadline (WriteTimeout) while ctx goes on got no answer from Redis in

@@ -108,7 +108,11 @@ type ReserveOptions struct {
 	// last look here (or a second has passed), so polling an empty topic
 	// costs no round trip. With Redis down, it returns ErrUnavailable
 	// once a look has failed (within that second), every call until
-	// Redis answers again.
+	// Redis answers again. It never waits for another call's look at
+	// Redis (with Redis silent, the look that probes whether it is back
+	// lasts up to Config.WriteTimeout): with one in flight it returns
+	// the reservations taken here already, if any; else ErrUnavailable
+	// while Redis is known unreachable, or what its own look finds.
 	NoWait bool
 }
 
@@ -426,7 +430,7 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 	defer q.unwait(w)
 	recheck := time.NewTimer(pullRecheck)
 	defer recheck.Stop()
-	force, recheckDue, waited := false, opts.NoWait, false
+	force, recheckDue := false, opts.NoWait
 	for {
 		ps.mu.Lock()
 		ps.pickSpareLocked(w)
@@ -443,9 +447,13 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 		// A NoWait Reserve holding spare jobs takes more too, if it may:
 		// it will not wait for them.
 		taker := (got == 0 || opts.NoWait) && want > 0 && may && !ps.taking
+		// A NoWait Reserve never waits for another's look (with Redis
+		// silent, the breaker's probe lasts up to WriteTimeout): with one
+		// in flight it looks alone, unless Redis is known unreachable.
+		alone := opts.NoWait && got == 0 && want > 0 && may && !taker
 		if taker {
 			ps.taking = true
-		} else if got == 0 && want > 0 && may && !slices.Contains(ps.blocked, w) {
+		} else if !opts.NoWait && got == 0 && want > 0 && may && !slices.Contains(ps.blocked, w) {
 			ps.blocked = append(ps.blocked, w) // woken when the taker is done
 		}
 		ps.mu.Unlock()
@@ -453,8 +461,22 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 		if got > 0 && !taker {
 			return q.takeGot(w), nil
 		}
-		if taker {
-			stale, err := q.takeFor(ctx, w)
+		if opts.NoWait && !taker {
+			// Nothing here, and the look in flight, if any, is another's:
+			// with Redis known unreachable (that look is the probe, or
+			// fails), say so at once; else look alone.
+			if err := q.reach.down(q.clock); err != nil {
+				return nil, errs.Errorf("wheelq: reserve: %w", err)
+			}
+			if !alone {
+				// Nothing announced since the last look; or all it
+				// wants is being taken for it by another's look (what
+				// comes is spare, for the next Reserve here).
+				return nil, nil
+			}
+		}
+		if taker || alone {
+			stale, err := q.takeFor(ctx, w, alone)
 			if err != nil {
 				if got := q.takeGot(w); len(got) > 0 {
 					return got, nil
@@ -471,14 +493,9 @@ func (q *Queue) Reserve(ctx context.Context, opts ReserveOptions) ([]*Reservatio
 			if opts.NoWait {
 				return nil, nil
 			}
-		} else if opts.NoWait && (!may || waited) {
-			// Nothing announced since the last look; or another take
-			// (shared with this Reserve if alike) ended meanwhile.
-			return nil, nil
 		}
 		select {
 		case <-w.sig:
-			waited = true
 		case <-recheck.C:
 			recheck.Reset(pullRecheck)
 			recheckDue = true // an announcement may have been missed
@@ -609,9 +626,11 @@ func (ps *pullStage) pickSpareLocked(w *pullWaiter) {
 
 // takeFor reads the ready sets (take.lua) for w and for every waiter
 // like it (the same topics and time-to-run), in one round trip, and hands
-// each its share; the caller set ps.taking, which takeFor clears. It
-// returns how many stale ready entries the take removed.
-func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
+// each its share; the caller set ps.taking, which takeFor clears. Alone,
+// it reads them for w only, beside the take in flight (ps.taking is that
+// one's): a NoWait Reserve does not wait for another's. It returns how
+// many stale ready entries the take removed.
+func (q *Queue) takeFor(ctx context.Context, w *pullWaiter, alone bool) (int, error) {
 	ps := q.pull
 	type share struct {
 		w *pullWaiter
@@ -621,7 +640,7 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
 	total := 0
 	ps.mu.Lock()
 	for _, o := range ps.byTopic[w.topics[0]] {
-		if o != w && (o.ttr != w.ttr || !slices.Equal(o.topics, w.topics)) {
+		if o != w && (alone || o.ttr != w.ttr || !slices.Equal(o.topics, w.topics)) {
 			continue
 		}
 		n := min(o.max-len(o.got)-o.promised, MaxReserve-total)
@@ -642,7 +661,9 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
 		taken, stale, err = q.take(ctx, w, total)
 	}
 	ps.mu.Lock()
-	ps.taking = false
+	if !alone {
+		ps.taking = false
+	}
 	var woken []*pullWaiter
 	for _, sh := range shares {
 		sh.w.promised -= sh.n
@@ -661,22 +682,27 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter) (int, error) {
 	}
 	// The other waiters of these topics look again: at what they got, or
 	// at the ready sets (a take that stopped at its byte budget leaves jobs
-	// there); so do those that waited for this take to end.
+	// there); so do those that waited for this take to end. (Those wait
+	// for the take in flight beside one alone, and it wakes them.)
 	now := q.clock.Now()
 	for _, t := range w.topics {
 		ps.looked[t] = now
-		for _, o := range ps.byTopic[t] {
+	}
+	if !alone {
+		for _, t := range w.topics {
+			for _, o := range ps.byTopic[t] {
+				if !slices.Contains(woken, o) {
+					woken = append(woken, o)
+				}
+			}
+		}
+		for _, o := range ps.blocked {
 			if !slices.Contains(woken, o) {
 				woken = append(woken, o)
 			}
 		}
+		ps.blocked = ps.blocked[:0]
 	}
-	for _, o := range ps.blocked {
-		if !slices.Contains(woken, o) {
-			woken = append(woken, o)
-		}
-	}
-	ps.blocked = ps.blocked[:0]
 	ps.mu.Unlock()
 	for _, o := range woken {
 		wake(o.sig)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/breaker"
+	"github.com/wheelq/wheelq/internal/faultproxy"
 	"github.com/wheelq/wheelq/internal/redistest"
 )
 
@@ -1060,4 +1063,160 @@ func TestRefuseUnhandledRecurring(t *testing.T) {
 	require.True(t, stored().Equal(before), "slots stored by the loop: the latest %v, before %v", stored(), before)
 	require.Equal(t, 1, strings.Count(out.String(), `recurring schedule not filled`), "%s", out.String())
 	require.Contains(t, out.String(), "tick")
+}
+
+// TestPullNoWaitDuringProbe: with Redis known unreachable and another
+// Reserve's look in flight as the breaker's probe (Redis silent: the look
+// lasts up to WriteTimeout), a NoWait Reserve says ErrUnavailable at once.
+// It waited for that look to end, and said so only then (seen: 4.0 s, with
+// a WriteTimeout of 5 s).
+func TestPullNoWaitDuringProbe(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	// Contexts honoured, and a read timeout past WriteTimeout: a silent
+	// call ends by the queue's own deadline.
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cut.Close() })
+	b := &bundle{srv: srv, rdb: cut, ctx: context.Background()}
+	const writeTimeout = 5 * time.Second
+	q := b.newQueue(t, Config{WriteTimeout: writeTimeout})
+	require.NoError(t, q.Pull("p"))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	t.Cleanup(func() { proxy.Blackhole(false); proxy.Refuse(false); proxy.CloseAll() }) // before the queue's Shutdown
+	opts := ReserveOptions{Topics: []string{"p"}, NoWait: true}
+	got, err := q.Reserve(b.ctx, opts)
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	// Redis found unreachable (connections reset), then silent: a probe
+	// lasts WriteTimeout.
+	proxy.Refuse(true)
+	proxy.CloseAll()
+	// (A write on a connection reset may fail "broken pipe", which the
+	// breaker does not count; the next dials are refused.)
+	eventually(t, func() bool { return errors.Is(q.Ping(b.ctx), ErrUnavailable) }, "Redis found unreachable")
+	require.False(t, q.reach.b.Up(), "Redis known unreachable")
+	proxy.Blackhole(true)
+	proxy.Refuse(false)
+
+	// A first NoWait Reserve becomes the probe (once its turn comes; one
+	// before fails at once): its look is in flight, holding the take.
+	type result struct {
+		got []*Reservation
+		err error
+	}
+	var probe chan result
+	deadline := time.Now().Add(wait)
+	for probe == nil {
+		require.True(t, time.Now().Before(deadline), "no Reserve became the probe")
+		time.Sleep(breaker.ProbeEvery)
+		ch := make(chan result, 1)
+		go func() {
+			got, err := q.Reserve(b.ctx, opts)
+			ch <- result{got, err}
+		}()
+		select {
+		case r := <-ch:
+			require.ErrorIs(t, r.err, ErrUnavailable, "not its turn to probe, or its connection was reset")
+		case <-time.After(time.Second):
+			probe = ch
+		}
+	}
+	q.pull.mu.Lock()
+	taking := q.pull.taking
+	q.pull.mu.Unlock()
+	require.True(t, taking, "the probe's look is in flight")
+
+	ctx, cancel := context.WithTimeout(b.ctx, wait)
+	defer cancel()
+	start := time.Now()
+	got, err = q.Reserve(ctx, opts)
+	took := time.Since(start)
+	t.Logf("the NoWait Reserve returned in %v: %v", took, err)
+	// WriteTimeout is 5 s, and the probe has at least 4 s to go: a bound
+	// of 1 s tells returning at once from waiting for it.
+	require.Less(t, took, time.Second, "a NoWait Reserve waited %v for another's probe of Redis (%v)", took, err)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Empty(t, got)
+
+	// Redis answers again; the probe's connection is reset (its retry
+	// gets through).
+	proxy.Blackhole(false)
+	proxy.CloseAll()
+	select {
+	case <-probe:
+	case <-time.After(wait):
+		t.Fatal("the probe never returned")
+	}
+	eventually(t, func() bool {
+		_, err := q.Reserve(b.ctx, opts)
+		return err == nil
+	}, "Reserve works again once Redis answers")
+}
+
+// TestPullNoWaitBesideTake: a NoWait Reserve does not wait for another's
+// look at the ready sets in flight (held here by the test): with Redis
+// reachable it looks alone and gets what is ready; with Redis known
+// unreachable it returns the reservations taken here already, then
+// ErrUnavailable, at once. It waited for that look to end (here: until its
+// context ended, 5 s), or returned nothing when woken meanwhile (seen too:
+// woken by the announcement of the job it should have taken).
+func TestPullNoWaitBesideTake(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	b.srv.RequireReal(t)
+	opts := ReserveOptions{Topics: []string{"p"}, NoWait: true}
+	ps := b.q.pull
+	setTaking := func(on bool) {
+		ps.mu.Lock()
+		ps.taking = on
+		ps.mu.Unlock()
+	}
+	nowait := func() ([]*Reservation, error) {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		return b.q.Reserve(ctx, opts)
+	}
+	ready := func(id string) {
+		_, err := b.q.Schedule(b.ctx, "p", []byte(id), ID(id))
+		require.NoError(t, err)
+		eventually(t, func() bool { return readyJobs(b, b.q, "p") == 1 }, "queued to the ready sets")
+	}
+
+	ready("a")
+	setTaking(true)
+	got, err := nowait()
+	setTaking(false)
+	require.NoError(t, err, "it waited for the take in flight")
+	require.Len(t, got, 1, "the job ready was not taken")
+	require.Equal(t, "a", got[0].ID)
+	require.NoError(t, b.q.Ack(b.ctx, got[0].Receipt))
+
+	// A reservation spare here (taken for a Reserve that had returned);
+	// not released to the ready sets during the test.
+	ready("s")
+	got, err = nowait()
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	spare := got[0]
+	ps.mu.Lock()
+	ps.spare = append(ps.spare, spareJob{r: spare, ttr: DefaultTTR, at: time.Now().Add(time.Hour)})
+	ps.mu.Unlock()
+	b.q.reach.b.Note(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, false, time.Now())
+	require.False(t, b.q.reach.b.Up())
+	setTaking(true)
+	got, err = nowait()
+	require.NoError(t, err, "the spare reservation is ready here")
+	require.Len(t, got, 1)
+	require.Equal(t, spare.Token, got[0].Token)
+	got, err = nowait()
+	require.ErrorIs(t, err, ErrUnavailable, "nothing here, Redis known unreachable, another's look in flight")
+	require.Empty(t, got)
+	setTaking(false)
+	b.q.reach.b.Note(nil, false, time.Now())
+	require.True(t, b.q.reach.b.Up())
+	require.NoError(t, b.q.Ack(b.ctx, spare.Receipt))
 }

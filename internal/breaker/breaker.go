@@ -67,6 +67,23 @@ func (b *Breaker) Admit(now time.Time) (probe bool, err error) {
 	return false, &Down{For: now.Sub(b.since), Last: b.err}
 }
 
+// Err returns, at now, the *Down that Admit would return while the
+// server is taken to be unreachable, and nil while it is reachable. Unlike
+// Admit it never lets a call through: it is for a caller that will not go
+// to the server now (one probe is in flight, or it would wait for
+// another's call) but says why it has nothing.
+func (b *Breaker) Err(now time.Time) error {
+	if !b.down.Load() {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.down.Load() {
+		return nil
+	}
+	return &Down{For: now.Sub(b.since), Last: b.err}
+}
+
 // Note records at now the outcome err of a call that Admit let through.
 func (b *Breaker) Note(err error, probe bool, now time.Time) {
 	conn := err != nil && IsConnErr(err)
