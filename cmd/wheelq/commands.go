@@ -6,15 +6,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/internal/errs"
 )
@@ -122,7 +126,9 @@ func watchCmd(fs *flag.FlagSet) func([]string) (action, error) {
 // first good one after them a line saying Redis is back. Each line is
 // printed whole. The exit code is 1 if the last reading failed; if Redis
 // answers but the namespace cannot be opened (there is none of that
-// name), watch says so and ends at once, as the other commands do.
+// name), or answers an error no retry clears (a wrong password, a
+// namespace of the wrong type or corrupt: see passing), watch says so and
+// ends at once with 1, as the other commands do.
 func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -151,6 +157,12 @@ func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 		switch {
 		case ctx.Err() != nil:
 			return 0 // interrupted during a reading
+		case err != nil && !passing(err):
+			// Redis answered, and no retry clears it (a wrong password, a
+			// namespace of the wrong type or corrupt, flags that do not
+			// fit it): say so and end, as the other commands do.
+			fmt.Fprintf(c.err, "wheelq: watch: namespace %q at %s: %s\n", c.namespace, c.where, cleanErr(err))
+			return 1
 		case err != nil && downSince.IsZero():
 			downSince = now
 			fmt.Fprintf(c.out, "%s  Redis at %s unreachable: %v; trying again every %v\n", stamp, c.where, cleanErr(err), every)
@@ -167,6 +179,36 @@ func (c *cli) watch(ctx context.Context, every time.Duration, count int) int {
 		return 1
 	}
 	return 0
+}
+
+// passing reports whether err is one watch rides out: Redis did not
+// answer (a connection refused, reset or closed, a timeout), or answered
+// that it cannot serve for now (LOADING, MASTERDOWN, CLUSTERDOWN,
+// TRYAGAIN, BUSY, READONLY during a failover), or the queue found it
+// unreachable. Any other reply of Redis, and a namespace found corrupt or
+// of another layout, is lasting.
+func passing(err error) bool {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, wheelq.ErrUnavailable),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
+		errors.As(err, &ne):
+		return true
+	case errors.Is(err, wheelq.ErrCorrupt), errors.Is(err, wheelq.ErrLayout):
+		return false
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY"} {
+			if strings.HasPrefix(re.Error(), p) {
+				return true
+			}
+		}
+		return false
+	}
+	return true // not an answer of Redis's: a failure to reach it
 }
 
 func showCmd(fs *flag.FlagSet) func([]string) (action, error) {

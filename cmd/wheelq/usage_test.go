@@ -581,3 +581,30 @@ func TestStatsShowsWorkers(t *testing.T) {
 	require.EqualValues(t, 1, m["workers"])
 	require.EqualValues(t, 20, m["lateness"].(map[string]any)["count"])
 }
+
+// TestWatchEndsOnLastingErrors: watch rides out Redis not answering, not
+// errors that no retry clears: a namespace whose record is of the wrong
+// type, or corrupt, ends it at once with exit 1 and the error. (Seen
+// failing first: it said "unreachable ... trying again" and tried until
+// interrupted.)
+func TestWatchEndsOnLastingErrors(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	require.NoError(t, rdb.Set(ctx, "wq:{wrongtype}:meta", "str", 0).Err())
+	require.NoError(t, rdb.HSet(ctx, "wq:{corrupt}:meta", "partitions", "abc").Err())
+	for _, ns := range []string{"wrongtype", "corrupt"} {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var outb, errb lockedBuffer
+		code := runEnv(wctx, []string{"-url", "redis://" + srv.Addr, "-namespace", ns, "-timeout", "2s",
+			"watch", "-interval", "10ms"}, func(string) string { return "" }, &outb, &errb)
+		interrupted := wctx.Err() != nil
+		cancel()
+		require.False(t, interrupted, "%s: watch ran until interrupted; stdout:\n%s", ns, outb.String())
+		require.Equal(t, 1, code, "%s: stderr:\n%s", ns, errb.String())
+		require.NotContains(t, outb.String(), "trying again", ns)
+		require.Contains(t, errb.String(), ns, "the error names the namespace")
+	}
+}
