@@ -546,8 +546,8 @@ func streamConsumer(ctx context.Context, url string, record func(string, time.Ti
 		dec := json.NewDecoder(resp.Body)
 		for {
 			var j receipt
-			if dec.Decode(&j) != nil {
-				break
+			if dec.Decode(&j) != nil || j.Token == "" {
+				break // the stream's end, or its last line {"error": ...}
 			}
 			record(j.ID, time.Now())
 			ack(j)
@@ -585,8 +585,8 @@ func leanStreamConsumer(ctx context.Context, base string, record func(string, ti
 		dec := json.NewDecoder(resp.Body)
 		for {
 			var j receipt
-			if dec.Decode(&j) != nil {
-				break
+			if dec.Decode(&j) != nil || j.Token == "" {
+				break // the stream's end, or its last line {"error": ...}
 			}
 			record(j.ID, time.Now())
 			ack(j)
