@@ -571,19 +571,16 @@ func (h *Handler) recurring(w http.ResponseWriter, r *http.Request) {
 }
 
 // unrecur removes the recurring schedule name, if its topic is topic
-// (the topic the action was authorized for).
+// (the topic the action was authorized for): the check and the removal
+// are one step, and nothing else of the schedules is read.
 func (h *Handler) unrecur(ctx context.Context, topic, name string) error {
-	rs, err := h.q.Recurrings(ctx)
-	if err != nil {
-		return err
-	}
-	for _, ri := range rs {
-		if ri.Name == name {
-			if ri.Topic != topic {
-				return fmt.Errorf("%w: recurring schedule %q is of topic %q, not %q", wheelq.ErrNotFound, name, ri.Topic, topic)
-			}
-			return h.q.RemoveRecurring(ctx, name)
+	return h.q.RemoveRecurringIf(ctx, name, func(stored *wheelq.Recurring) error {
+		switch {
+		case stored == nil:
+			return fmt.Errorf("%w: recurring schedule %q", wheelq.ErrNotFound, name)
+		case stored.Topic != topic:
+			return fmt.Errorf("%w: recurring schedule %q is of topic %q, not %q", wheelq.ErrNotFound, name, stored.Topic, topic)
 		}
-	}
-	return fmt.Errorf("%w: recurring schedule %q", wheelq.ErrNotFound, name)
+		return nil
+	})
 }

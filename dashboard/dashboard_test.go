@@ -573,3 +573,27 @@ func TestErrorStatusOfRefusals(t *testing.T) {
 		require.Equal(t, codeStatus[want], status, "%v", err)
 	}
 }
+
+// TestUnrecurChecksTopic: the unrecur action removes a schedule only if
+// it is of the topic the action names (the topic it was authorized for):
+// another topic's, or none, is 404 not_found and the schedule stays.
+func TestUnrecurChecksTopic(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "dash-unrecur")
+	ctx := context.Background()
+	require.NoError(t, f.q.DeclareRecurring(ctx, wheelq.Recurring{Name: "nightly", Topic: "reports", Every: time.Hour}))
+	srv := f.serve(t, Options{})
+	for _, body := range []string{`{"topic":"orders","id":"nightly"}`, `{"topic":"reports","id":"weekly"}`} {
+		r := post(t, srv, KindUnrecur, body)
+		require.Equal(t, http.StatusNotFound, r.status, "%s: %s", body, r.raw)
+		require.Equal(t, string(CodeNotFound), r.body["code"], body)
+	}
+	rs, err := f.q.Recurrings(ctx)
+	require.NoError(t, err)
+	require.Len(t, rs, 1, "the schedule stays")
+	r := post(t, srv, KindUnrecur, `{"topic":"reports","id":"nightly"}`)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	rs, err = f.q.Recurrings(ctx)
+	require.NoError(t, err)
+	require.Empty(t, rs)
+}
