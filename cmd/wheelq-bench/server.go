@@ -337,13 +337,11 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 // clients' own CPU is otherwise a large share of what the server's
 // figure measures, where the library's baseline has no client at all.
 func leanSchedule(base, prefix string, payload []byte, next *atomic.Int64, reqs int64) int64 {
-	host := strings.TrimPrefix(base, "http://")
-	conn, err := net.Dial("tcp", host)
+	c, err := dialLean(context.Background(), base)
 	if err != nil {
 		return reqs / 32 // about this connection's share, unsent
 	}
-	defer conn.Close()
-	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	defer c.close()
 	var failed int64
 	var body []byte
 	for k := next.Add(1) - 1; k < reqs; k = next.Add(1) - 1 {
@@ -353,12 +351,7 @@ func leanSchedule(base, prefix string, payload []byte, next *atomic.Int64, reqs 
 		body = append(body, `","payload":"`...)
 		body = append(body, payload...) // ASCII: a JSON string as it is
 		body = append(body, `","delay_ms":3600000}`...)
-		fmt.Fprintf(w, "POST /v1/jobs/t HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", host, len(body))
-		_, _ = w.Write(body)
-		if err := w.Flush(); err != nil {
-			return failed + 1
-		}
-		resp, err := http.ReadResponse(r, nil)
+		resp, _, err := c.post("/v1/jobs/t", body)
 		if err != nil {
 			return failed + 1
 		}
@@ -369,6 +362,47 @@ func leanSchedule(base, prefix string, payload []byte, next *atomic.Int64, reqs 
 		}
 	}
 	return failed
+}
+
+// leanConn is a keep-alive HTTP/1.1 connection written and read without
+// Go's Transport (leanSchedule, leanReserver, leanStreamConsumer): post
+// writes a request and reads its reply's head with http.ReadResponse, on
+// the caller's goroutine.
+type leanConn struct {
+	host string
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+	stop func() bool
+}
+
+// dialLean connects to base ("http://host:port"); the connection's reads
+// and writes end when ctx does.
+func dialLean(ctx context.Context, base string) (*leanConn, error) {
+	host := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	return &leanConn{host: host, conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn), stop: stop}, nil
+}
+
+func (c *leanConn) close() {
+	c.stop()
+	_ = c.conn.Close()
+}
+
+// post sends a JSON body to path and returns the reply (its body not
+// read yet) and when its head arrived.
+func (c *leanConn) post(path string, body []byte) (*http.Response, time.Time, error) {
+	fmt.Fprintf(c.w, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, c.host, len(body))
+	_, _ = c.w.Write(body)
+	if err := c.w.Flush(); err != nil {
+		return nil, time.Time{}, err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	return resp, time.Now(), err
 }
 
 // runServerReserve: 8 HTTP clients blocked in reserve on a pulled topic,
@@ -563,22 +597,14 @@ func streamConsumer(ctx context.Context, url string, record func(string, time.Ti
 func leanStreamConsumer(ctx context.Context, base string, record func(string, time.Time), ackFailed *atomic.Int64) {
 	ack, acked := httpAcker(base, ackFailed)
 	defer acked()
-	host := strings.TrimPrefix(base, "http://")
-	conn, err := net.Dial("tcp", host)
+	c, err := dialLean(ctx, base)
 	if err != nil {
 		return
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
-	const body = `{"topics":["p"],"max":100,"wait_ms":60000}`
-	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	defer c.close()
+	body := []byte(`{"topics":["p"],"max":100,"wait_ms":60000}`)
 	for ctx.Err() == nil {
-		fmt.Fprintf(w, "POST /v1/reserve/stream HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
-		if w.Flush() != nil {
-			return
-		}
-		resp, err := http.ReadResponse(r, nil)
+		resp, _, err := c.post("/v1/reserve/stream", body)
 		if err != nil {
 			return
 		}
@@ -610,23 +636,14 @@ func leanStreamConsumer(ctx context.Context, base string, record func(string, ti
 func leanReserver(ctx context.Context, base string, record func(string, time.Time), ackFailed *atomic.Int64) {
 	ack, acked := httpAcker(base, ackFailed)
 	defer acked()
-	host := strings.TrimPrefix(base, "http://")
-	conn, err := net.Dial("tcp", host)
+	c, err := dialLean(ctx, base)
 	if err != nil {
 		return
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
-	const body = `{"topics":["p"],"max":100,"wait_ms":2000}`
-	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	defer c.close()
+	body := []byte(`{"topics":["p"],"max":100,"wait_ms":2000}`)
 	for ctx.Err() == nil {
-		fmt.Fprintf(w, "POST /v1/reserve HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
-		if w.Flush() != nil {
-			return
-		}
-		resp, err := http.ReadResponse(r, nil)
-		at := time.Now()
+		resp, at, err := c.post("/v1/reserve", body)
 		if err != nil {
 			return
 		}
