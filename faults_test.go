@@ -745,15 +745,7 @@ func TestPingReopensWrites(t *testing.T) {
 // caller's own context ending still says nothing of Redis.
 func TestFailFastWhenRedisIsSilent(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	proxy := faultproxy.Start(t, srv.Addr)
-	// Contexts' deadlines honoured, and a read timeout longer than
-	// WriteTimeout: a write ends by its context's deadline (as a server's
-	// did when go-redis's retries ran into WriteTimeout).
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = cut.Close() })
-	b := &bundle{srv: srv, rdb: cut, ctx: context.Background()}
+	b, proxy := silenceable(t)
 	q := b.newQueue(t, Config{WriteTimeout: 300 * time.Millisecond})
 	_, err := q.Schedule(b.ctx, "f", nil)
 	require.NoError(t, err)
@@ -852,4 +844,19 @@ func isRetryOps(v any) bool {
 		return false
 	}
 	return strings.Contains(string(b), "r")
+}
+
+// silenceable starts a Redis behind a fault proxy, and a bundle whose
+// client reaches it through the proxy with contexts' deadlines honoured
+// and a read timeout past any WriteTimeout: a call Redis leaves
+// unanswered ends by its context's deadline (as a server's did when
+// go-redis's retries ran into WriteTimeout), not the client's own.
+func silenceable(t *testing.T) (*bundle, *faultproxy.Proxy) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cut.Close() })
+	return &bundle{srv: srv, rdb: cut, ctx: context.Background()}, proxy
 }

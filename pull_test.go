@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/breaker"
-	"github.com/wheelq/wheelq/internal/faultproxy"
 	"github.com/wheelq/wheelq/internal/redistest"
 )
 
@@ -1072,14 +1071,7 @@ func TestRefuseUnhandledRecurring(t *testing.T) {
 // a WriteTimeout of 5 s).
 func TestPullNoWaitDuringProbe(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	srv.RequireReal(t)
-	proxy := faultproxy.Start(t, srv.Addr)
-	// Contexts honoured, and a read timeout past WriteTimeout: a silent
-	// call ends by the queue's own deadline.
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = cut.Close() })
-	b := &bundle{srv: srv, rdb: cut, ctx: context.Background()}
+	b, proxy := silenceable(t) // a silent call ends by the queue's own deadline
 	const writeTimeout = 5 * time.Second
 	q := b.newQueue(t, Config{WriteTimeout: writeTimeout})
 	require.NoError(t, q.Pull("p"))
