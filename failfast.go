@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/wheelq/wheelq/internal/breaker"
 	"github.com/wheelq/wheelq/wheel"
@@ -47,10 +49,17 @@ func (r *reach) down(clock wheel.Clock) error {
 // for a caller whose context is ctx. A call ended by the queue's own
 // deadline (WriteTimeout) while ctx goes on got no answer from Redis in
 // all that time: it counts as Redis unreachable, as a refused connection
-// does. One ended by ctx says nothing of Redis.
+// does. One ended by ctx says nothing of Redis: nor does a network
+// timeout once ctx's deadline has passed (go-redis with
+// ContextTimeoutEnabled sets the connection's deadline from ctx's, and
+// its "i/o timeout" can come before ctx.Err says so).
 func (r *reach) note(ctx context.Context, err error, probe bool, clock wheel.Clock) {
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		err = breaker.ErrNoAnswer
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || (ok && !time.Now().Before(dl)) {
+			err = context.DeadlineExceeded // the caller's deadline: nothing of Redis
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			err = breaker.ErrNoAnswer
+		}
 	}
 	if !probe && r.b.Up() && (err == nil || !breaker.IsConnErr(err)) {
 		return // nothing to record: no clock read

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -46,6 +47,20 @@ func TestReachStates(t *testing.T) {
 	require.ErrorIs(t, err, breaker.ErrNoAnswer)
 	require.NotErrorIs(t, err, context.DeadlineExceeded, "a fail-fast error is not the caller's deadline")
 
+	// A network timeout (go-redis's "i/o timeout", bare or in a
+	// *net.OpError) once the caller's deadline has passed is the caller's
+	// deadline: go-redis with ContextTimeoutEnabled sets the connection's
+	// from it, and ctx.Err can still be nil when the read returns.
+	readTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	r.note(ended, readTimeout, false, at(t0))
+	r.note(passed{}, os.ErrDeadlineExceeded, false, at(t0))
+	_, err = r.admit(at(t0))
+	require.NoError(t, err, "the caller's deadline ended the read: says nothing of Redis")
+	var timedOut reach
+	timedOut.note(context.Background(), fmt.Errorf("wheelq: %w", os.ErrDeadlineExceeded), false, at(t0))
+	_, err = timedOut.admit(at(t0.Add(time.Millisecond)))
+	require.ErrorIs(t, err, ErrUnavailable, "the client's ReadTimeout ended it: Redis left it unanswered")
+
 	r.note(context.Background(), refused, false, at(t0))
 	_, err = r.admit(at(t0.Add(time.Millisecond)))
 	require.ErrorIs(t, err, ErrUnavailable)
@@ -68,6 +83,15 @@ func TestReachStates(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, probe, "reachable again")
 }
+
+// passed is a context whose deadline has passed but whose Err is not yet
+// set: as a context.WithTimeout's is between its deadline and its timer.
+type passed struct{ context.Context }
+
+func (passed) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (passed) Err() error                  { return nil }
+func (passed) Done() <-chan struct{}       { return nil }
+func (passed) Value(any) any               { return nil }
 
 // TestReadsUnavailable: with Redis gone, the reads and the steering
 // calls say ErrUnavailable (a caller retries; the server answers 503),

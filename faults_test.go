@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wheelq/wheelq/internal/breaker"
 	"github.com/wheelq/wheelq/internal/faultproxy"
 	"github.com/wheelq/wheelq/internal/persist"
 	"github.com/wheelq/wheelq/internal/redistest"
@@ -771,6 +772,56 @@ func TestFailFastWhenRedisIsSilent(t *testing.T) {
 		_, err := q.Schedule(b.ctx, "f", nil)
 		return err == nil
 	}, "Schedule works again once Redis answers")
+}
+
+// TestFailFastWhenReadTimesOut: with a go-redis ReadTimeout shorter than
+// WriteTimeout, a call to a silent Redis ends by the client's read
+// deadline, and go-redis returned, on a fresh connection, a bare
+// "i/o timeout" (os.ErrDeadlineExceeded, no *net.OpError around it) that
+// the breaker did not count: with MaxRetries -1 a failed probe marked
+// Redis reachable again, and with the default retries the breaker never
+// opened (each write spent its whole time on a silent Redis).
+func TestFailFastWhenReadTimesOut(t *testing.T) {
+	t.Parallel()
+	for _, retries := range []int{-1, 0} {
+		t.Run(fmt.Sprintf("MaxRetries=%d", retries), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.Options{})
+			srv.RequireReal(t)
+			proxy := faultproxy.Start(t, srv.Addr)
+			cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: retries, ReadTimeout: 300 * time.Millisecond})
+			t.Cleanup(func() { _ = cut.Close() })
+			b := &bundle{srv: srv, rdb: cut, ctx: context.Background()}
+			q := b.newQueue(t, Config{WriteTimeout: 3 * time.Second})
+			_, err := q.Schedule(b.ctx, "f", nil)
+			require.NoError(t, err)
+
+			proxy.Blackhole(true)
+			t.Cleanup(func() { proxy.Blackhole(false); proxy.CloseAll() }) // before the queue's Shutdown
+			_, err = q.Schedule(b.ctx, "f", nil)
+			require.Error(t, err)
+			require.False(t, q.reach.b.Up(), "Redis left the write unanswered: taken unreachable (%v)", err)
+			probes := 0
+			for deadline := time.Now().Add(wait); probes < 3; {
+				require.True(t, time.Now().Before(deadline), "no probes went through")
+				time.Sleep(breaker.ProbeEvery)
+				start := time.Now()
+				_, err = q.Schedule(b.ctx, "f", nil)
+				require.Error(t, err)
+				require.False(t, q.reach.b.Up(), "a probe left unanswered marked Redis reachable (%v)", err)
+				if time.Since(start) >= 200*time.Millisecond {
+					probes++ // sent, not failed at once
+				}
+			}
+
+			proxy.Blackhole(false)
+			proxy.CloseAll()
+			eventually(t, func() bool {
+				_, err := q.Schedule(b.ctx, "f", nil)
+				return err == nil
+			}, "Schedule works again once Redis answers")
+		})
+	}
 }
 
 // TestOverdueIsVisible: jobs that should have run but sit

@@ -1087,8 +1087,8 @@ func TestPullNoWaitDuringProbe(t *testing.T) {
 	// lasts WriteTimeout.
 	proxy.Refuse(true)
 	proxy.CloseAll()
-	// (A write on a connection reset may fail "broken pipe", which the
-	// breaker does not count; the next dials are refused.)
+	// (A write on a connection reset may fail "broken pipe"; the next
+	// dials are refused.)
 	eventually(t, func() bool { return errors.Is(q.Ping(b.ctx), ErrUnavailable) }, "Redis found unreachable")
 	require.False(t, q.reach.b.Up(), "Redis known unreachable")
 	proxy.Blackhole(true)

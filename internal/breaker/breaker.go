@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -121,9 +122,14 @@ var ErrNoAnswer = errors.New("no answer within the call's timeout")
 // IsConnErr reports whether err says that the server could not be
 // reached: a refused or reset connection, a network timeout, a connection
 // closed, ErrNoAnswer. A reply of the server's (an error reply) and a
-// context that ended are not.
+// context that ended are not. go-redis returns some of these bare, without
+// the *net.OpError: "i/o timeout" (os.ErrDeadlineExceeded) on a fresh
+// connection's read, "write: broken pipe" (an *os.SyscallError) on a
+// connection reset. A caller whose own deadline may have set the
+// connection's must not pass its timeouts here (see the root's reach.note).
 func IsConnErr(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, ErrNoAnswer) || errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,4 +48,24 @@ func TestBreaker(t *testing.T) {
 	require.True(t, IsConnErr(io.EOF))
 	require.True(t, IsConnErr(fmt.Errorf("wrapped: %w", ErrNoAnswer)))
 	require.False(t, IsConnErr(errors.New("ERR wrong type")))
+}
+
+// TestIsConnErrBare: errors go-redis v9.23 returned from a real
+// redis-server behind a proxy (a silent one, a reset one), as captured:
+// a fresh connection's read ended by ReadTimeout came back as a bare
+// *poll.DeadlineExceededError ("i/o timeout", no *net.OpError around it),
+// and a write on a reset connection as *os.SyscallError{"write",
+// syscall.EPIPE}. Neither was counted, so a failed probe marked the
+// server reachable again. A context that ended still is not one.
+func TestIsConnErrBare(t *testing.T) {
+	for _, err := range []error{
+		os.ErrDeadlineExceeded,
+		fmt.Errorf("wheelq: %w", os.ErrDeadlineExceeded),
+		&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded},
+		&os.SyscallError{Syscall: "write", Err: syscall.EPIPE},
+	} {
+		require.True(t, IsConnErr(err), "%v", err)
+	}
+	require.False(t, IsConnErr(context.DeadlineExceeded))
+	require.False(t, IsConnErr(fmt.Errorf("wrapped: %w", context.Canceled)))
 }
