@@ -41,8 +41,13 @@ func writeError(w http.ResponseWriter, status int, code Code, msg string) {
 	writeJSON(w, status, errorBody{Error: msg, Code: code})
 }
 
+// fail answers err as errorStatus maps it; a 503 (unavailable,
+// contended) says Retry-After, as the server's HTTP API's do.
 func (h *Handler) fail(w http.ResponseWriter, err error) {
 	status, code := errorStatus(err)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1") // unavailable, contended: retry
+	}
 	writeError(w, status, code, err.Error())
 }
 

@@ -597,3 +597,23 @@ func TestUnrecurChecksTopic(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rs)
 }
+
+// TestUnavailableSaysRetryAfter: a 503 (the queue closed, as when Redis
+// is unreachable) carries Retry-After, as the server's HTTP API's do.
+func TestUnavailableSaysRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "dash-retry")
+	srv := f.serve(t, Options{})
+	require.NoError(t, f.q.Shutdown(context.Background()))
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/wheelq/api/"+string(KindCancel), strings.NewReader(jobBody("orders", "o-123")))
+	require.NoError(t, err)
+	for k, v := range pageHeader {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+}
