@@ -605,15 +605,7 @@ func TestUnavailableSaysRetryAfter(t *testing.T) {
 	f := setup(t, "dash-retry")
 	srv := f.serve(t, Options{})
 	require.NoError(t, f.q.Shutdown(context.Background()))
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/wheelq/api/"+string(KindCancel), strings.NewReader(jobBody("orders", "o-123")))
-	require.NoError(t, err)
-	for k, v := range pageHeader {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
-	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	r := post(t, srv, KindCancel, jobBody("orders", "o-123"))
+	require.Equal(t, http.StatusServiceUnavailable, r.status, r.raw)
+	require.Equal(t, "1", r.header.Get("Retry-After"))
 }

@@ -50,6 +50,22 @@ func (r *pushRecorder) times(id string) []time.Time {
 	return append([]time.Time(nil), r.at[id]...)
 }
 
+// termDuringPush starts a server with args, schedules the job "slow" of
+// topic hooks (pushed to rec's receiver, which holds it), and sends the
+// server SIGTERM once the push is out.
+func termDuringPush(t *testing.T, rec *pushRecorder, args []string) *proc {
+	t.Helper()
+	a := startServer(t, nil, args...)
+	require.Equal(t, 201, call(t, "POST", a.URL+"/v1/jobs/hooks", "", map[string]any{"id": "slow", "payload": "x"}, nil))
+	select {
+	case <-rec.got:
+	case <-time.After(wait):
+		t.Fatal("never pushed")
+	}
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	return a
+}
+
 // TestServerSIGTERMWaitsForPushes: a SIGTERM while a push is in flight
 // waits for the receiver's reply and acks the job before the process
 // exits 0: a server started after finds it done and pushes it no more.
@@ -59,14 +75,7 @@ func TestServerSIGTERMWaitsForPushes(t *testing.T) {
 	defer recv.Close()
 	cfg := pushConfig(t, recv.URL, 3, []byte("0123456789abcdef0123456789abcdef"))
 	args := []string{"-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs)}
-	a := startServer(t, nil, args...)
-	require.Equal(t, 201, call(t, "POST", a.URL+"/v1/jobs/hooks", "", map[string]any{"id": "slow", "payload": "x"}, nil))
-	select {
-	case <-rec.got:
-	case <-time.After(wait):
-		t.Fatal("never pushed")
-	}
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	a := termDuringPush(t, rec, args)
 	time.Sleep(700 * time.Millisecond) // the server is stopping, the push still out
 	select {
 	case <-a.done:
@@ -100,14 +109,7 @@ func TestServerSIGTERMCutsOffSlowPush(t *testing.T) {
 	defer answer() // before recv.Close, which waits for the held push
 	cfg := pushConfig(t, recv.URL, 3, []byte("0123456789abcdef0123456789abcdef"))
 	args := []string{"-config", cfg, "-addr", "127.0.0.1:0", "-redis-url", redisURL(rs), "-set", "http.shutdown_timeout=1s", "-set", "log.access=false"}
-	a := startServer(t, nil, args...)
-	require.Equal(t, 201, call(t, "POST", a.URL+"/v1/jobs/hooks", "", map[string]any{"id": "slow", "payload": "x"}, nil))
-	select {
-	case <-rec.got:
-	case <-time.After(wait):
-		t.Fatal("never pushed")
-	}
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	a := termDuringPush(t, rec, args)
 	require.Equal(t, 0, a.exited(wait), "%s", a.Log())
 	require.Regexp(t, `level=WARN msg="wheelq server: shutdown_timeout passed with 1 push\(es\) running: cut off; (each|they) will be delivered again`, a.Log())
 	require.Len(t, rec.times("slow"), 1)

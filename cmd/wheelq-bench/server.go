@@ -563,6 +563,21 @@ func batchAcker(send func([]receipt)) (ack func(receipt), done func()) {
 	return func(r receipt) { got <- r }, func() { close(got); wg.Wait() }
 }
 
+// readStream reads a reserve stream's lines until it ends, or its last
+// line {"error": ...}, calling record with each job's id and arrival and
+// handing it to ack.
+func readStream(body io.Reader, record func(string, time.Time), ack func(receipt)) {
+	dec := json.NewDecoder(body)
+	for {
+		var j receipt
+		if dec.Decode(&j) != nil || j.Token == "" {
+			return
+		}
+		record(j.ID, time.Now())
+		ack(j)
+	}
+}
+
 // streamConsumer reads a reserve stream until ctx ends (opening another
 // when one ends), calling record with each job's id and arrival, and acks
 // what it got in batches on a connection of its own.
@@ -577,15 +592,7 @@ func streamConsumer(ctx context.Context, url string, record func(string, time.Ti
 		if err != nil {
 			continue
 		}
-		dec := json.NewDecoder(resp.Body)
-		for {
-			var j receipt
-			if dec.Decode(&j) != nil || j.Token == "" {
-				break // the stream's end, or its last line {"error": ...}
-			}
-			record(j.ID, time.Now())
-			ack(j)
-		}
+		readStream(resp.Body, record, ack)
 		resp.Body.Close()
 	}
 }
@@ -608,15 +615,7 @@ func leanStreamConsumer(ctx context.Context, base string, record func(string, ti
 		if err != nil {
 			return
 		}
-		dec := json.NewDecoder(resp.Body)
-		for {
-			var j receipt
-			if dec.Decode(&j) != nil || j.Token == "" {
-				break // the stream's end, or its last line {"error": ...}
-			}
-			record(j.ID, time.Now())
-			ack(j)
-		}
+		readStream(resp.Body, record, ack)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
