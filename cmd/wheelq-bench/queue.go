@@ -73,6 +73,9 @@ func freshRedis(ctx context.Context, cfg *config) (*benchRedis, error) {
 	return br, nil
 }
 
+// addr is the Redis's address: the one started, or -redis's.
+func (b *benchRedis) addr() string { return b.rdb.Options().Addr }
+
 func (b *benchRedis) close() {
 	b.rdb.Close()
 	if b.srv != nil {

@@ -30,7 +30,7 @@ func runRESPSchedule(ctx context.Context, cfg *config, emit func(result)) error 
 	defer br.close()
 	payload := bytes.Repeat([]byte("x"), 64)
 	const conns = 32
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", namespace("resp"), "-pull", "t", "-set", "resp.addr=127.0.0.1:0")
+	s, err := startWheelqServer(ctx, cfg, br.addr(), "-namespace", namespace("resp"), "-pull", "t", "-set", "resp.addr=127.0.0.1:0")
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func runRESPReserve(ctx context.Context, cfg *config, emit func(result)) error {
 	}
 	defer br.close()
 	ns := namespace("resppull")
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0")
+	s, err := startWheelqServer(ctx, cfg, br.addr(), "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0")
 	if err != nil {
 		return err
 	}

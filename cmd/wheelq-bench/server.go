@@ -269,7 +269,7 @@ func runServerSchedule(ctx context.Context, cfg *config, emit func(result)) erro
 	const conns = 32
 
 	ns := namespace("srv")
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "t")
+	s, err := startWheelqServer(ctx, cfg, br.addr(), "-namespace", ns, "-pull", "t")
 	if err != nil {
 		return err
 	}
@@ -418,7 +418,7 @@ func runServerReserve(ctx context.Context, cfg *config, emit func(result)) error
 	}
 	defer br.close()
 	ns := namespace("srvpull")
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "p,idle", "-set", "http.max_polls_per_token=2000")
+	s, err := startWheelqServer(ctx, cfg, br.addr(), "-namespace", ns, "-pull", "p,idle", "-set", "http.max_polls_per_token=2000")
 	if err != nil {
 		return err
 	}
@@ -734,7 +734,7 @@ func runServerPush(ctx context.Context, cfg *config, emit func(result)) error {
 		return err
 	}
 	ns := namespace("srvpush")
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-config", conf, "-namespace", ns)
+	s, err := startWheelqServer(ctx, cfg, br.addr(), "-config", conf, "-namespace", ns)
 	if err != nil {
 		return err
 	}

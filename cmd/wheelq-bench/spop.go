@@ -139,7 +139,7 @@ func runRESPSPop(ctx context.Context, cfg *config, emit func(result)) error {
 
 	// Over RESP, SPOP queue 1000, one client.
 	ns := namespace("spop")
-	s, err := startWheelqServer(ctx, cfg, br.srv.Addr, "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0", "-set", "resp.delayedqueue=true")
+	s, err := startWheelqServer(ctx, cfg, br.addr(), "-namespace", ns, "-pull", "p", "-set", "resp.addr=127.0.0.1:0", "-set", "resp.delayedqueue=true")
 	if err != nil {
 		return err
 	}
