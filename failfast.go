@@ -53,13 +53,22 @@ func (r *reach) down(clock wheel.Clock) error {
 // timeout once ctx's deadline has passed (go-redis with
 // ContextTimeoutEnabled sets the connection's deadline from ctx's, and
 // its "i/o timeout" can come before ctx.Err says so).
+// callerDeadline says err is a deadline's (the context's, or a network
+// timeout: go-redis with ContextTimeoutEnabled sets the connection's from
+// ctx) and ctx's deadline has passed: the caller's own, nothing of Redis.
+func callerDeadline(ctx context.Context, err error) bool {
+	if err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || (ok && !time.Now().Before(dl))
+}
+
 func (r *reach) note(ctx context.Context, err error, probe bool, clock wheel.Clock) {
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
-		if dl, ok := ctx.Deadline(); ctx.Err() != nil || (ok && !time.Now().Before(dl)) {
-			err = context.DeadlineExceeded // the caller's deadline: nothing of Redis
-		} else if errors.Is(err, context.DeadlineExceeded) {
-			err = breaker.ErrNoAnswer
-		}
+	if callerDeadline(ctx, err) {
+		err = context.DeadlineExceeded // the caller's deadline: nothing of Redis
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		err = breaker.ErrNoAnswer
 	}
 	if !probe && r.b.Up() && (err == nil || !breaker.IsConnErr(err)) {
 		return // nothing to record: no clock read
@@ -89,6 +98,9 @@ func (q *Queue) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	q.reach.note(ctx, err, false, q.clock)
+	if callerDeadline(ctx, err) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("wheelq: Ping: %w (%w)", context.DeadlineExceeded, err)
+	}
 	if err != nil && breaker.IsConnErr(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

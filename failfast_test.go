@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wheelq/wheelq/internal/breaker"
+	"github.com/wheelq/wheelq/internal/faultproxy"
 	"github.com/wheelq/wheelq/internal/redistest"
 	"github.com/wheelq/wheelq/wheel"
 )
@@ -150,4 +152,31 @@ func TestRefusedForNowIsUnavailable(t *testing.T) {
 		_, err := q.Schedule(b.ctx, "t", []byte("x"), ID("after"), After(time.Hour))
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "writes go through once Redis has room")
+}
+
+// TestPingCallerDeadline: a Ping cut short by the caller's own deadline
+// says so (ctx's error), not ErrUnavailable: Redis was answering, only
+// slower than the caller would wait, and the queue keeps taking writes.
+// (Left by a review: the breaker no longer counted such a failure, but
+// Ping still called it unavailable.)
+func TestPingCallerDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	srv.RequireReal(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := &bundle{srv: srv, rdb: rdb, ctx: context.Background()}
+	q := b.newQueue(t, Config{LockDir: "-", WriteTimeout: 5 * time.Second})
+	require.NoError(t, q.Ping(b.ctx))
+	proxy.SetReplyDelay(time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
+	defer cancel()
+	err := q.Ping(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the caller's deadline ended it")
+	require.NotErrorIs(t, err, ErrUnavailable, "Redis answers, slowly: not unavailable")
+	proxy.SetReplyDelay(0)
+	require.NoError(t, q.Ping(b.ctx), "and the queue took nothing from it")
+	_, err = q.Schedule(b.ctx, "p", nil, After(time.Hour))
+	require.NoError(t, err)
 }
