@@ -1017,6 +1017,11 @@ func TestRefuseUnhandledRequeue(t *testing.T) {
 	info, err := q.Lookup(b.ctx, "typo", "x")
 	require.NoError(t, err)
 	require.Equal(t, StateDead, info.State, "left dead")
+	// A topic no queue could run is the caller's mistake, said as such.
+	n, err = q.RequeueWhere(b.ctx, JobFilter{Topic: "bad\ttopic"}, time.Now().Add(time.Hour))
+	require.ErrorIs(t, err, ErrInvalidTopic)
+	require.NotErrorIs(t, err, ErrTopicMode)
+	require.Zero(t, n)
 
 	// Every dead job: the one of a topic run here is requeued, the other
 	// left dead.
