@@ -492,8 +492,13 @@ func (c *cli) attach(ctx context.Context) (int, error) {
 		return 1, outage{what: fmt.Sprintf("reading namespace %q", c.namespace), err: err}
 	}
 	parts := c.partitions
-	if parts == 0 {
+	switch {
+	case parts == 0:
 		parts = n
+	case parts != n:
+		// Known now: said before any command reads or writes.
+		fmt.Fprintf(c.err, "wheelq: -partitions %d: namespace %q at %s has %d (omit -partitions to use the namespace's own)\n", parts, c.namespace, c.where, n)
+		return 2, nil
 	}
 	q, err := wheelq.New(c.rdb, wheelq.Config{Namespace: c.namespace, Partitions: parts, WriteTimeout: c.timeout, MaxDelay: maxDelay})
 	if err != nil {

@@ -413,9 +413,6 @@ func TestErrorTextIsClean(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"-partitions", "8", "stats"}, "give the queue's number of partitions with -partitions"},
-		{[]string{"-partitions", "8", "cancel", "orders", "o-1"}, "give the queue's number of partitions with -partitions"},
-		{[]string{"-partitions", "8", "cancel", "-topic", "orders"}, "give the queue's number of partitions with -partitions"},
 		{[]string{"cancel", "orders", "nope"}, "job not found"},
 		{[]string{"requeue", "orders", "nope"}, "job not found"},
 		{[]string{"run", "orders", "nope"}, "job not found"},
@@ -432,6 +429,35 @@ func TestErrorTextIsClean(t *testing.T) {
 	}
 	require.Equal(t, "wheelq: job not found: orders/nope",
 		func() string { _, _, e := wq(t, srv, "cancel", "orders", "nope"); return strings.TrimSpace(e) }())
+}
+
+// TestPartitionsMismatch: a -partitions other than the namespace's is a
+// usage error said at once, before the command reads or writes anything,
+// whatever the command (it was found at the first reading only, with exit
+// 1, and a command that wrote nothing had no reading to find it).
+func TestPartitionsMismatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	newNamespace(t, srv)
+	for _, args := range [][]string{
+		{"-partitions", "8", "stats"},
+		{"-partitions", "8", "cancel", "orders", "o-1"},
+		{"-partitions", "8", "cancel", "-topic", "orders"},
+		{"-partitions", "8", "pause", "orders"},
+		{"-partitions", "8", "watch", "-count", "1"},
+	} {
+		code, out, errs := wq(t, srv, args...)
+		require.Equal(t, 2, code, "%q: %s", args, errs)
+		require.Empty(t, out, args)
+		require.Equal(t, `wheelq: -partitions 8: namespace "cli" at `, errs[:len(`wheelq: -partitions 8: namespace "cli" at `)], args)
+		require.Contains(t, errs, "has 4 (omit -partitions to use the namespace's own)", args)
+	}
+	code, out, errs := wq(t, srv, "-partitions", "4", "show", "orders", "o-1")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "o-1", "the namespace's own number works")
+	code, out, errs = wq(t, srv, "counts")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "paused", "nothing was paused")
 }
 
 // TestOddNamesStayOnTheirRow: names with control
