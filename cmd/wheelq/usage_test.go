@@ -434,7 +434,7 @@ func TestErrorTextIsClean(t *testing.T) {
 // TestPartitionsMismatch: a -partitions other than the namespace's is a
 // usage error said at once, before the command reads or writes anything,
 // whatever the command (it was found at the first reading only, with exit
-// 1, and a command that wrote nothing had no reading to find it).
+// 1).
 func TestPartitionsMismatch(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
