@@ -62,10 +62,13 @@ var (
 type Client struct {
 	base  string
 	token string
-	// HTTP is the client requests go through; the default has no
-	// timeout of its own: each call's context bounds it. Its Timeout, if
-	// set, bounds every request as it is, a Reserve's long poll included,
-	// so it must be longer than any Reserve's Wait.
+	// HTTP is the client requests go through (nil: a default one); the
+	// default has no timeout of its own: each call's context bounds it.
+	// Its Timeout, if set, bounds each ordinary request as it is. A
+	// Reserve with a Wait is not cut short by it: that long poll goes
+	// through a copy of HTTP without Timeout (the same Transport, so the
+	// same connections), bounded instead by Timeout + Wait, so a Timeout
+	// meant for ordinary calls need not be longer than any Wait.
 	HTTP *http.Client
 }
 
@@ -215,7 +218,11 @@ func (r *Reservation) Bytes() []byte {
 }
 
 // Reserve waits up to r.Wait for due jobs of r.Topics and reserves up to
-// r.Max of them; none if none came due.
+// r.Max of them; none (and no error) if none came due. The wait is not
+// cut short by the Timeout of c.HTTP: a Reserve with a Wait is bounded by
+// that Timeout + Wait instead (and by ctx), so a client whose Timeout is
+// 10 s may wait 30 s. Past that bound the error matches
+// context.DeadlineExceeded, as the http.Client's own timeout does.
 func (c *Client) Reserve(ctx context.Context, r Reserve) ([]Reservation, error) {
 	var out struct {
 		Jobs *[]Reservation `json:"jobs"`
@@ -224,7 +231,7 @@ func (c *Client) Reserve(ctx context.Context, r Reserve) ([]Reservation, error) 
 		return nil, err
 	}
 	body := map[string]any{"topics": r.Topics, "max": r.Max, "ttr_ms": r.TTR.Milliseconds(), "wait_ms": r.Wait.Milliseconds()}
-	if err := c.do(ctx, "POST", "/v1/reserve", body, &out); err != nil {
+	if err := c.send(ctx, r.Wait, "POST", "/v1/reserve", body, &out); err != nil {
 		return nil, err
 	}
 	if out.Jobs == nil {
@@ -397,6 +404,42 @@ func segment(s string) string {
 // expected, else the error names the method and path. A reply that is not
 // the server's JSON error is mapped by its status (replyError).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.send(ctx, 0, method, path, body, out)
+}
+
+// send is do for a request the server may hold for up to wait (a long
+// poll) before it answers. With a wait and an http.Client Timeout, the
+// request goes through a shallow copy of c.HTTP without Timeout (the same
+// Transport, Jar and CheckRedirect), under a context deadline of Timeout
+// + wait, which bounds, as Timeout does, the redirects and the reading of
+// the body too.
+func (c *Client) send(ctx context.Context, wait time.Duration, method, path string, body, out any) error {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	parent, bound := ctx, ""
+	if wait > 0 && hc.Timeout > 0 {
+		// (A sum past time.Duration's range leaves the wait to ctx and
+		// to the server, which refuses a wait past its http.max_wait.)
+		if limit := hc.Timeout + wait; limit > wait {
+			bound = fmt.Sprintf("the client's Timeout %v + the wait %v passed", hc.Timeout, wait)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, limit)
+			defer cancel()
+		}
+		cp := *hc
+		cp.Timeout = 0
+		hc = &cp
+	}
+	// wrap names the request in err, and what bounded it if that was
+	// Timeout + wait rather than the caller's context.
+	wrap := func(err error) error {
+		if bound != "" && ctx.Err() != nil && parent.Err() == nil {
+			return fmt.Errorf("wheelq client: %s %s: %s: %w", method, path, bound, err)
+		}
+		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
+	}
 	var rd io.Reader
 	if body != nil {
 		// Without HTML escaping: '<', '>' and '&' take one byte each, not
@@ -417,17 +460,17 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && notSent(err) {
 			return fmt.Errorf("wheelq client: %s %s: %w: %w", method, path, ErrUnavailable, err)
 		}
-		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
+		return wrap(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
+		return wrap(err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return replyError(method, path, resp, b)
