@@ -1,6 +1,7 @@
 // Package client is a small Go client of the wheelq server's HTTP API,
 // for services that do not embed wheelq: schedule, cancel, reschedule,
-// get, reserve, ack, nack, touch. It speaks the API's JSON with the
+// get, reserve, ack, nack, touch, and recurring schedules (declare, list,
+// remove). It speaks the API's JSON with the
 // standard library only; an error of the server is an *apierr.Error,
 // which errors.Is matches against this package's sentinels by code. Only
 // a 2xx reply is success, and only with the JSON body expected. A reply
@@ -375,11 +376,188 @@ func (c *Client) Touch(ctx context.Context, r *Reservation, ttr time.Duration) (
 	return out.Deadline, nil
 }
 
+// Recurring is a recurring schedule as DeclareRecurring takes it: the
+// fields of wheelq.Recurring, as the API's PUT /v1/recurring/{name} takes
+// them. Give Cron or Every.
+type Recurring struct {
+	// Name names the schedule: 1 to 200 bytes of UTF-8 without control
+	// characters (its path segment is escaped, "." and ".." included).
+	Name string
+	// Topic is that of each slot's job.
+	Topic string
+	// Cron is a cron expression (five fields, six with seconds first, or
+	// @yearly, @monthly, @weekly, @daily, @hourly, @every DURATION) in
+	// TimeZone's local wall-clock time.
+	Cron string
+	// Every is a fixed interval: a whole number of milliseconds (else
+	// ErrInvalid, without a request), at least 10; slots at Start + k ×
+	// Every (the Unix epoch without a Start).
+	Every time.Duration
+	// TimeZone is an IANA name ("Europe/Paris"); "" is UTC.
+	TimeZone string
+	// Payload, Headers and MaxAttempts are those of each slot's job
+	// (MaxAttempts 0: the server's default).
+	Payload     []byte
+	Headers     map[string]string
+	MaxAttempts int
+	// Start and End bound the slots (zero: unbounded; End inclusive).
+	Start, End time.Time
+	// Missed is what to do with the slots missed while no server ran:
+	// "latest" (run the latest once; "" is "latest"), "skip" or "each"
+	// (each of the latest MaxMissed).
+	Missed    string
+	MaxMissed int
+}
+
+// RecurringInfo is a stored recurring schedule, as DeclareRecurring
+// returns it and Recurrings lists it (Missed is always set; an empty
+// Payload is nil).
+type RecurringInfo struct {
+	Recurring
+	// Next holds the schedule's next slots (up to 3; none once End has
+	// passed).
+	Next []time.Time
+	// Stored is the latest slot whose job is stored (zero: none yet).
+	Stored time.Time
+	// Last is the job of the latest slot whose time came, with its state
+	// (nil if there was none or it is no longer known).
+	Last *Job
+}
+
+type recurringBody struct {
+	Topic         string            `json:"topic"`
+	Cron          string            `json:"cron,omitempty"`
+	EveryMs       int64             `json:"every_ms,omitempty"`
+	TimeZone      string            `json:"time_zone,omitempty"`
+	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	MaxAttempts   int               `json:"max_attempts,omitempty"`
+	Start         *time.Time        `json:"start,omitempty"`
+	End           *time.Time        `json:"end,omitempty"`
+	Missed        string            `json:"missed,omitempty"`
+	MaxMissed     int               `json:"max_missed,omitempty"`
+}
+
+type recurringReply struct {
+	Name string `json:"name"`
+	recurringBody
+	Next   []time.Time `json:"next"`
+	Stored *time.Time  `json:"stored"`
+	Last   *Job        `json:"last"`
+}
+
+func (r *recurringReply) info() RecurringInfo {
+	ri := RecurringInfo{Recurring: Recurring{Name: r.Name, Topic: r.Topic, Cron: r.Cron,
+		Every: time.Duration(r.EveryMs) * time.Millisecond, TimeZone: r.TimeZone, Payload: r.PayloadBase64,
+		Headers: r.Headers, MaxAttempts: r.MaxAttempts, Missed: r.Missed, MaxMissed: r.MaxMissed},
+		Next: r.Next, Last: r.Last}
+	if len(ri.Payload) == 0 {
+		ri.Payload = nil
+	}
+	if r.Start != nil {
+		ri.Start = *r.Start
+	}
+	if r.End != nil {
+		ri.End = *r.End
+	}
+	if r.Stored != nil {
+		ri.Stored = *r.Stored
+	}
+	return ri
+}
+
+// valid says the reply holds what the API always sends of a schedule.
+func (r *recurringReply) valid() bool {
+	return r.Name != "" && r.Topic != "" && r.Missed != "" && r.Next != nil
+}
+
+// DeclareRecurring declares the recurring schedule r.Name, or replaces
+// the one of that name (declaring the same fields again changes nothing);
+// each slot's job runs once. It needs the produce right on r.Topic and,
+// if a schedule of that name is stored on another topic, on that one too
+// (else ErrForbidden). It returns the schedule as stored, with its next
+// slots. Bad fields are ErrInvalid (an empty Name or an Every that is not
+// a whole number of milliseconds without a request); a topic the server
+// neither pulls nor pushes ErrTopicMode; a schedule removed between the
+// declaration and its reading back ErrNotFound; and ErrContended if other
+// clients changed the schedule at each of the server's tries: nothing was
+// done, retry (the message ends with the server's Retry-After).
+func (c *Client) DeclareRecurring(ctx context.Context, r Recurring) (RecurringInfo, error) {
+	path := recurringPath(r.Name)
+	if r.Name == "" {
+		return RecurringInfo{}, invalid("PUT", path, "the schedule's name is empty")
+	}
+	if r.Every%time.Millisecond != 0 {
+		return RecurringInfo{}, invalid("PUT", path, fmt.Sprintf("every %v is not a whole number of milliseconds", r.Every))
+	}
+	b := recurringBody{Topic: r.Topic, Cron: r.Cron, EveryMs: r.Every.Milliseconds(), TimeZone: r.TimeZone,
+		PayloadBase64: r.Payload, Headers: r.Headers, MaxAttempts: r.MaxAttempts, Missed: r.Missed, MaxMissed: r.MaxMissed}
+	if !r.Start.IsZero() {
+		b.Start = &r.Start
+	}
+	if !r.End.IsZero() {
+		b.End = &r.End
+	}
+	var out recurringReply
+	if err := c.do(ctx, "PUT", path, b, &out); err != nil {
+		return RecurringInfo{}, err
+	}
+	if !out.valid() {
+		return RecurringInfo{}, malformed("PUT", path, "has no schedule name, topic, missed or next")
+	}
+	return out.info(), nil
+}
+
+// Recurrings lists the recurring schedules of the topics the token may
+// produce to or administer, with their next slots and the job of their
+// latest slot whose time came; none is an empty list.
+func (c *Client) Recurrings(ctx context.Context) ([]RecurringInfo, error) {
+	var out struct {
+		Recurring *[]recurringReply `json:"recurring"`
+	}
+	if err := c.do(ctx, "GET", "/v1/recurring", nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Recurring == nil {
+		return nil, malformed("GET", "/v1/recurring", "has no recurring list")
+	}
+	list := make([]RecurringInfo, 0, len(*out.Recurring))
+	for _, r := range *out.Recurring {
+		if !r.valid() {
+			return nil, malformed("GET", "/v1/recurring", "has a schedule without name, topic, missed or next")
+		}
+		list = append(list, r.info())
+	}
+	return list, nil
+}
+
+// RemoveRecurring removes the recurring schedule name and its stored
+// slots still to come. ErrNotFound if there is none; ErrForbidden without
+// the produce right on its topic; ErrContended if other clients changed
+// it at each of the server's tries (nothing was done: retry). An empty
+// name is ErrInvalid, without a request.
+func (c *Client) RemoveRecurring(ctx context.Context, name string) error {
+	path := recurringPath(name)
+	if name == "" {
+		return invalid("DELETE", path, "the schedule's name is empty")
+	}
+	return c.do(ctx, "DELETE", path, nil, nil)
+}
+
+func recurringPath(name string) string {
+	return "/v1/recurring/" + segment(name)
+}
+
+// invalid is the ErrInvalid of a request refused before it is sent.
+func invalid(method, path, why string) error {
+	return &apierr.Error{Code: apierr.Invalid, Message: fmt.Sprintf("wheelq client: %s %s: %s", method, path, why)}
+}
+
 // checkTTR refuses a TTR that is not 0 but is 0 in whole milliseconds,
 // which the API would take for its default.
 func checkTTR(method, path string, ttr time.Duration) error {
 	if ttr != 0 && ttr.Milliseconds() == 0 {
-		return &apierr.Error{Code: apierr.Invalid, Message: fmt.Sprintf("wheelq client: %s %s: ttr %v is under a millisecond (0 is the default)", method, path, ttr)}
+		return invalid(method, path, fmt.Sprintf("ttr %v is under a millisecond (0 is the default)", ttr))
 	}
 	return nil
 }
@@ -504,7 +682,9 @@ func notSent(err error) bool {
 }
 
 // replyError is the error of a reply that is not a 2xx. The server's JSON
-// error is returned as it is (*apierr.Error). Any other reply (a proxy's
+// error is returned as it is (*apierr.Error), its message ending with the
+// reply's Retry-After, if any (the server sends "1" with unavailable,
+// contended and outcome_unknown). Any other reply (a proxy's
 // plain or HTML page, a redirect) is mapped by status where that is safe:
 // 503 is ErrUnavailable (nothing was done; its Retry-After, if any, is in
 // the message); 502 and 504 are ErrUnavailable for a GET, which changes
@@ -515,13 +695,15 @@ func replyError(method, path string, resp *http.Response, b []byte) error {
 	var e struct {
 		Error *apierr.Error `json:"error"`
 	}
+	ra := ""
+	if h := resp.Header.Get("Retry-After"); h != "" {
+		ra = " (Retry-After " + h + ")"
+	}
 	if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Code != "" {
+		e.Error.Message += ra
 		return e.Error
 	}
-	msg := fmt.Sprintf("%s %s: %s, not the wheelq server's reply", method, path, resp.Status)
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		msg += " (Retry-After " + ra + ")"
-	}
+	msg := fmt.Sprintf("%s %s: %s, not the wheelq server's reply", method, path, resp.Status) + ra
 	code := apierr.Code("")
 	switch resp.StatusCode {
 	case http.StatusServiceUnavailable:

@@ -51,3 +51,41 @@ func Example_worker() {
 }
 
 func expire([]byte) error { return nil }
+
+// A service declares a nightly report through a wheelq server (declaring
+// it again at each start changes nothing), lists the schedules, and
+// removes one it no longer needs. ErrContended says other clients were
+// changing the schedule at that moment: nothing was done, and the same
+// call may be sent again.
+func Example_recurring() {
+	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
+	ctx := context.Background()
+	r := client.Recurring{Name: "nightly-report", Topic: "reports", Cron: "0 2 * * *", TimeZone: "Europe/Paris",
+		Payload: []byte(`{"report":"sales"}`)}
+	var ri client.RecurringInfo
+	var err error
+	for try := 0; try < 3; try++ {
+		if ri, err = c.DeclareRecurring(ctx, r); !errors.Is(err, client.ErrContended) {
+			break
+		}
+		time.Sleep(time.Second) // the server's Retry-After
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	if len(ri.Next) > 0 { // none once an End has passed
+		fmt.Println("next run:", ri.Next[0])
+	}
+	list, err := c.Recurrings(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range list {
+		if s.Last != nil {
+			fmt.Println(s.Name, "last run:", s.Last.State)
+		}
+	}
+	if err := c.RemoveRecurring(ctx, "weekly-digest"); err != nil && !errors.Is(err, client.ErrNotFound) {
+		log.Fatal(err)
+	}
+}
