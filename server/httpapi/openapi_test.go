@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"sort"
@@ -61,6 +62,27 @@ func TestOpenAPIRoutes(t *testing.T) {
 	sort.Strings(doc)
 	sort.Strings(served)
 	require.Equal(t, served, doc)
+}
+
+// TestRoutesDocumented: every route the server serves has its row in
+// docs/server.md's route table (POST /v1/reserve/stream, POST /v1/ack and
+// GET /v1/openapi.json had none).
+func TestRoutesDocumented(t *testing.T) {
+	md, err := os.ReadFile("../../docs/server.md")
+	require.NoError(t, err)
+	rows := map[string]bool{}
+	for line := range strings.Lines(string(md)) {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, cell := range strings.Split(first, ",") {
+			rows[strings.Trim(strings.TrimSpace(cell), "`")] = true
+		}
+	}
+	for _, r := range httpapi.Routes() {
+		require.True(t, rows[r.Pattern], "docs/server.md's route table has no row for %s", r.Pattern)
+	}
 }
 
 // TestOpenAPIErrorCodes: the Error schema's code enum is apierr's table,
