@@ -1,7 +1,9 @@
 package resp_test
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -148,4 +150,65 @@ func TestInflightBudget(t *testing.T) {
 	id, err := rdb.Do(context.Background(), "WQ.SCHEDULE", "p", strings.Repeat("y", size), "DELAY", 60000).Text()
 	require.NoError(t, err)
 	require.NotEmpty(t, id)
+}
+
+// respCommand encodes args as a RESP command.
+func respCommand(args ...string) []byte {
+	b := []byte("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, a := range args {
+		b = append(b, "$"+strconv.Itoa(len(a))+"\r\n"+a+"\r\n"...)
+	}
+	return b
+}
+
+// TestBlockedReserveGivesBackItsPipeline: a WQ.SCHEDULE of 900 KB and a
+// WQ.RESERVE ... BLOCK pipelined after it, read together: once the
+// schedule is answered (the reserve blocks then), its bytes no longer
+// count against resp.max_inflight_bytes (1 MiB), so another connection's
+// 400 KB command is served, while the reserve still blocks. They counted
+// until the reserve's end before (up to its BLOCK), and the other
+// connection was refused -UNAVAILABLE although nothing was held.
+func TestBlockedReserveGivesBackItsPipeline(t *testing.T) {
+	t.Parallel()
+	addr := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.RESP.MaxCommandBytes = 1 << 20
+		c.RESP.MaxInflightBytes = 1 << 20
+		c.HTTP.MaxBody = 1 << 20
+		c.Queue.Pull = []string{"p"}
+	}).RESP
+
+	// A: the schedule (due in a minute) and a reserve that blocks 30 s on
+	// its topic. All but the schedule's last bytes first, so that the
+	// server has read them when the rest comes with the reserve, in one
+	// small write: redcon is handed both commands at once.
+	sched := respCommand("WQ.SCHEDULE", "p", strings.Repeat("x", 900_000), "DELAY", "60000")
+	reserve := respCommand("WQ.RESERVE", "BLOCK", "30000", "TOPICS", "p")
+	a := rawConn(t, addr)
+	ra := bufio.NewReader(a)
+	_, err := a.Write(sched[:len(sched)-3])
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	_, err = a.Write(append(sched[len(sched)-3:], reserve...))
+	require.NoError(t, err)
+	line, err := ra.ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(line, "$"), "A's schedule answered %q", line)
+	_, err = ra.ReadString('\n') // its id
+	require.NoError(t, err)
+
+	// A blocks now, holding only its reserve: B's 400 KB command fits in
+	// the budget (it would not beside A's 900 KB).
+	b := rawConn(t, addr)
+	_, err = b.Write(respCommand("WQ.SCHEDULE", "p", strings.Repeat("y", 400_000), "DELAY", "60000"))
+	require.NoError(t, err)
+	line, err = bufio.NewReader(b).ReadString('\n')
+	require.NoError(t, err, "B was answered nothing")
+	require.True(t, strings.HasPrefix(line, "$"), "B's schedule was answered %q while A blocked", line)
+
+	// A still blocks (30 s): nothing to read.
+	require.NoError(t, a.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
+	line, err = ra.ReadString('\n')
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "A's reserve ended (%q, %v): the test tests nothing", line, err)
 }

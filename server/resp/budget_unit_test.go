@@ -1,6 +1,7 @@
 package resp_test
 
 import (
+	"bytes"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -215,4 +216,57 @@ func TestInflightAccountingConcurrent(t *testing.T) {
 	require.LessOrEqual(t, peak, int64(most), "the budget was passed")
 	require.Positive(t, peak, "nothing was ever counted: the test tests nothing")
 	require.Zero(t, used(), "every share given back")
+}
+
+// TestSettle: a command about to block (settle) gives back the bytes of
+// the commands handed on with it that ran before it, and keeps its own;
+// it gives back nothing when none ran, nor when an inline command came
+// with them (redcon's Raw of one is not its bytes on the wire, so what
+// ran is not known).
+func TestSettle(t *testing.T) {
+	t.Parallel()
+	conn, used := resp.BudgetedConns(1 << 20)
+	srv, cli := net.Pipe()
+	lc := conn(srv, 1<<20)
+	t.Cleanup(func() { cli.Close(); lc.Close() })
+	f := newFakeRedcon(lc)
+	eventually := func(want int64, msg string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return used() == want }, wait, time.Millisecond, "%s: used %d, want %d", msg, used(), want)
+	}
+	// handOn has the fake redcon read cmds: the first all but its last
+	// byte, then the rest in one write, so that they are handed on
+	// together.
+	handOn := func(cmds ...[]byte) {
+		t.Helper()
+		all := bytes.Join(cmds, nil)
+		cut := len(cmds[0]) - 1
+		f.next <- struct{}{}
+		go func() { _, _ = cli.Write(all[:cut]) }()
+		eventually(int64(cut)-resp.FreeBytes, "the first command all but read")
+		go func() { _, _ = cli.Write(all[cut:]) }()
+		r := <-f.got
+		require.NoError(t, r.err)
+		require.Equal(t, all, r.b, "handed on together")
+		require.Equal(t, int64(len(all))-resp.FreeBytes, used())
+	}
+	big, big2, small := command(300_000), command(200_000), command(100)
+
+	handOn(big, small)
+	resp.Settle(lc, len(big)) // big, the first, blocks: none ran
+	require.Equal(t, int64(len(big)+len(small))-resp.FreeBytes, used(), "nothing ran")
+	resp.Settle(lc, len(small)) // then small: big ran
+	require.Zero(t, used(), "big ran; small is under the free bytes")
+
+	handOn(big, big2)
+	resp.Settle(lc, len(big), len(big2))
+	require.Equal(t, int64(len(big2))-resp.FreeBytes, used(), "the blocking command keeps its own")
+
+	inline := []byte("PING\r\n")
+	handOn(big, inline, small)
+	resp.Settle(lc, len(big), len("*1\r\n$4\r\nPING\r\n"), len(small))
+	require.Equal(t, int64(len(big)+len(inline)+len(small))-resp.FreeBytes, used(), "an inline command: nothing given back")
+
+	f.next <- struct{}{} // all run: redcon reads again
+	eventually(0, "all given back")
 }

@@ -519,6 +519,7 @@ func cmdSchedule(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 // serves the commands pipelined after them as usual.
 func schedulePipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more int) {
 	cmds := c.ReadPipeline()
+	sess.began(cmds[:more]...)
 	all := pipelinedArgs(args, cmds[:more])
 	ids := make([]string, len(all))
 	errs := make([]error, len(all))
@@ -751,7 +752,12 @@ func cmdReserve(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	var w *peerWatch
 	if a.Block > 0 {
 		// Answer what was pipelined before, then block, watching for the
-		// client's leaving.
+		// client's leaving. The commands run before it no longer count
+		// against resp.max_inflight_bytes while it blocks (settle): redcon
+		// would come back for more, which gives them back, only after it.
+		if sess.lim != nil {
+			sess.lim.settle()
+		}
 		if err := redcon.BaseWriter(c).Flush(); err != nil {
 			sess.closed = true
 			return c.Close()
@@ -908,6 +914,7 @@ func pipelinedArgs(args [][]byte, cmds []redcon.Command) [][][]byte {
 // then serves the commands pipelined after them as usual.
 func ackPipelined(s *Server, c redcon.Conn, sess *session, args [][]byte, more int) {
 	cmds := c.ReadPipeline()
+	sess.began(cmds[:more]...)
 	all := pipelinedArgs(args, cmds[:more])
 	errs := make([]error, len(all))
 	rs := make([]wheelq.Receipt, 0, len(all))

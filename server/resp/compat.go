@@ -35,6 +35,7 @@ func cmdSAdd(s *Server, c redcon.Conn, sess *session, args [][]byte) error {
 	var cmds []redcon.Command
 	if more > 0 {
 		cmds = c.ReadPipeline()
+		sess.began(cmds[:more]...)
 	}
 	all := pipelinedArgs(args, cmds[:more])
 	// Each command's jobs, all commands' in one list: ScheduleBatch in as

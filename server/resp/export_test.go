@@ -22,3 +22,14 @@ func BudgetedConns(most int64) (conn func(c net.Conn, max int64) net.Conn, used 
 // FreeBytes is what a connection holds without counting against the
 // budget.
 const FreeBytes = freeBytes
+
+// Settle does to c (a limitedConn) what a command about to block does:
+// the commands of sizes began (Raw lengths: those redcon parsed together,
+// the last the one blocking) begin in turn, then it settles.
+func Settle(c net.Conn, began ...int) {
+	lc := c.(*limitedConn)
+	for _, n := range began {
+		lc.began(n)
+	}
+	lc.settle()
+}

@@ -55,6 +55,10 @@ type frames struct {
 	n       int   // bytes in line
 	args    int   // arguments left in the current array
 	skip    int64 // bytes left in the current argument, CRLF included
+	// inline is set when an inline command begins (its reader clears
+	// it): redcon's Raw of an inline command is not its bytes on the wire
+	// (limitedConn.settle).
+	inline bool
 }
 
 func newFrames(maxCommandBytes int64) *frames {
@@ -78,7 +82,7 @@ func (f *frames) scan(b []byte) (done int, err error) {
 				f.st, f.n = inArrayLine, 0
 				i++
 			} else {
-				f.st = inInline
+				f.st, f.inline = inInline, true
 			}
 		case inInline:
 			j := bytes.IndexByte(b[i:], '\n')

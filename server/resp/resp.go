@@ -49,7 +49,10 @@ type Options struct {
 	// at once, past each connection's first 64 KiB (0: no bound): a
 	// connection whose command would take the total past it is answered
 	// -UNAVAILABLE and closed. A command's bytes count from their reading
-	// until it has run.
+	// until it has run, and the commands read together until the last of
+	// them has, except that a WQ.RESERVE about to block gives back the
+	// bytes of those that ran before it (it keeps its own and those after
+	// it).
 	MaxInflightBytes int64
 	// MaxBlock bounds WQ.RESERVE's BLOCK.
 	MaxBlock time.Duration
@@ -135,6 +138,19 @@ type session struct {
 	// closed says the connection was closed by a command (QUIT, a
 	// reserve whose client left): commands read with it are not run.
 	closed bool
+}
+
+// began tells the connection's reader that cmds begin, in order: serve's
+// command, and the commands a pipelined batch (schedulePipelined,
+// ackPipelined, cmdSAdd) takes after its first. Those before them were
+// run (limitedConn.began).
+func (sess *session) began(cmds ...redcon.Command) {
+	if sess.lim == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		sess.lim.began(len(cmd.Raw))
+	}
 }
 
 // reauth authenticates the session's token again if the server's tokens
@@ -282,6 +298,7 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 		sess = &session{}
 		c.SetContext(sess)
 	}
+	sess.began(cmd)
 	if sess.closed {
 		return // after QUIT, or a reserve that closed the connection
 	}
@@ -458,6 +475,12 @@ const readChunk = 16 << 10
 // connection closed, and so is a frame whose stated length is out of
 // bounds (frames), and a command whose bytes the server-wide budget
 // (inflight) cannot hold.
+//
+// The bytes a connection holds count against that budget from their
+// reading until redcon comes back for more (it has run every command it
+// parsed then), or, for a command about to block (WQ.RESERVE's BLOCK),
+// until settle: the commands redcon parsed with it and ran before it are
+// done, and their bytes no longer count while it waits.
 type limitedConn struct {
 	net.Conn
 	max int64
@@ -477,8 +500,21 @@ type limitedConn struct {
 	err         error
 	// held is the bytes read and not yet run: buf[r:w], and what was
 	// handed on since redcon last came back for more with every command
-	// handed to it run (Read finds r == ready).
+	// handed to it run (Read finds r == ready), less what settle found
+	// run since.
 	held int64
+	// ran is the bytes of the commands handed on since then that have
+	// run (each began before the one running now), less what settle gave
+	// back, and cur those of the one running now (began last), each
+	// counted as its Raw. Raw is a command's bytes on the wire for a RESP
+	// array, not for an inline command, so settle gives nothing back when
+	// one may have been handed on since then (an overcount, never an
+	// undercount): read counts the bytes read from the network, from is
+	// that count at the first byte handed on since then, and inlineTo at
+	// the end of the last read in which an inline command began.
+	ran, cur   int64
+	read, from int64
+	inlineTo   int64
 
 	// inflight is the server's budget (nil: none); charged is what this
 	// connection has taken of it, max(0, held-freeBytes) after each read,
@@ -496,12 +532,16 @@ func newLimitedConn(c net.Conn, max int64) *limitedConn {
 }
 
 func (c *limitedConn) Read(b []byte) (int, error) {
-	if c.ready == c.r && c.held != int64(c.w-c.r) {
+	if c.ready == c.r {
 		// redcon reads again only once it has run every command it
 		// parsed; what it was handed ended at a command's end, so it
 		// holds none of those bytes now.
-		c.held = int64(c.w - c.r)
-		c.charge()
+		c.ran, c.cur = 0, 0
+		c.from = c.read - int64(c.w-c.r)
+		if c.held != int64(c.w-c.r) {
+			c.held = int64(c.w - c.r)
+			c.charge()
+		}
 	}
 	for c.ready == c.r {
 		switch {
@@ -532,6 +572,11 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 			}
 			c.w += n
 			c.held += int64(n)
+			c.read += int64(n)
+			if c.frames.inline {
+				c.frames.inline = false
+				c.inlineTo = c.read
+			}
 			c.refused = ferr
 			if !c.charge() && c.refused == nil {
 				c.refused = errBusy
@@ -544,6 +589,49 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 	n := copy(b, c.buf[c.r:c.ready])
 	c.r += n
 	return n, nil
+}
+
+// began records that the command of n bytes (its Raw) begins: the one
+// before it since redcon last read has run. Called on redcon's
+// connection goroutine, the reader's, by serve (and for the commands a
+// pipelined batch takes with its first).
+func (c *limitedConn) began(n int) {
+	c.ran += c.cur
+	c.cur = int64(n)
+}
+
+// settle gives back, when the current command is about to block, the
+// bytes of the commands redcon parsed with it and ran before it: held
+// becomes what the connection still holds, the current command, what
+// redcon has not run or not parsed yet, and buf[r:w]. It lowers the count
+// only, and drops a large buffer of which that leaves little. Called on
+// redcon's connection goroutine, which is the reader's (redcon runs the
+// commands it parsed between its reads), so the reader's fields are its
+// own; charge takes mu.
+func (c *limitedConn) settle() {
+	if c.ran == 0 || c.inlineTo > c.from {
+		return // nothing run; or an inline command, whose Raw is not its bytes
+	}
+	pending := int64(c.w - c.r)
+	if c.held-c.ran < pending+c.cur {
+		return // cannot be: those commands came out of held
+	}
+	c.held -= c.ran
+	c.ran = 0
+	c.charge()
+	if len(c.buf) > 4*readChunk && 4*int(pending) <= len(c.buf) {
+		// buf[:r] was handed on (redcon has its own copy): keep only
+		// buf[r:w], in a buffer of its size.
+		var nb []byte
+		if pending > 0 {
+			nb = make([]byte, int(pending)+readChunk)
+			copy(nb, c.buf[c.r:c.w])
+		}
+		c.buf = nb
+		c.ready -= c.r
+		c.w -= c.r
+		c.r = 0
+	}
 }
 
 // charge brings what the connection has taken of the server's budget to
