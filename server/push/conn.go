@@ -22,7 +22,8 @@ const maxReply = 64 << 10
 // idleFor is how long a kept connection may wait for its next push; one
 // idle longer is closed rather than tried. Receivers close theirs after
 // 5 s (Node, Apache) to 75 s (nginx); one they closed is seen so before
-// it is used (over TLS, by the push, which goes again on a new one).
+// it is used (or, closed meanwhile, by the push, which goes again on a
+// new one).
 const idleFor = 30 * time.Second
 
 // poster posts to one receiver over keep-alive HTTP/1.1 connections it
@@ -202,9 +203,7 @@ func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 			break
 		}
 		p.mu.Unlock()
-		// A TLS connection may hold records the receiver sent unasked
-		// (session tickets): only a plain one is looked at.
-		if p.tls != nil || quiet(c.nc) {
+		if p.tls != nil && quietTLS(c.nc.(*tls.Conn)) || p.tls == nil && quiet(c.nc) {
 			return c, true, nil
 		}
 		p.drop(c)
@@ -223,6 +222,27 @@ func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 	c.bw = bufio.NewWriterSize(nc, 4096)
 	return c, false, nil
 }
+
+// quietTLS is quiet for a kept TLS connection: nothing the receiver sent
+// on its socket nor in a record the connection already read off it (as
+// it may with the reply's last) is data or the connection's end. Records
+// that carry neither (a TLS 1.3 session ticket, a key update) are taken
+// in passing: with bytes on the socket, the look waits for them
+// (tlsLookFor at most); without, it reads none.
+func quietTLS(tc *tls.Conn) bool {
+	wait := time.Unix(1, 0) // past: records already read off the socket only
+	if !quiet(tc.NetConn()) {
+		wait = time.Now().Add(tlsLookFor)
+	}
+	_ = tc.SetReadDeadline(wait)
+	var b [1]byte
+	n, err := tc.Read(b[:])
+	_ = tc.SetReadDeadline(time.Time{})
+	return n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// tlsLookFor bounds quietTLS's wait for the records on a socket.
+const tlsLookFor = time.Millisecond
 
 // put keeps c for the next push (up to maxIdlePerHost). One with bytes
 // read past its reply is closed: the receiver sent what no push asked.

@@ -189,9 +189,9 @@ func (r *rawReceiver) deliverer(t *testing.T, timeout time.Duration) *push.Deliv
 const noContent = "HTTP/1.1 204 No Content\r\n\r\n"
 
 // TestClosedIdleConnection: a kept connection the receiver closed while
-// it was idle is not used: a plain one is seen closed before the push
-// (the socket is looked at), a TLS one when the push finds it closed, and
-// the push goes again on a new connection. Each push succeeds, and the
+// it was idle is not used: it is seen closed before the push (the socket
+// is looked at; over TLS, or if the close comes meanwhile, the push finds
+// it closed and goes again on a new connection). Each push succeeds, and the
 // receiver saw each once.
 func TestClosedIdleConnection(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
