@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // maxReply is how much of a reply's body a delivery reads (and discards):
@@ -178,6 +179,33 @@ func (c *pconn) exchange(req *http.Request) (reply, bool, error) {
 	keep := err == nil && n <= maxReply && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
 	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}, keep, nil
 }
+
+// maxErrText bounds the text of a push's error (bound): one about a reply
+// that did not parse quotes the receiver's line, up to the reply's bound
+// (a megabyte, four once quoted), one about a certificate names every
+// host it is for, and the error is logged at every failed attempt.
+const maxErrText = 512
+
+// bound gives err, its text cut to maxErrText.
+func bound(err error) error {
+	if len(err.Error()) <= maxErrText {
+		return err
+	}
+	return boundedError{err}
+}
+
+type boundedError struct{ err error }
+
+func (e boundedError) Error() string {
+	s := e.err.Error()
+	cut := maxErrText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:cut], len(s))
+}
+
+func (e boundedError) Unwrap() error { return e.err }
 
 // get gives a kept connection (kept true) or dials one.
 func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {

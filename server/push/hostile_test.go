@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,4 +125,24 @@ func TestConnectionKeptTLS(t *testing.T) {
 	}
 	require.EqualValues(t, 5, r.requests.Load())
 	require.EqualValues(t, 1, r.conns.Load())
+}
+
+// TestMalformedReplyErrorBounded: a reply that does not parse fails the
+// push with an error that quotes a little of it, not all of it: the error
+// is logged whole at every failed attempt, and a receiver (or a service
+// that is not HTTP) could send a line of a megabyte, quoted to four.
+func TestMalformedReplyErrorBounded(t *testing.T) {
+	for _, c := range []struct{ name, reply, says string }{
+		{"status line", strings.Repeat("\x01", 1<<20-10) + "\r\n", "malformed HTTP response"},
+		{"version", strings.Repeat("\x01", 1<<20-10) + " 200 OK\r\n\r\n", "malformed HTTP version"},
+		{"header line", "HTTP/1.1 200 OK\r\n" + strings.Repeat("\x01", 1<<20-100) + "\r\n\r\n", "malformed MIME header"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRaw(t, nil, func(int32) string { return c.reply }, nil, false)
+			d := r.deliverer(t, 5*time.Second)
+			err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1})
+			require.ErrorContains(t, err, c.says)
+			require.Less(t, len(err.Error()), 1024, "%.200s...", err.Error())
+		})
+	}
 }

@@ -199,7 +199,7 @@ func (d *Deliverer) HandleJob(ctx context.Context, j *wheelq.Job) error {
 	}
 	r, err := d.conns.post(ctx, req)
 	if err != nil {
-		return d.retry(j, fmt.Errorf("push to %s: %w", d.where, err))
+		return d.retry(j, fmt.Errorf("push to %s: %w", d.where, bound(err)))
 	}
 	if r.status >= 200 && r.status < 300 {
 		return nil
