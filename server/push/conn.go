@@ -50,6 +50,7 @@ type poster struct {
 type pconn struct {
 	nc    net.Conn
 	cr    countingReader
+	cw    connWriter
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	since time.Time // idle since
@@ -79,6 +80,26 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p[:min(int64(len(p)), maxReplyRead-c.n)])
 	c.n += int64(n)
 	return n, err
+}
+
+// connWriter writes to a connection and keeps the error a write met.
+type connWriter struct {
+	w   net.Conn
+	err error
+}
+
+func (c *connWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// ReadFrom copies a body in writes of 32 KiB, as the connection's own
+// ReadFrom would (bufio.Writer hands it what it does not buffer), not 4.
+func (c *connWriter) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(struct{ io.Writer }{c}, r)
 }
 
 func newPoster(addr string, tlsConf *tls.Config) *poster {
@@ -159,12 +180,34 @@ func (c *pconn) roundTrip(ctx context.Context, req *http.Request) (reply, bool, 
 }
 
 func (c *pconn) exchange(req *http.Request) (reply, bool, error) {
-	if err := req.Write(c.bw); err != nil {
-		return reply{}, false, err
+	err := req.Write(c.bw)
+	if err == nil {
+		err = c.bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
-		return reply{}, false, err
+	if c.cw.err != nil {
+		// The connection's own error: Request.Write gives one met
+		// writing the body as the body's (http.requestBodyReadError,
+		// which does not unwrap).
+		err = c.cw.err
 	}
+	if err != nil {
+		// A receiver may answer before it read the whole request (a 413,
+		// a 429 with its Retry-After) and close: writing the rest meets
+		// the reset, and the reply, if it came, is the push's.
+		if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+			return reply{}, false, err
+		}
+		r, _, rerr := c.read(req)
+		if rerr != nil {
+			return reply{}, false, err
+		}
+		return r, false, nil
+	}
+	return c.read(req)
+}
+
+// read reads the reply to req.
+func (c *pconn) read(req *http.Request) (reply, bool, error) {
 	resp, err := http.ReadResponse(c.br, req)
 	// Informational replies (100 Continue and the like) come before the
 	// reply; a protocol switch is none a push asked for.
@@ -245,9 +288,9 @@ func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	c = &pconn{nc: nc, cr: countingReader{r: nc}}
+	c = &pconn{nc: nc, cr: countingReader{r: nc}, cw: connWriter{w: nc}}
 	c.br = bufio.NewReaderSize(&c.cr, 4096)
-	c.bw = bufio.NewWriterSize(nc, 4096)
+	c.bw = bufio.NewWriterSize(&c.cw, 4096)
 	return c, false, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -145,4 +146,87 @@ func TestMalformedReplyErrorBounded(t *testing.T) {
 			require.Less(t, len(err.Error()), 1024, "%.200s...", err.Error())
 		})
 	}
+}
+
+// TestReplyBeforeBodyRead: a receiver that answers before it read the
+// whole request and closes (a 413 for a body past its limit, a 429 from a
+// rate limiter in front) has its reply taken, with its Retry-After, not
+// the reset that writing the rest of the body met.
+func TestReplyBeforeBodyRead(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close() // with most of the body unread: a reset
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3600\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+			})
+		}
+	})
+	u, _ := url.Parse("http://" + l.Addr().String() + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	for range 3 {
+		err = d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1, Payload: make([]byte, 1<<20)})
+		var re *wheelq.RetryError
+		require.True(t, errors.As(err, &re), "%v", err)
+		require.Equal(t, time.Hour, re.Delay)
+		require.ErrorContains(t, err, "429")
+	}
+}
+
+// TestKeptConnectionClosedMidBody: a kept connection the receiver closes
+// as a push of a large body is written on it (a close that came after the
+// look at it) is found closed before any byte of a reply, as one closed
+// while the small body was written is: the push goes again on a new
+// connection. Request.Write gave the reset met writing the body as the
+// body's own error, which the retry did not know.
+func TestKeptConnectionClosedMidBody(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var conns, requests atomic.Int32
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			first := conns.Add(1) == 1
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if requests.Add(1) == 2 && first {
+						return // closed with the body unread: a reset
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					_, _ = io.WriteString(c, noContent)
+				}
+			})
+		}
+	})
+	u, _ := url.Parse("http://" + l.Addr().String() + "/hook")
+	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1}))
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "b", Attempt: 1, Payload: make([]byte, 16<<20)}))
+	require.EqualValues(t, 2, conns.Load())
+	require.EqualValues(t, 3, requests.Load())
 }
