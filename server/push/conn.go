@@ -217,9 +217,17 @@ func (c *pconn) read(req *http.Request) (reply, bool, error) {
 	if err != nil {
 		return reply{}, false, err
 	}
-	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxReply+1))
-	resp.Body.Close()
-	keep := err == nil && n <= maxReply && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	// The body is read (to its end, up to maxReply) only for the
+	// connection's next reply: one not kept (Connection: close, or a
+	// body that runs to the connection's end) is closed unread, and the
+	// push has its reply at once rather than when the receiver ends the
+	// body or the target's timeout passes. Nor is the body closed, which
+	// reads the rest of it.
+	keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	if keep {
+		n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxReply+1))
+		keep = err == nil && n <= maxReply
+	}
 	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}, keep, nil
 }
 

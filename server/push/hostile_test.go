@@ -230,3 +230,25 @@ func TestKeptConnectionClosedMidBody(t *testing.T) {
 	require.EqualValues(t, 2, conns.Load())
 	require.EqualValues(t, 3, requests.Load())
 }
+
+// TestReplyNotKeptNotWaitedFor: a reply whose connection is not kept (no
+// length and read to the connection's end, or Connection: close) is the
+// push's as soon as its head is read: a receiver that keeps the
+// connection open, or sends its body slowly, does not hold the push until
+// the target's timeout.
+func TestReplyNotKeptNotWaitedFor(t *testing.T) {
+	for _, c := range []struct{ name, reply string }{
+		{"no length", "HTTP/1.1 200 OK\r\n\r\nok"},
+		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 100\r\n\r\nok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hold := make(chan struct{})
+			r := startRaw(t, nil, func(int32) string { return c.reply }, func(int32) string { <-hold; return "" }, false)
+			t.Cleanup(func() { close(hold) }) // before the receiver's: it waits for its replies
+			d := r.deliverer(t, 3*time.Second)
+			began := time.Now()
+			require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "a", Attempt: 1}))
+			require.Less(t, time.Since(began), time.Second, "not at the timeout")
+		})
+	}
+}
