@@ -107,6 +107,9 @@ func New(t Target, allow []string) (*Deliverer, error) {
 	if t.URL == nil || (t.URL.Scheme != "http" && t.URL.Scheme != "https") {
 		return nil, fmt.Errorf("push: target %s: want an http(s) URL", redact.URL(t.URL))
 	}
+	if t.URL.User != nil {
+		return nil, fmt.Errorf("push: target %s: credentials in the URL: a push sends none; the receiver checks the webhook-signature instead", redact.URL(t.URL))
+	}
 	if !slices.Contains(allow, t.URL.Host) {
 		return nil, fmt.Errorf("%w: %s (allowed: %v)", ErrNotAllowed, t.URL.Host, allow)
 	}

@@ -80,6 +80,12 @@ func TestAllowList(t *testing.T) {
 	u, _ = url.Parse("http://127.0.0.1:9000/x")
 	_, err = push.New(push.Target{URL: u, Secret: "whsec_short"}, []string{"127.0.0.1:9000"})
 	require.Error(t, err)
+	// Credentials in the URL would not be sent (a push sends none): refused,
+	// as the server's configuration refuses them, and not printed.
+	u, _ = url.Parse("http://user:hunter2@127.0.0.1:9000/x")
+	_, err = push.New(push.Target{URL: u, Secret: secret}, []string{"127.0.0.1:9000"})
+	require.ErrorContains(t, err, "credentials in the URL")
+	require.NotContains(t, err.Error(), "hunter2")
 }
 
 // TestReusesConnections: concurrent deliveries to one receiver reuse
