@@ -1,13 +1,14 @@
 // Package client is a small Go client of the wheelq server's HTTP API,
 // for services that do not embed wheelq: schedule, cancel, reschedule,
-// get, reserve, ack, nack, touch, and recurring schedules (declare, list,
-// remove). It speaks the API's JSON with the
-// standard library only; an error of the server is an *apierr.Error,
-// which errors.Is matches against this package's sentinels by code. Only
-// a 2xx reply is success, and only with the JSON body expected. A reply
-// that is not the server's (a proxy's 502, 503 or 504 page) matches
-// ErrUnavailable or ErrOutcomeUnknown as its status allows, and a server
-// that refuses connections (restarting) ErrUnavailable:
+// get, reserve (a long poll, or a stream: ReserveStream), ack, nack,
+// touch, and recurring schedules (declare, list, remove). It speaks the
+// API's JSON with the standard library only; an error of the server is
+// an *apierr.Error, which errors.Is matches against this package's
+// sentinels by code. Only a 2xx reply is success, and only with the JSON
+// body expected. A reply that is not the server's (a proxy's 502, 503 or
+// 504 page) matches ErrUnavailable or ErrOutcomeUnknown as its status
+// allows, and a server that refuses connections (restarting)
+// ErrUnavailable:
 //
 //	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
 //	_, err := c.Schedule(ctx, "orders.expire", []byte(order), client.Schedule{ID: order, Delay: 30 * time.Minute})
@@ -69,7 +70,9 @@ type Client struct {
 	// Reserve with a Wait is not cut short by it: that long poll goes
 	// through a copy of HTTP without Timeout (the same Transport, so the
 	// same connections), bounded instead by Timeout + Wait, so a Timeout
-	// meant for ordinary calls need not be longer than any Wait.
+	// meant for ordinary calls need not be longer than any Wait. A
+	// ReserveStream is bounded the same way, not counting the time spent
+	// in its function.
 	HTTP *http.Client
 }
 
@@ -231,8 +234,7 @@ func (c *Client) Reserve(ctx context.Context, r Reserve) ([]Reservation, error) 
 	if err := checkTTR("POST", "/v1/reserve", r.TTR); err != nil {
 		return nil, err
 	}
-	body := map[string]any{"topics": r.Topics, "max": r.Max, "ttr_ms": r.TTR.Milliseconds(), "wait_ms": r.Wait.Milliseconds()}
-	if err := c.send(ctx, r.Wait, "POST", "/v1/reserve", body, &out); err != nil {
+	if err := c.send(ctx, r.Wait, "POST", "/v1/reserve", reserveBody(r), &out); err != nil {
 		return nil, err
 	}
 	if out.Jobs == nil {
@@ -592,23 +594,13 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 // + wait, which bounds, as Timeout does, the redirects and the reading of
 // the body too.
 func (c *Client) send(ctx context.Context, wait time.Duration, method, path string, body, out any) error {
-	hc := c.HTTP
-	if hc == nil {
-		hc = &http.Client{}
-	}
+	hc, timeout := c.httpClient(wait > 0)
 	parent, bound := ctx, ""
-	if wait > 0 && hc.Timeout > 0 {
-		// (A sum past time.Duration's range leaves the wait to ctx and
-		// to the server, which refuses a wait past its http.max_wait.)
-		if limit := hc.Timeout + wait; limit > wait {
-			bound = fmt.Sprintf("the client's Timeout %v + the wait %v passed", hc.Timeout, wait)
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, limit)
-			defer cancel()
-		}
-		cp := *hc
-		cp.Timeout = 0
-		hc = &cp
+	if limit, ok := waitBound(timeout, wait); ok && wait > 0 {
+		bound = boundText(timeout, wait)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
 	}
 	// wrap names the request in err, and what bounded it if that was
 	// Timeout + wait rather than the caller's context.
@@ -618,25 +610,9 @@ func (c *Client) send(ctx context.Context, wait time.Duration, method, path stri
 		}
 		return fmt.Errorf("wheelq client: %s %s: %w", method, path, err)
 	}
-	var rd io.Reader
-	if body != nil {
-		// Without HTML escaping: '<', '>' and '&' take one byte each, not
-		// six, against the server's limits on bodies.
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(body); err != nil {
-			return err
-		}
-		rd = &buf
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := c.newRequest(ctx, method, path, body)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -646,7 +622,7 @@ func (c *Client) send(ctx context.Context, wait time.Duration, method, path stri
 		return wrap(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
 	if err != nil {
 		return wrap(err)
 	}
@@ -663,6 +639,68 @@ func (c *Client) send(ctx context.Context, wait time.Duration, method, path stri
 		return fmt.Errorf("wheelq client: %s %s: %s with a body that is not the reply expected: %w", method, path, resp.Status, err)
 	}
 	return nil
+}
+
+// maxReply bounds the bytes of a reply read (MaxStreamLine the bytes of
+// one line of a stream).
+const maxReply = 64 << 20
+
+// httpClient is the http.Client to send through, and the Timeout it had.
+// With untimed, a client with a Timeout is replaced by a shallow copy
+// without it (the same Transport, Jar and CheckRedirect): the caller
+// bounds the request itself (waitBound), the redirects and the reading of
+// the body included, as Timeout does.
+func (c *Client) httpClient(untimed bool) (*http.Client, time.Duration) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	timeout := hc.Timeout
+	if untimed && timeout > 0 {
+		cp := *hc
+		cp.Timeout = 0
+		hc = &cp
+	}
+	return hc, timeout
+}
+
+// waitBound is the bound of a request the server may hold for wait:
+// timeout + wait, if there is a timeout. A sum past time.Duration's range
+// leaves the wait to the caller's context and to the server, which
+// refuses a wait past its http.max_wait.
+func waitBound(timeout, wait time.Duration) (time.Duration, bool) {
+	limit := timeout + wait
+	return limit, timeout > 0 && limit > wait
+}
+
+// boundText says, in an error, that a waitBound passed.
+func boundText(timeout, wait time.Duration) string {
+	return fmt.Sprintf("the client's Timeout %v + the wait %v passed", timeout, wait)
+}
+
+// newRequest is a request of the API with body (nil: none) as JSON.
+func (c *Client) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		// Without HTML escaping: '<', '>' and '&' take one byte each, not
+		// six, against the server's limits on bodies.
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(body); err != nil {
+			return nil, err
+		}
+		rd = &buf
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
 }
 
 // malformed is the error of a 2xx reply that decoded but lacks what it

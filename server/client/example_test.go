@@ -89,3 +89,35 @@ func Example_recurring() {
 		log.Fatal(err)
 	}
 }
+
+// A worker is handed each job the moment it comes due, over a stream, and
+// opens the next stream when one ends (its wait passed, or the server
+// stopped). fn runs on this goroutine and is kept short: jobs that come
+// due meanwhile wait for it, reserved.
+func Example_stream() {
+	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
+	ctx := context.Background()
+	work := client.Reserve{Topics: []string{"orders.expire"}, Wait: 30 * time.Second}
+	for {
+		err := c.ReserveStream(ctx, work, func(j client.Reservation) error {
+			var err error
+			if werr := expire(j.Bytes()); werr != nil {
+				err = c.Nack(ctx, &j, werr.Error(), 0, false) // retried after the server's backoff
+			} else {
+				err = c.Ack(ctx, &j)
+			}
+			if err != nil {
+				log.Print(err) // the job comes back after its time-to-run
+			}
+			return nil // go on with the stream
+		})
+		switch {
+		case err == nil: // the wait passed: stream again
+		case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
+			log.Fatal(err) // the token was revoked
+		default:
+			log.Print(err)
+			time.Sleep(time.Second)
+		}
+	}
+}
