@@ -27,14 +27,16 @@ const streamPath = "/v1/reserve/stream"
 // ReserveStream reserves jobs of r.Topics as they come due, for up to
 // r.Wait, and calls fn with each one the moment it arrives, in the order
 // the server reserved them, on the calling goroutine: the lowest-latency
-// way to consume (POST /v1/reserve/stream: no gap between polls). r.Max
-// is how many jobs the server reserves at a time (0: 1), not a bound on
-// the stream; r.TTR is each job's time-to-run, as for Reserve; r.Wait 0
-// hands over up to r.Max of the jobs due now and ends.
+// way to consume (POST /v1/reserve/stream: no gap between polls). A
+// stream reserves at most r.Max jobs (0: 1) and then ends, so that no
+// more than r.Max are reserved and not yet handed to fn; ReserveStream
+// then opens another for what is left of r.Wait (one request per r.Max
+// jobs). r.TTR is each job's time-to-run, as for Reserve; r.Wait 0 hands
+// over up to r.Max of the jobs due now and ends.
 //
-// It returns nil once the stream ends: its wait passed, or the server
-// stopped, which ends open streams early (call again: a server gone
-// answers ErrUnavailable). Otherwise it returns at the first of:
+// It returns nil once r.Wait has passed, or when the server stopped,
+// which ends open streams early (call again: a server gone answers
+// ErrUnavailable). Otherwise it returns at the first of:
 //   - fn's error, as it is (errors.Is and == hold);
 //   - ctx's end: an error matching ctx.Err(); fn is not called after it;
 //   - the server's error, the stream's last line, as the *apierr.Error
@@ -50,17 +52,14 @@ const streamPath = "/v1/reserve/stream"
 // A nil fn, or a TTR under a millisecond but not 0, is ErrInvalid,
 // without a request.
 //
-// The jobs handed to fn are the caller's to ack, nack or touch. When
-// ReserveStream returns, it closes the connection: the jobs the server
-// reserves after that go back at once, but those it had already written
-// and fn was not given stay reserved until their TTR lapses (the attempt
-// then counts as failed). The server writes each job as soon as it
-// reserves it, not when fn asks: while fn runs, the jobs coming due
-// meanwhile are reserved and wait in the connection's buffers, their TTR
-// running; with a backlog, as many as the buffers hold (thousands of
-// small jobs). Keep fn short (hand the job to a worker) and the TTR long
-// enough for the work queued behind it, or use Reserve, which reserves
-// no more than its Max at a time, for slow work.
+// The jobs handed to fn are the caller's to ack, nack or touch. The
+// server writes each job as soon as it reserves it, not when fn asks:
+// while fn runs, up to r.Max jobs coming due meanwhile are reserved and
+// wait in the connection's buffers, their TTR running. When ReserveStream
+// returns early (fn's error, ctx) it closes the connection: the jobs the
+// server had written and fn was not given (at most r.Max) stay reserved
+// until their TTR lapses (the attempt then counts as failed). Choose
+// r.Max as the jobs fn can work through within their TTR.
 //
 // The Timeout of c.HTTP does not cut the stream short: the stream is
 // bounded by that Timeout + r.Wait instead (and by ctx), not counting the
@@ -74,6 +73,28 @@ func (c *Client) ReserveStream(ctx context.Context, r Reserve, fn func(Reservati
 	if err := checkTTR(method, path, r.TTR); err != nil {
 		return err
 	}
+	most := max(r.Max, 1)
+	end := time.Now().Add(r.Wait)
+	for {
+		n, err := c.stream(ctx, r, fn)
+		if err != nil || n < most || r.Wait <= 0 {
+			return err // the wait passed, the server stopped, or an error
+		}
+		// The stream ended with its Max: the server reserves no more on
+		// one stream than it was asked for. Another, for what is left of
+		// the wait.
+		left := time.Until(end)
+		if left < time.Millisecond {
+			return nil
+		}
+		r.Wait = left
+	}
+}
+
+// stream is one POST /v1/reserve/stream of ReserveStream, which checked
+// r and fn; n is the number of jobs handed to fn.
+func (c *Client) stream(ctx context.Context, r Reserve, fn func(Reservation) error) (n int, err error) {
+	const method, path = "POST", streamPath
 	hc, timeout := c.httpClient(true)
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -99,26 +120,26 @@ func (c *Client) ReserveStream(ctx context.Context, r Reserve, fn func(Reservati
 	}
 	req, err := c.newRequest(sctx, method, path, reserveBody(r))
 	if err != nil {
-		return err
+		return n, err
 	}
 	req.Header.Set("Accept", "application/x-ndjson")
 	resp, err := hc.Do(req)
 	if err != nil {
 		if sctx.Err() == nil && notSent(err) {
-			return fmt.Errorf("wheelq client: %s %s: %w: %w", method, path, ErrUnavailable, err)
+			return n, fmt.Errorf("wheelq client: %s %s: %w: %w", method, path, ErrUnavailable, err)
 		}
-		return fail(err)
+		return n, fail(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if err != nil && sctx.Err() != nil {
-			return fail(err)
+			return n, fail(err)
 		}
 		if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-			return fmt.Errorf("wheelq client: %s %s: %s, not the wheelq server's stream (200)", method, path, resp.Status)
+			return n, fmt.Errorf("wheelq client: %s %s: %s, not the wheelq server's stream (200)", method, path, resp.Status)
 		}
-		return replyError(method, path, resp, b)
+		return n, replyError(method, path, resp, b)
 	}
 	// malformed says what is wrong with line n, and what the reply was.
 	malformed := func(n int, what string, err error) error {
@@ -133,12 +154,12 @@ func (c *Client) ReserveStream(ctx context.Context, r Reserve, fn func(Reservati
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	var line []byte
-	for n := 1; ; n++ {
+	for lineNo := 1; ; lineNo++ {
 		line = line[:0]
 		for {
 			frag, err := br.ReadSlice('\n')
 			if len(line)+len(frag) > MaxStreamLine {
-				return malformed(n, fmt.Sprintf("is longer than MaxStreamLine (%d bytes)", MaxStreamLine), bufio.ErrTooLong)
+				return n, malformed(lineNo, fmt.Sprintf("is longer than MaxStreamLine (%d bytes)", MaxStreamLine), bufio.ErrTooLong)
 			}
 			line = append(line, frag...)
 			if err == nil {
@@ -149,11 +170,11 @@ func (c *Client) ReserveStream(ctx context.Context, r Reserve, fn func(Reservati
 			}
 			if err == io.EOF {
 				if len(bytes.TrimSpace(line)) == 0 {
-					return nil // the end of the stream
+					return n, nil // the end of the stream
 				}
-				return malformed(n, fmt.Sprintf("is cut off: the stream ended after %d bytes of it, without a newline", len(line)), io.ErrUnexpectedEOF)
+				return n, malformed(lineNo, fmt.Sprintf("is cut off: the stream ended after %d bytes of it, without a newline", len(line)), io.ErrUnexpectedEOF)
 			}
-			return fail(err)
+			return n, fail(err)
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
@@ -163,26 +184,27 @@ func (c *Client) ReserveStream(ctx context.Context, r Reserve, fn func(Reservati
 			Error *apierr.Error `json:"error"`
 		}
 		if err := json.Unmarshal(line, &got); err != nil {
-			return malformed(n, "is not a job nor an error", err)
+			return n, malformed(lineNo, "is not a job nor an error", err)
 		}
 		if got.Error != nil {
 			if got.Error.Code == "" {
-				return malformed(n, "is an error without a code", nil)
+				return n, malformed(lineNo, "is an error without a code", nil)
 			}
-			return got.Error
+			return n, got.Error
 		}
 		if got.Topic == "" || got.ID == "" || got.Token == "" {
-			return malformed(n, "is not a job nor an error: it has no topic, id or token", nil)
+			return n, malformed(lineNo, "is not a job nor an error: it has no topic, id or token", nil)
 		}
 		if bound != nil {
 			bound.pause()
 		}
 		if ctx.Err() != nil {
-			return fail(ctx.Err())
+			return n, fail(ctx.Err())
 		}
 		if err := fn(got.Reservation); err != nil {
-			return err
+			return n, err
 		}
+		n++
 		if bound != nil {
 			bound.resume()
 		}

@@ -40,9 +40,11 @@ func ndjson(body string) http.HandlerFunc {
 }
 
 // ids streams with c until the stream ends, and returns the ids fn got.
+// (Max 100: a stub's stream of fewer jobs ends the call, as the server's
+// that ends at its wait does.)
 func ids(c *client.Client) ([]string, error) {
 	var got []string
-	err := c.ReserveStream(context.Background(), client.Reserve{Topics: []string{"t"}, Wait: time.Second}, func(r client.Reservation) error {
+	err := c.ReserveStream(context.Background(), client.Reserve{Topics: []string{"t"}, Max: 100, Wait: time.Second}, func(r client.Reservation) error {
 		got = append(got, r.ID)
 		return nil
 	})
@@ -242,7 +244,7 @@ func TestReserveStreamBound(t *testing.T) {
 		return c
 	}
 	ctx := context.Background()
-	r := client.Reserve{Topics: []string{"t"}, Wait: 500 * time.Millisecond}
+	r := client.Reserve{Topics: []string{"t"}, Max: 100, Wait: 500 * time.Millisecond}
 
 	// fn takes 1 s on the first job, past Timeout + wait (700 ms): the
 	// server's part took far less.

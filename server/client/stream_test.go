@@ -77,7 +77,7 @@ type arrival struct {
 // Jobs that come due during the stream are handed over one by one, in
 // due order, as they come due: each before the stream's wait ends (which
 // a long poll answering at its wait's end would not do), never before its
-// due time; a job scheduled from fn arrives on the same stream. The
+// due time; a job scheduled from fn arrives too. The
 // http.Client's Timeout (1 s) does not cut the stream (5 s). Then the
 // wait ends: nil.
 func TestReserveStreamArrivals(t *testing.T) {
@@ -106,7 +106,7 @@ func TestReserveStreamArrivals(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, took, wait-200*time.Millisecond, "the stream lasts its wait")
 	require.Less(t, took, wait+5*time.Second)
-	require.Len(t, got, 4, "every job over one stream")
+	require.Len(t, got, 4, "every job, over streams of Max 0 (1) each")
 	for i, a := range got {
 		require.Equal(t, fmt.Sprint("j", i), a.r.ID, "in due order")
 		require.Equal(t, fmt.Sprint("p", i), string(a.r.Bytes()))
@@ -116,6 +116,53 @@ func TestReserveStreamArrivals(t *testing.T) {
 			a.r.ID, a.r.Due.Sub(start), a.at.Sub(start))
 	}
 	require.Equal(t, time.Second, c.HTTP.Timeout, "the user's client is left as it is")
+}
+
+// While fn works on a job, no more than Max jobs are reserved for the
+// stream (the server ends a stream at Max, and the client opens the next
+// for what is left of the wait), however many are ready: before, the
+// server reserved every ready job into the connection's buffers, their
+// TTR running. Every job still comes, then the wait ends: nil.
+func TestReserveStreamHoldsMax(t *testing.T) {
+	base := startServer(t, "work")
+	c := client.New(base, "") // schedules, looks, acks
+	tr := &countingTransport{rt: http.DefaultTransport}
+	sc := client.New(base, "") // streams only
+	sc.HTTP = &http.Client{Transport: tr}
+	ctx := context.Background()
+	const ready = 6
+	for i := range ready {
+		_, err := c.Schedule(ctx, "work", nil, client.Schedule{ID: fmt.Sprint("m", i)})
+		require.NoError(t, err)
+	}
+	reserved := func() int {
+		n := 0
+		for i := range ready {
+			j, err := c.Get(ctx, "work", fmt.Sprint("m", i))
+			require.NoError(t, err)
+			if j.Reserved {
+				n++
+			}
+		}
+		return n
+	}
+	var got []string
+	held := -1
+	const wait = 3 * time.Second
+	start := time.Now()
+	err := sc.ReserveStream(ctx, client.Reserve{Topics: []string{"work"}, Max: 2, Wait: wait, TTR: time.Minute}, func(r client.Reservation) error {
+		if len(got) == 0 {
+			time.Sleep(300 * time.Millisecond) // slow work: what comes meanwhile waits
+			held = reserved()
+		}
+		got = append(got, r.ID)
+		return c.Ack(ctx, &r)
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, held, "the job in fn and the one written behind it: Max")
+	require.Len(t, got, ready, "every job")
+	require.GreaterOrEqual(t, time.Since(start), wait-200*time.Millisecond, "the wait is ReserveStream's, over its streams")
+	require.GreaterOrEqual(t, int(tr.n.Load()), ready/2, "a stream per Max jobs")
 }
 
 // A stream whose wait passes with nothing due ends with nil and no job;

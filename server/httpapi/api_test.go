@@ -337,6 +337,61 @@ func TestReserveStream(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second)
 }
 
+// TestReserveStreamHoldsMax: a stream reserves no more than its max, then
+// ends, as a long poll returns no more than its max: a consumer that
+// reads slowly (or not at all) holds what it asked for, not every job
+// that came due while the server's writes waited in the connection's
+// buffers, their time-to-run running. (Seen failing first: with 300 jobs
+// ready and max 10, a stream read for one line held 300 reserved.)
+func TestReserveStreamHoldsMax(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil, defaultOpts(), "sms")
+	const ready = 300
+	for from := 0; from < ready; from += 100 {
+		jobs := make([]map[string]any, 100)
+		for i := range jobs {
+			jobs[i] = map[string]any{"topic": "sms", "id": fmt.Sprint("h", from+i)}
+		}
+		var br httpapi.BatchResponse
+		e.ok(200, "POST", "/v1/batch", map[string]any{"jobs": jobs}, &br)
+		require.Zero(t, br.Failed)
+	}
+	running := func() int {
+		var c httpapi.CountsResponse
+		e.ok(200, "GET", "/v1/counts", nil, &c)
+		for _, tc := range c.Topics {
+			if tc.Topic == "sms" {
+				return int(tc.Running)
+			}
+		}
+		return 0
+	}
+	resp, err := http.Post(e.srv.URL+"/v1/reserve/stream", "application/json", strings.NewReader(`{"topics":["sms"],"max":10,"wait_ms":20000}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	dec := json.NewDecoder(resp.Body)
+	var first httpapi.Reserved
+	require.NoError(t, dec.Decode(&first))
+	// The consumer stalls; whatever the server was going to write is
+	// written by now (ready jobs go at once).
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 10, running(), "the stream holds its max, not every ready job")
+	start := time.Now()
+	n := 1
+	for {
+		var r httpapi.Reserved
+		if err := dec.Decode(&r); err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		require.NotEmpty(t, r.Token)
+		n++
+	}
+	require.Equal(t, 10, n, "max jobs, then the stream ends")
+	require.Less(t, time.Since(start), 10*time.Second, "it ends with its max, not at its wait")
+}
+
 // TestBadInput: every kind of bad request gets a 4xx with its code, never
 // a 500, a panic or a hang.
 func TestBadInput(t *testing.T) {

@@ -457,8 +457,12 @@ func (a *API) release(got []*wheelq.Reservation) {
 
 // reserveStream reserves for as long as wait_ms, writing each job as one
 // line of JSON (a Reserved) the moment it is reserved, so a busy consumer
-// has no gap between polls; the stream ends at the wait's end, when the
-// server stops, or with a last line {"error": ...}.
+// has no gap between polls; the stream ends once it has written max jobs
+// (as a long poll returns no more than max: the server's writes wait in
+// the connection's buffers while a consumer is slow, and a stream without
+// this bound reserved every job that came due meanwhile, their
+// time-to-run running), at the wait's end, when the server stops, or
+// with a last line {"error": ...}.
 func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, error) {
 	opts, wait, err := a.reserveArgs(w, r, p)
 	if err != nil {
@@ -476,8 +480,11 @@ func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Prin
 		return 0, nil, nil
 	}
 	enc := json.NewEncoder(w)
-	for ctx.Err() == nil {
+	left := max(opts.Max, 1)
+	for ctx.Err() == nil && left > 0 {
+		opts.Max = left
 		got, err := a.q.Reserve(ctx, opts)
+		left -= len(got)
 		if aerr := a.stillMay(r, opts.Topics); aerr != nil {
 			a.release(got) // revoked while it waited
 			_ = enc.Encode(ErrorResponse{Error: *a.public(aerr)})
