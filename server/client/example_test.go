@@ -97,8 +97,8 @@ func Example_recurring() {
 func Example_stream() {
 	c := client.New("http://127.0.0.1:8780", os.Getenv("WHEELQ_TOKEN"))
 	ctx := context.Background()
-	// Up to 10 jobs reserved ahead of the one being worked on (a stream
-	// per 10 jobs, over the whole wait).
+	// At most 10 jobs reserved and not yet worked through (a stream per
+	// 10 jobs, over the whole wait).
 	work := client.Reserve{Topics: []string{"orders.expire"}, Max: 10, Wait: 30 * time.Second}
 	for {
 		err := c.ReserveStream(ctx, work, func(j client.Reservation) error {
