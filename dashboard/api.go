@@ -55,15 +55,18 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 // reads every member of the namespace's sets (about a quarter of a second
 // of Redis time per million jobs): every open page reloading its overview
 // would scan again and again, and slow scans would pile up. One scan runs
-// at a time (others wait for it and share it), and its result serves for
-// four times as long as it took, at least a second, so the scans take at
-// most a fifth of Redis's time whatever the number of pages; an action
-// taken through the dashboard forgets it.
+// at a time (others wait for it, each no longer than its own context
+// allows, and share it), and its result serves for four times as long as
+// it took, at least a second, so the scans take at most a fifth of
+// Redis's time whatever the number of pages; an action taken through the
+// dashboard forgets it (at once: a scan under way then keeps nothing).
 type countsCache struct {
-	mu     sync.Mutex // held while a scan runs
+	slot   chan struct{} // holds a token while a scan runs (made on first use)
+	mu     sync.Mutex    // guards the fields below; never held during a scan
 	counts []wheelq.TopicCounts
 	at     time.Time        // when counts were read
 	took   time.Duration    // how long that scan took
+	gen    uint64           // forgets so far: a scan begun before one keeps nothing
 	now    func() time.Time // the clock (nil: time.Now); tests set it
 }
 
@@ -74,28 +77,58 @@ func (c *countsCache) clock() time.Time {
 	return time.Now()
 }
 
-// get returns the cached counts while they are fresh, else scans with
-// count (Queue.Counts) and keeps the result; an error is not kept.
-func (c *countsCache) get(ctx context.Context, count func(context.Context) ([]wheelq.TopicCounts, error)) ([]wheelq.TopicCounts, error) {
+// cached returns the counts while they are fresh, and the generation
+// they are (or a scan would be) of, and the slot of scans.
+func (c *countsCache) cached() ([]wheelq.TopicCounts, uint64, chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.slot == nil {
+		c.slot = make(chan struct{}, 1)
+	}
 	if c.counts != nil && c.clock().Sub(c.at) < max(4*c.took, time.Second) {
-		return c.counts, nil
+		return c.counts, c.gen, c.slot, true
+	}
+	return nil, c.gen, c.slot, false
+}
+
+// get returns the cached counts while they are fresh, else scans with
+// count (Queue.Counts) and keeps the result; an error is not kept. While
+// another request's scan runs, it waits for that scan, until ctx ends.
+func (c *countsCache) get(ctx context.Context, count func(context.Context) ([]wheelq.TopicCounts, error)) ([]wheelq.TopicCounts, error) {
+	counts, _, slot, ok := c.cached()
+	if ok {
+		return counts, nil
+	}
+	select {
+	case slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dashboard: counts: waiting for the scan under way: %w", ctx.Err())
+	}
+	defer func() { <-slot }()
+	counts, gen, _, ok := c.cached() // the scan waited for may have read them
+	if ok {
+		return counts, nil
 	}
 	start := c.clock()
 	counts, err := count(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.at = c.clock()
-	c.counts, c.took = counts, c.at.Sub(start)
+	end := c.clock()
+	c.mu.Lock()
+	if c.gen == gen {
+		c.counts, c.at, c.took = counts, end, end.Sub(start)
+	}
+	c.mu.Unlock()
 	return counts, nil
 }
 
-// forget drops the cached counts (after an action that changed them).
+// forget drops the cached counts (after an action that changed them),
+// and those of a scan under way.
 func (c *countsCache) forget() {
 	c.mu.Lock()
 	c.counts = nil
+	c.gen++
 	c.mu.Unlock()
 }
 

@@ -90,3 +90,78 @@ func TestCountsCacheSharesScans(t *testing.T) {
 	require.Equal(t, int64(5), scans.Load())
 	require.Equal(t, int64(5), got[0].Pending)
 }
+
+// TestCountsCacheWaitHeedsContext: a request waiting for another's scan
+// gives up when its own context ends (Options.Timeout bounds each
+// request), rather than queueing behind scan after slow scan: with n
+// pages open on a namespace whose scan takes past the timeout, the last
+// request would otherwise wait n timeouts. And an action's forget does
+// not wait for a scan under way (the action's answer would wait for it):
+// that scan's counts, read before the action, are then not kept.
+func TestCountsCacheWaitHeedsContext(t *testing.T) {
+	t.Parallel()
+	c := &countsCache{}
+	release := make(chan struct{})
+	started := make(chan struct{})
+	slow := func(context.Context) ([]wheelq.TopicCounts, error) {
+		started <- struct{}{}
+		<-release // a scan that takes long
+		return []wheelq.TopicCounts{{Topic: "t"}}, nil
+	}
+	noScan := func(why string) func(context.Context) ([]wheelq.TopicCounts, error) {
+		return func(context.Context) ([]wheelq.TopicCounts, error) { return nil, errors.New("must not scan: " + why) }
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.get(context.Background(), slow)
+		first <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	begin := time.Now()
+	go func() {
+		_, err := c.get(ctx, noScan("one runs"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(3 * time.Second):
+		close(release)
+		<-done
+		t.Fatalf("a request whose context ended %v ago still waits for another's scan", time.Since(begin)-100*time.Millisecond)
+	}
+	release <- struct{}{}
+	require.NoError(t, <-first)
+	got, err := c.get(context.Background(), noScan("fresh counts"))
+	require.NoError(t, err, "the scan's result serves the next request")
+	require.Equal(t, "t", got[0].Topic)
+
+	// A forget while a scan runs returns at once; that scan's result is
+	// not kept.
+	c.forget()
+	go func() {
+		_, err := c.get(context.Background(), slow)
+		first <- err
+	}()
+	<-started
+	forgot := make(chan struct{})
+	go func() { c.forget(); close(forgot) }()
+	select {
+	case <-forgot:
+	case <-time.After(3 * time.Second):
+		close(release)
+		t.Fatal("forget waits for the scan under way (an action's answer would wait for it)")
+	}
+	release <- struct{}{}
+	require.NoError(t, <-first)
+	var scanned bool
+	_, err = c.get(context.Background(), func(context.Context) ([]wheelq.TopicCounts, error) {
+		scanned = true
+		return []wheelq.TopicCounts{{Topic: "u"}}, nil
+	})
+	require.NoError(t, err)
+	require.True(t, scanned, "counts read before the action are not kept")
+}
