@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -60,7 +61,7 @@ const (
 	CodeCrossSite        Code = "cross_site"         // 403: an action without HeaderName, or from another origin
 	CodeReadOnly         Code = "read_only"          // 403: an action on a dashboard with Options.ReadOnly
 	CodeNotFound         Code = "not_found"          // 404: no such job
-	CodeNoRoute          Code = "no_route"           // 404: no such endpoint or file
+	CodeNoRoute          Code = "no_route"           // 404: no such endpoint or file, or a path not in canonical form (never redirected)
 	CodeMethodNotAllowed Code = "method_not_allowed" // 405: an action asked for with another method than POST
 	CodeLayout           Code = "layout"             // 409: the namespace's layout is another version (wheelq.ErrLayout)
 	CodePaused           Code = "paused"             // 409: the topic is paused (wheelq.ErrPaused)
@@ -151,6 +152,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	csrf    *http.CrossOriginProtection
 	static  http.Handler
+	files   fs.FS // static's files
 	now     func() time.Time
 	refresh time.Duration
 	counts  countsCache // Queue.Counts shared by the overviews (api.go)
@@ -184,7 +186,7 @@ func New(q *wheelq.Queue, opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: embedded files: %w", err)
 	}
-	h.static = http.FileServerFS(sub)
+	h.static, h.files = http.FileServerFS(sub), sub
 	h.routes()
 	return h, nil
 }
@@ -194,6 +196,10 @@ func (h *Handler) routes() {
 	h.mux.Handle("GET /static/", http.StripPrefix("/static", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
 			writeError(w, http.StatusNotFound, CodeNoRoute, "no file "+r.URL.Path)
+			return
+		}
+		if _, err := fs.Stat(h.files, strings.TrimPrefix(r.URL.Path, "/")); err != nil {
+			noRoute(w, r) // JSON, as every unknown path, not FileServer's text
 			return
 		}
 		h.static.ServeHTTP(w, r)
@@ -206,6 +212,13 @@ func (h *Handler) routes() {
 	for _, k := range actionKinds() {
 		h.mux.HandleFunc("POST /api/"+string(k), h.act(k))
 	}
+	// No path is left to ServeMux's redirects: "/api" and "/static" (to
+	// their slashed subtree) and a path not in canonical form (cleaned)
+	// would go to a path of the stripped request, "/api/", out of where
+	// the dashboard is mounted.
+	h.mux.HandleFunc("/static", noRoute)
+	h.mux.HandleFunc("/api", noRoute)
+	h.mux.HandleFunc("/", noRoute)
 	h.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		for _, k := range actionKinds() {
 			if r.URL.Path == "/api/"+string(k) {
@@ -244,7 +257,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusMovedPermanently)
 		return
 	}
+	if !canonical(r.URL.Path) {
+		noRoute(w, r)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// canonical reports whether p is a path ServeMux serves as it is: rooted,
+// without an empty, "." or ".." segment (ServeMux redirects any other to
+// its cleaned form).
+func canonical(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, CodeNoRoute, fmt.Sprintf("no endpoint or file %s %s", r.Method, r.URL.Path))
 }
 
 // authorize asks Options.Authorize about a, and writes the refusal when
