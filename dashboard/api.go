@@ -171,11 +171,15 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 			"deadLettered": x.DeadLettered, "lateness": late(x.Lateness)}
 	}
 	all := wheelq.SumWorkers(ws)
-	topics := make([]map[string]any, len(counts))
-	for i, c := range counts {
+	topics := make([]map[string]any, 0, len(counts))
+	may := h.viewable(r)
+	for _, c := range counts {
+		if !may(c.Topic) {
+			continue // a topic r may not view: not even its name
+		}
 		// throttled: the jobs its Limit holds back now, over the workers.
-		topics[i] = map[string]any{"topic": c.Topic, "pending": c.Pending, "overdue": c.Overdue,
-			"running": c.Running, "dead": c.Dead, "paused": c.Paused, "throttled": all.Throttled[c.Topic]}
+		topics = append(topics, map[string]any{"topic": c.Topic, "pending": c.Pending, "overdue": c.Overdue,
+			"running": c.Running, "dead": c.Dead, "paused": c.Paused, "throttled": all.Throttled[c.Topic]})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"title":     h.opts.Title,
@@ -253,6 +257,7 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	// read on a few times to fill it.
 	cursor := qv.Get("cursor")
 	out := make([]map[string]any, 0, limit)
+	may := h.viewable(r)
 	for range 8 {
 		js, next, err := h.q.List(ctx, f, cursor, limit-len(out))
 		if err != nil {
@@ -260,7 +265,9 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, j := range js {
-			out = append(out, jobJSON(j, false))
+			if may(j.Topic) {
+				out = append(out, jobJSON(j, false))
+			}
 		}
 		cursor = next
 		if cursor == "" || len(out) >= limit {
@@ -314,6 +321,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 	buckets := make([]int, length/width)
 	var first []map[string]any
 	total, cursor, truncated := 0, "", false
+	may := h.viewable(r)
 	for {
 		js, next, err := h.q.List(ctx, f, cursor, wheelq.MaxListLimit)
 		if err != nil {
@@ -322,7 +330,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, j := range js {
 			b := int(j.Due.Sub(now) / width)
-			if b < 0 || b >= len(buckets) {
+			if b < 0 || b >= len(buckets) || !may(j.Topic) {
 				continue
 			}
 			buckets[b]++
@@ -581,8 +589,9 @@ func (h *Handler) recurring(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []map[string]any{}
+	may := h.viewable(r)
 	for _, ri := range rs {
-		if h.opts.Authorize != nil && h.opts.Authorize(r, Action{Kind: KindView, Topic: ri.Topic}) != nil {
+		if !may(ri.Topic) {
 			continue
 		}
 		when := ri.Cron

@@ -110,7 +110,11 @@ func actionKinds() []Kind {
 // are empty for a view of the whole namespace, and when the dashboard asks
 // whether to show a kind of button at all (a hook that decides per topic
 // should allow the empty target: the button then shows, and an action on
-// a topic it refuses is refused with its message).
+// a topic it refuses is refused with its message). A view of the whole
+// namespace that the hook allows shows the namespace's totals and
+// workers, and of its lists, timeline, topics and schedules only those
+// of the topics whose view (Topic set) the hook allows too, asked once
+// per topic per request.
 type Action struct {
 	Kind      Kind
 	Topic, ID string
@@ -305,6 +309,24 @@ func (h *Handler) allowed(r *http.Request, k Kind) bool {
 		return false
 	}
 	return h.opts.Authorize == nil || h.opts.Authorize(r, Action{Kind: k}) == nil
+}
+
+// viewable says whether Options.Authorize lets r view a topic's jobs,
+// asking once per topic (a view of the whole namespace lists only the
+// jobs, rows and schedules of the topics r may view).
+func (h *Handler) viewable(r *http.Request) func(topic string) bool {
+	if h.opts.Authorize == nil {
+		return func(string) bool { return true }
+	}
+	seen := map[string]bool{}
+	return func(topic string) bool {
+		ok, asked := seen[topic]
+		if !asked {
+			ok = h.opts.Authorize(r, Action{Kind: KindView, Topic: topic}) == nil
+			seen[topic] = ok
+		}
+		return ok
+	}
 }
 
 func (h *Handler) index(w http.ResponseWriter, r *http.Request) {

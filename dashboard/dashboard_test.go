@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -608,4 +609,60 @@ func TestUnavailableSaysRetryAfter(t *testing.T) {
 	r := post(t, srv, KindCancel, jobBody("orders", "o-123"))
 	require.Equal(t, http.StatusServiceUnavailable, r.status, r.raw)
 	require.Equal(t, "1", r.header.Get("Retry-After"))
+}
+
+// TestAuthorizeTopicViews: a hook that refuses views of one topic and
+// allows the namespace's (Topic "") keeps that topic's jobs and row out
+// of the namespace-wide views too: the lists without a topic, the
+// timeline, the overview's topics, as the recurring panel did already.
+// (Found by a red team: /api/jobs?state=dead listed the refused topic's
+// dead jobs, ids and errors, while /api/jobs?topic=mail&state=dead was
+// 403.)
+func TestAuthorizeTopicViews(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "topicviews")
+	_, err := f.q.Schedule(context.Background(), deadTopic, []byte("soon"), wheelq.ID("m-soon"), wheelq.After(10*time.Minute))
+	require.NoError(t, err)
+	asked := map[string]int{}
+	var mu sync.Mutex
+	srv := f.serve(t, Options{Authorize: func(r *http.Request, a Action) error {
+		mu.Lock()
+		asked[a.Topic]++
+		mu.Unlock()
+		if a.Topic == deadTopic {
+			return errors.New("not your topic")
+		}
+		return nil
+	}})
+	base := srv.URL + "/wheelq/api/"
+	r := do(t, http.MethodGet, base+"jobs?topic=mail&state=dead", "", nil)
+	require.Equal(t, http.StatusForbidden, r.status)
+
+	r = do(t, http.MethodGet, base+"jobs?state=dead", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.NotContains(t, r.raw, `"mail"`, "no job of the refused topic")
+	require.Contains(t, r.raw, `"h-1"`, "the allowed topic's dead job")
+
+	r = do(t, http.MethodGet, base+"jobs", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.NotContains(t, r.raw, "m-soon")
+	require.Contains(t, r.raw, "o-123")
+
+	r = do(t, http.MethodGet, base+"timeline?window=hour", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.NotContains(t, r.raw, "m-soon")
+	require.Contains(t, r.raw, "o-123")
+	require.EqualValues(t, 1, r.body["total"], "the refused topic's jobs are not counted")
+
+	r = do(t, http.MethodGet, base+"overview", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	var rows []string
+	for _, row := range r.body["topics"].([]any) {
+		rows = append(rows, row.(map[string]any)["topic"].(string))
+	}
+	require.NotContains(t, rows, deadTopic)
+	require.Contains(t, rows, "orders")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Less(t, asked[deadTopic], 20, "asked once per topic per request, not per job")
 }
