@@ -60,6 +60,9 @@ func TestBrowser(t *testing.T) {
 		b.click(`#topics a.topic-link[href="#/topic/orders"]`)
 		b.waitText("#topic-state", "active")
 		b.click("#list button.act-pause")
+		// The topic's name is isolated in the sentence (a right-to-left
+		// override in a name cannot reorder the words around it).
+		require.Equal(t, "Pause \u2068orders\u2069? Its due jobs wait, in every process, until it is resumed.", b.alertText())
 		b.acceptAlert()
 		b.waitText("#topic-state", "paused")
 		b.waitContains("#flash", "pause orders: done")

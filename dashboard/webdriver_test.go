@@ -333,6 +333,16 @@ func (b *browser) click(css string) {
 	})
 }
 
+// alertText waits for a dialog and returns its text (leaving it open).
+func (b *browser) alertText() string {
+	b.t.Helper()
+	var text string
+	b.waitFor("a dialog's text", func() bool {
+		return b.call(http.MethodGet, b.base+"/alert/text", nil, &text) == nil
+	})
+	return text
+}
+
 func (b *browser) acceptAlert() {
 	b.t.Helper()
 	b.waitFor("a confirm dialog", func() bool {

@@ -56,6 +56,12 @@
     return body;
   }
 
+  // iso isolates a name (a topic, an id, a schedule's name) in a sentence:
+  // a right-to-left override in it cannot reorder the words around it.
+  function iso(s) {
+    return "\u2068" + s + "\u2069";
+  }
+
   function flash(msg, isError) {
     const f = document.getElementById("flash");
     f.textContent = msg;
@@ -120,13 +126,13 @@
       "data-id": job.id,
       onclick: async (ev) => {
         const b = ev.currentTarget;
-        if (kind === "cancel" && !window.confirm("Cancel " + job.topic + "/" + job.id + "? It is deleted and never runs.")) return;
+        if (kind === "cancel" && !window.confirm("Cancel " + iso(job.topic + "/" + job.id) + "? It is deleted and never runs.")) return;
         b.disabled = true;
         try {
           const r = await post(kind, { topic: job.topic, id: job.id });
           flash(r.message, false);
         } catch (e) {
-          flash(kind + " " + job.topic + "/" + job.id + ": " + e.message, true);
+          flash(kind + " " + iso(job.topic + "/" + job.id) + ": " + e.message, true);
         }
         b.disabled = false;
         if (after) after();
@@ -152,14 +158,14 @@
       "data-topic": topic,
       onclick: async (ev) => {
         const b = ev.currentTarget;
-        const what = kind === "requeue" ? "Requeue every dead job of " + topic + " (due now)?" : "Cancel every dead job of " + topic + "? They are deleted.";
+        const what = kind === "requeue" ? "Requeue every dead job of " + iso(topic) + " (due now)?" : "Cancel every dead job of " + iso(topic) + "? They are deleted.";
         if (!window.confirm(what)) return;
         b.disabled = true;
         try {
           const r = await post(kind, { topic: topic, id: "", all: true });
           flash(r.message, false);
         } catch (e) {
-          flash(kind + " every dead job of " + topic + ": " + e.message, true);
+          flash(kind + " every dead job of " + iso(topic) + ": " + e.message, true);
         }
         b.disabled = false;
         if (after) after();
@@ -178,13 +184,13 @@
       "data-topic": c.topic,
       onclick: async (ev) => {
         const b = ev.currentTarget;
-        if (kind === "pause" && !window.confirm("Pause " + c.topic + "? Its due jobs wait, in every process, until it is resumed.")) return;
+        if (kind === "pause" && !window.confirm("Pause " + iso(c.topic) + "? Its due jobs wait, in every process, until it is resumed.")) return;
         b.disabled = true;
         try {
           const r = await post(kind, { topic: c.topic, id: "" });
           flash(r.message, false);
         } catch (e) {
-          flash(kind + " " + c.topic + ": " + e.message, true);
+          flash(kind + " " + iso(c.topic) + ": " + e.message, true);
         }
         b.disabled = false;
         if (after) after();
@@ -218,13 +224,13 @@
       "data-name": r.name,
       onclick: async (ev) => {
         const b = ev.currentTarget;
-        if (!window.confirm("Remove the recurring schedule " + r.name + "? Its stored slots still to come are deleted.")) return;
+        if (!window.confirm("Remove the recurring schedule " + iso(r.name) + "? Its stored slots still to come are deleted.")) return;
         b.disabled = true;
         try {
           const res = await post("unrecur", { topic: r.topic, id: r.name });
           flash(res.message, false);
         } catch (e) {
-          flash("unrecur " + r.name + ": " + e.message, true);
+          flash("unrecur " + iso(r.name) + ": " + e.message, true);
         }
         b.disabled = false;
         route();
