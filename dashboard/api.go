@@ -291,14 +291,15 @@ func timelineWindow(name string) (length, bucket time.Duration, ok bool) {
 	return 0, 0, false
 }
 
-// maxTimelineJobs bounds the jobs a timeline reads (and counts).
+// maxTimelineJobs bounds the jobs a timeline reads (those of topics the
+// request may not view included).
 const maxTimelineJobs = 5000
 
 // timeline counts the pending jobs due in the next minute, hour or day
 // (?window=, default hour), by bucket (seconds, minutes, hours), for a
 // topic (&topic=) or all, and returns the first few. It reads at most
-// maxTimelineJobs jobs; past them "truncated" is true and the counts stop
-// there.
+// maxTimelineJobs jobs (about: whole pages); past them "truncated" is true
+// and the counts stop there.
 func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 	qv := r.URL.Query()
 	topic := qv.Get("topic")
@@ -320,7 +321,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	buckets := make([]int, length/width)
 	var first []map[string]any
-	total, cursor, truncated := 0, "", false
+	total, read, cursor, truncated := 0, 0, "", false
 	may := h.viewable(r)
 	for {
 		js, next, err := h.q.List(ctx, f, cursor, wheelq.MaxListLimit)
@@ -328,6 +329,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, err)
 			return
 		}
+		read += len(js) // the bound counts what is read, shown or not
 		for _, j := range js {
 			b := int(j.Due.Sub(now) / width)
 			if b < 0 || b >= len(buckets) || !may(j.Topic) {
@@ -343,7 +345,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 		if cursor == "" {
 			break
 		}
-		if total >= maxTimelineJobs {
+		if read >= maxTimelineJobs {
 			truncated = true
 			break
 		}

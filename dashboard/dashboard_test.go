@@ -666,3 +666,36 @@ func TestAuthorizeTopicViews(t *testing.T) {
 	defer mu.Unlock()
 	require.Less(t, asked[deadTopic], 20, "asked once per topic per request, not per job")
 }
+
+// TestTimelineBoundsItsReads: the timeline reads at most maxTimelineJobs
+// jobs, counted as read, not as shown: with a hook that refuses the
+// topic of most of the window's jobs, it stopped only at the end of the
+// window (the whole namespace for a day; found by a review, where it
+// ended in a 504 at the dashboard's Timeout).
+func TestTimelineBoundsItsReads(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "timelinebound")
+	ctx := context.Background()
+	due := time.Now().Add(10 * time.Minute)
+	for from := 0; from < maxTimelineJobs+100; from += 1000 {
+		batch := make([]wheelq.BatchJob, 1000)
+		for i := range batch {
+			batch[i] = wheelq.BatchJob{Topic: deadTopic, Options: []wheelq.Option{wheelq.ID(fmt.Sprint("t-", from+i)), wheelq.At(due)}}
+		}
+		res, err := f.q.ScheduleBatch(ctx, batch)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.NoError(t, r.Err)
+		}
+	}
+	srv := f.serve(t, Options{Authorize: func(r *http.Request, a Action) error {
+		if a.Topic == deadTopic {
+			return errors.New("not your topic")
+		}
+		return nil
+	}})
+	r := do(t, http.MethodGet, srv.URL+"/wheelq/api/timeline?window=hour", "", nil)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, true, r.body["truncated"], "it stopped after reading its bound")
+	require.NotContains(t, r.raw, `"t-`, "none of the refused topic's jobs shown")
+}
