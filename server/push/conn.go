@@ -287,14 +287,17 @@ func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 		}
 		p.drop(c)
 	}
-	var nc net.Conn
-	if p.tls != nil {
-		nc, err = (&tls.Dialer{NetDialer: &p.dialer, Config: p.tls}).DialContext(ctx, "tcp", p.addr)
-	} else {
-		nc, err = p.dialer.DialContext(ctx, "tcp", p.addr)
-	}
+	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, false, err
+	}
+	if p.tls != nil {
+		tc := tls.Client(&recordConn{Conn: nc}, p.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, false, err
+		}
+		nc = tc
 	}
 	c = &pconn{nc: nc, cr: countingReader{r: nc}, cw: connWriter{w: nc}}
 	c.br = bufio.NewReaderSize(&c.cr, 4096)
@@ -305,23 +308,69 @@ func (p *poster) get(ctx context.Context) (c *pconn, kept bool, err error) {
 // quietTLS is quiet for a kept TLS connection: nothing the receiver sent
 // on its socket nor in a record the connection already read off it (as
 // it may with the reply's last) is data or the connection's end. Records
-// that carry neither (a TLS 1.3 session ticket, a key update) are taken
-// in passing: with bytes on the socket, the look waits for them
-// (tlsLookFor at most); without, it reads none.
+// read off the socket already that carry neither (a TLS 1.3 session
+// ticket, a key update) are taken in passing. Bytes waiting on the
+// socket, or a record read off it only in part, make it not quiet,
+// whatever they are: a record cannot be told from a ticket's until it is
+// whole, and its rest could be an unasked reply the next push would take
+// as its own. (Go's client takes the server's tickets while it reads the
+// first reply, so a kept connection is seldom dropped for one.)
 func quietTLS(tc *tls.Conn) bool {
-	wait := time.Unix(1, 0) // past: records already read off the socket only
-	if !quiet(tc.NetConn()) {
-		wait = time.Now().Add(tlsLookFor)
+	rc, _ := tc.NetConn().(*recordConn)
+	if !quiet(tc.NetConn()) || rc == nil || !rc.whole() {
+		return false
 	}
-	_ = tc.SetReadDeadline(wait)
+	_ = tc.SetReadDeadline(time.Unix(1, 0)) // past: records already read off the socket only
 	var b [1]byte
 	n, err := tc.Read(b[:])
 	_ = tc.SetReadDeadline(time.Time{})
-	return n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
+	return n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && rc.whole()
 }
 
-// tlsLookFor bounds quietTLS's wait for the records on a socket.
-const tlsLookFor = time.Millisecond
+// recordConn is a TLS connection's socket that follows the TLS record
+// framing of what is read from it (a 5-byte header whose last two bytes
+// are the body's length, then the body), so that quietTLS knows whether
+// the bytes read off it end at a record's end. Reads only from the
+// connection's reader (the push on it, or quietTLS between pushes).
+type recordConn struct {
+	net.Conn
+	hdr  [5]byte
+	hn   int // header bytes read of the current record
+	body int // its body's bytes still to read
+}
+
+func (c *recordConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	for p := b[:n]; len(p) > 0; {
+		if c.hn < len(c.hdr) {
+			k := copy(c.hdr[c.hn:], p)
+			c.hn += k
+			p = p[k:]
+			if c.hn == len(c.hdr) {
+				c.body = int(c.hdr[3])<<8 | int(c.hdr[4])
+			}
+		}
+		k := min(c.body, len(p))
+		c.body -= k
+		p = p[k:]
+		if c.hn == len(c.hdr) && c.body == 0 {
+			c.hn = 0 // the record is whole; the next begins
+		}
+	}
+	return n, err
+}
+
+// whole says the bytes read so far end at a record's end.
+func (c *recordConn) whole() bool { return c.hn == 0 && c.body == 0 }
+
+// SyscallConn is the socket's, for quiet's look at it.
+func (c *recordConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
 
 // put keeps c for the next push (up to maxIdlePerHost). One with bytes
 // read past its reply is closed: the receiver sent what no push asked.
