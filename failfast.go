@@ -45,17 +45,10 @@ func (r *reach) down(clock wheel.Clock) error {
 	return nil
 }
 
-// note records the outcome err of a call that admit let through, made
-// for a caller whose context is ctx. A call ended by the queue's own
-// deadline (WriteTimeout) while ctx goes on got no answer from Redis in
-// all that time: it counts as Redis unreachable, as a refused connection
-// does. One ended by ctx says nothing of Redis: nor does a network
-// timeout once ctx's deadline has passed (go-redis with
-// ContextTimeoutEnabled sets the connection's deadline from ctx's, and
-// its "i/o timeout" can come before ctx.Err says so).
 // callerDeadline says err is a deadline's (the context's, or a network
 // timeout: go-redis with ContextTimeoutEnabled sets the connection's from
-// ctx) and ctx's deadline has passed: the caller's own, nothing of Redis.
+// ctx) and ctx has ended or its deadline has passed: the caller's own,
+// nothing of Redis.
 func callerDeadline(ctx context.Context, err error) bool {
 	if err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 		return false
@@ -64,6 +57,14 @@ func callerDeadline(ctx context.Context, err error) bool {
 	return ctx.Err() != nil || (ok && !time.Now().Before(dl))
 }
 
+// note records the outcome err of a call that admit let through, made
+// for a caller whose context is ctx. A call ended by the queue's own
+// deadline (WriteTimeout) while ctx goes on got no answer from Redis in
+// all that time: it counts as Redis unreachable, as a refused connection
+// does. One ended by ctx says nothing of Redis: nor does a network
+// timeout once ctx's deadline has passed (go-redis with
+// ContextTimeoutEnabled sets the connection's deadline from ctx's, and
+// its "i/o timeout" can come before ctx.Err says so).
 func (r *reach) note(ctx context.Context, err error, probe bool, clock wheel.Clock) {
 	if callerDeadline(ctx, err) {
 		err = context.DeadlineExceeded // the caller's deadline: nothing of Redis
@@ -98,8 +99,15 @@ func (q *Queue) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	q.reach.note(ctx, err, false, q.clock)
-	if callerDeadline(ctx, err) && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("wheelq: Ping: %w (%w)", context.DeadlineExceeded, err)
+	if callerDeadline(ctx, err) {
+		end := ctx.Err()
+		if end == nil {
+			end = context.DeadlineExceeded // passed; ctx.Err not yet set
+		}
+		if !errors.Is(err, end) {
+			return fmt.Errorf("wheelq: Ping: %w (%w)", end, err)
+		}
+		return err
 	}
 	if err != nil && breaker.IsConnErr(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
