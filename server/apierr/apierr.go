@@ -6,14 +6,9 @@
 package apierr
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-
-	"github.com/wheelq/wheelq"
-	"github.com/wheelq/wheelq/server/auth"
 )
 
 // Code is an error code.
@@ -107,64 +102,4 @@ func (e *Error) Is(target error) bool {
 // New makes an Error.
 func New(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// From maps err to its Error: an *Error as it is, the library's and
-// auth's sentinels to their codes, anything else to Internal (whose
-// message the front ends replace, logging the detail).
-func From(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	var mb *http.MaxBytesError
-	code := Internal
-	switch {
-	case errors.As(err, &mb):
-		code = TooLarge
-	case errors.Is(err, auth.ErrUnauthorized):
-		code = Unauthorized
-	case errors.Is(err, auth.ErrForbidden):
-		code = Forbidden
-	case errors.Is(err, wheelq.ErrOutcomeUnknown):
-		code = OutcomeUnknown
-	case errors.Is(err, wheelq.ErrUnavailable), errors.Is(err, wheelq.ErrClosed), errors.Is(err, wheelq.ErrNotStarted):
-		code = Unavailable
-	case errors.Is(err, wheelq.ErrContended):
-		code = Contended
-	case errors.Is(err, wheelq.ErrDuplicate):
-		code = Duplicate
-	case errors.Is(err, wheelq.ErrNotFound):
-		code = NotFound
-	case errors.Is(err, wheelq.ErrRunning):
-		code = Running
-	case errors.Is(err, wheelq.ErrReservationLost):
-		code = ReservationLost
-	case errors.Is(err, wheelq.ErrTopicMode), errors.Is(err, wheelq.ErrNotPulled):
-		code = TopicMode
-	case errors.Is(err, wheelq.ErrPaused):
-		code = Paused
-	case errors.Is(err, wheelq.ErrPayloadTooLarge), errors.Is(err, wheelq.ErrHeadersTooLarge):
-		code = TooLarge
-	case errors.Is(err, wheelq.ErrInvalidTopic), errors.Is(err, wheelq.ErrInvalidID), errors.Is(err, wheelq.ErrInvalidOption),
-		errors.Is(err, wheelq.ErrTooFar), errors.Is(err, wheelq.ErrInvalidCursor):
-		code = Invalid
-	case errors.Is(err, context.DeadlineExceeded):
-		code = OutcomeUnknown
-	}
-	return &Error{Code: code, Message: err.Error()}
-}
-
-// FromRead is From for a call that changes nothing: a read (a job, a
-// list, counts, dead jobs, recurring schedules). What From takes for a
-// write whose outcome is unknown (the call's deadline passing, the
-// library's ErrOutcomeUnknown) can have applied nothing here, so it is
-// Unavailable (503, retry later) rather than OutcomeUnknown, whose "may
-// have been applied" only a write can mean.
-func FromRead(err error) *Error {
-	e := From(err)
-	if e.Code == OutcomeUnknown {
-		return &Error{Code: Unavailable, Message: e.Message}
-	}
-	return e
 }

@@ -1,58 +1,15 @@
 package apierr_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"go/build"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
-	"github.com/wheelq/wheelq/server/auth"
 )
-
-// TestFrom: every sentinel a request can meet maps to its code, wrapped
-// as the library wraps them.
-func TestFrom(t *testing.T) {
-	for err, code := range map[error]apierr.Code{
-		wheelq.ErrDuplicate: apierr.Duplicate, wheelq.ErrNotFound: apierr.NotFound, wheelq.ErrRunning: apierr.Running,
-		wheelq.ErrOutcomeUnknown: apierr.OutcomeUnknown, wheelq.ErrUnavailable: apierr.Unavailable, wheelq.ErrClosed: apierr.Unavailable,
-		wheelq.ErrNotStarted: apierr.Unavailable, wheelq.ErrPayloadTooLarge: apierr.TooLarge, wheelq.ErrHeadersTooLarge: apierr.TooLarge,
-		wheelq.ErrInvalidTopic: apierr.Invalid, wheelq.ErrInvalidID: apierr.Invalid, wheelq.ErrInvalidOption: apierr.Invalid,
-		wheelq.ErrTooFar: apierr.Invalid, wheelq.ErrInvalidCursor: apierr.Invalid, wheelq.ErrReservationLost: apierr.ReservationLost,
-		wheelq.ErrTopicMode: apierr.TopicMode, wheelq.ErrNotPulled: apierr.TopicMode, wheelq.ErrPaused: apierr.Paused,
-		auth.ErrUnauthorized: apierr.Unauthorized, auth.ErrForbidden: apierr.Forbidden, &http.MaxBytesError{Limit: 1}: apierr.TooLarge,
-		context.DeadlineExceeded: apierr.OutcomeUnknown, errors.New("boom"): apierr.Internal,
-		wheelq.ErrContended: apierr.Contended,
-	} {
-		got := apierr.From(fmt.Errorf("wheelq: op: %w", err))
-		require.Equal(t, code, got.Code, "%v", err)
-		require.NotEmpty(t, got.Message)
-	}
-	e := apierr.New(apierr.Paused, "x")
-	require.Same(t, e, apierr.From(e))
-	require.True(t, errors.Is(fmt.Errorf("w: %w", e), &apierr.Error{Code: apierr.Paused}))
-	require.False(t, errors.Is(e, &apierr.Error{Code: apierr.Invalid}))
-}
-
-// TestFromRead: for a read, what would be outcome_unknown (a deadline
-// passed, ErrOutcomeUnknown) is unavailable; every other code is From's.
-func TestFromRead(t *testing.T) {
-	for err, code := range map[error]apierr.Code{
-		context.DeadlineExceeded: apierr.Unavailable, wheelq.ErrOutcomeUnknown: apierr.Unavailable,
-		wheelq.ErrUnavailable: apierr.Unavailable, wheelq.ErrNotFound: apierr.NotFound, auth.ErrForbidden: apierr.Forbidden,
-		wheelq.ErrInvalidCursor: apierr.Invalid, errors.New("boom"): apierr.Internal,
-	} {
-		got := apierr.FromRead(fmt.Errorf("wheelq: lookup: %w", err))
-		require.Equal(t, code, got.Code, "%v", err)
-		require.Contains(t, got.Message, err.Error())
-	}
-	e := apierr.New(apierr.Duplicate, "x")
-	require.Same(t, e, apierr.FromRead(e))
-}
 
 // TestTable: every code has a status and a RESP prefix of its own.
 func TestTable(t *testing.T) {
@@ -66,4 +23,30 @@ func TestTable(t *testing.T) {
 		seen[p] = true
 	}
 	require.Equal(t, "RESERVATIONLOST", apierr.ReservationLost.RESPPrefix())
+}
+
+// TestIs: an *Error matches any of its code through wrapping.
+func TestIs(t *testing.T) {
+	e := apierr.New(apierr.Paused, "x")
+	require.True(t, errors.Is(fmt.Errorf("w: %w", e), &apierr.Error{Code: apierr.Paused}))
+	require.False(t, errors.Is(e, &apierr.Error{Code: apierr.Invalid}))
+}
+
+// TestStandardLibraryOnly: apierr, and the Go client that uses it, import
+// the standard library only (docs/server.md says so of the client; apierr
+// imported the library and auth for From, now internal/errmap's, and a
+// client's build pulled in go-redis and the rest).
+func TestStandardLibraryOnly(t *testing.T) {
+	for _, dir := range []string{".", "../client"} {
+		p, err := build.ImportDir(dir, 0)
+		require.NoError(t, err)
+		for _, imp := range p.Imports {
+			if imp == "github.com/wheelq/wheelq/server/apierr" {
+				continue
+			}
+			std, err := build.Import(imp, "", build.FindOnly)
+			require.NoError(t, err, imp)
+			require.True(t, std.Goroot, "%s imports %s, not the standard library", dir, imp)
+		}
+	}
 }

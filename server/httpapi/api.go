@@ -27,6 +27,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/errmap"
 )
 
 //go:embed openapi.json
@@ -102,7 +103,7 @@ type Route struct {
 }
 
 // read says whether the route changes nothing: its method is GET (safe,
-// RFC 9110), so its errors are mapped by apierr.FromRead (a timeout is
+// RFC 9110), so its errors are mapped by errmap.FromRead (a timeout is
 // unavailable, not outcome_unknown).
 func (rt Route) read() bool { return strings.HasPrefix(rt.Pattern, http.MethodGet+" ") }
 
@@ -388,7 +389,7 @@ func (a *API) endpoint(rt Route) http.Handler {
 		status, body, err := rt.h(a, sw, r, p)
 		if err != nil {
 			if rt.read() {
-				a.writeErrAs(sw, r, err, apierr.FromRead)
+				a.writeErrAs(sw, r, err, errmap.FromRead)
 			} else {
 				a.writeErr(sw, r, err)
 			}
@@ -461,7 +462,7 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 }
 
 // WriteError answers r with err as the API's JSON error and its code
-// (apierr.From): for handlers mounted beside the API (/metrics, /ui/).
+// (errmap.From): for handlers mounted beside the API (/metrics, /ui/).
 func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) { a.writeErr(w, r, err) }
 
 // loggedInternal is the message of an internal error whose detail was
@@ -469,11 +470,11 @@ func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) { a.
 const loggedInternal = "internal error (logged by the server)"
 
 func (a *API) writeErr(w http.ResponseWriter, r *http.Request, err error) {
-	a.writeErrAs(w, r, err, apierr.From)
+	a.writeErrAs(w, r, err, errmap.From)
 }
 
-// writeErrAs is writeErr with err's code given by code: apierr.From, or
-// apierr.FromRead for a route that changes nothing.
+// writeErrAs is writeErr with err's code given by code: errmap.From, or
+// errmap.FromRead for a route that changes nothing.
 func (a *API) writeErrAs(w http.ResponseWriter, r *http.Request, err error, code func(error) *apierr.Error) {
 	if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client went away during the call: not a bug, and no one

@@ -11,6 +11,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/errmap"
 	"github.com/wheelq/wheelq/server/internal/runs"
 )
 
@@ -116,7 +117,7 @@ func (a *API) batch(w http.ResponseWriter, r *http.Request, p *auth.Principal) (
 	for i := range req.Jobs {
 		j := &req.Jobs[i]
 		if err := p.Allow(auth.Produce, j.Topic); err != nil {
-			e := apierr.From(err)
+			e := errmap.From(err)
 			out.Results[i] = BatchResult{Topic: j.Topic, ID: j.ID, Error: e, Status: e.Code.Status()}
 			continue
 		}
@@ -262,7 +263,7 @@ func (a *API) ackBatch(w http.ResponseWriter, r *http.Request, p *auth.Principal
 // public is err as a client sees it: an internal error's detail is
 // logged, not sent.
 func (a *API) public(err error) *apierr.Error {
-	e := apierr.From(err)
+	e := errmap.From(err)
 	if e.Code == apierr.Internal {
 		a.opts.Logger.Error("wheelq server: internal error", "err", err)
 		e = apierr.New(apierr.Internal, loggedInternal)

@@ -30,6 +30,7 @@ import (
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/internal/errmap"
 )
 
 // Options configures the front end.
@@ -344,7 +345,7 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 	}
 	if err := spec.run(s, c, sess, cmd.Args[1:]); err != nil {
 		if reads[name] {
-			err = apierr.FromRead(err) // a timeout is UNAVAILABLE: nothing was applied
+			err = errmap.FromRead(err) // a timeout is UNAVAILABLE: nothing was applied
 		}
 		s.writeErr(c, err)
 	}
@@ -354,12 +355,12 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 }
 
 // reads are the commands that change nothing: their errors are mapped by
-// apierr.FromRead, so a timeout is -UNAVAILABLE, not -OUTCOMEUNKNOWN.
+// errmap.FromRead, so a timeout is -UNAVAILABLE, not -OUTCOMEUNKNOWN.
 var reads = map[string]bool{"wq.get": true, "wq.counts": true, "wq.recurs": true, "keys": true, "scard": true}
 
 // writeErr answers err with its code's prefix.
 func (s *Server) writeErr(c redcon.Conn, err error) {
-	e := apierr.From(err)
+	e := errmap.From(err)
 	if e.Code == apierr.Internal {
 		s.opts.Logger.Error("wheelq server: internal error (RESP)", "err", err)
 		e = apierr.New(apierr.Internal, "internal error (logged by the server)")
