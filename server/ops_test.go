@@ -236,6 +236,9 @@ func TestServerStartedRefusesUnrunTopics(t *testing.T) {
 	require.Equal(t, "topic_mode", batch.Results[1].Error.Code)
 	require.Equal(t, 409, call(t, "PUT", p.URL+"/v1/recurring/nightly", "", map[string]any{"topic": "ordres", "every_ms": 60000}, &e))
 	require.Equal(t, "topic_mode", e.Error.Code)
+	// Said in the server's terms, not the library's Config field.
+	require.Contains(t, e.Error.Message, `"ordres" is neither pulled nor pushed by this server (queue.pull, [[push.topic]])`)
+	require.NotContains(t, e.Error.Message, "Config.")
 	rdb := redis.NewClient(&redis.Options{Addr: respAddr(t, p), Protocol: 2})
 	defer rdb.Close()
 	require.ErrorContains(t, rdb.Do(context.Background(), "WQ.SCHEDULE", "ordres", "x").Err(), "TOPICMODE ")

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/wheelq/wheelq"
 	"github.com/wheelq/wheelq/server/apierr"
@@ -57,7 +58,14 @@ func From(err error) *apierr.Error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = apierr.OutcomeUnknown
 	}
-	return &apierr.Error{Code: code, Message: err.Error()}
+	msg := err.Error()
+	if code == apierr.TopicMode {
+		// The library's words name its Config; a server's user knows its
+		// configuration's keys.
+		msg = strings.Replace(msg, "is neither handled nor pulled here (Config.RefuseUnhandled)",
+			"is neither pulled nor pushed by this server (queue.pull, [[push.topic]])", 1)
+	}
+	return &apierr.Error{Code: code, Message: msg}
 }
 
 // FromRead is From for a call that changes nothing: a read (a job, a
