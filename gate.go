@@ -111,11 +111,23 @@ func (g *startGate) onStart(batch []wheel.Fired) {
 // once for a batch: they only ever trail the clock, so no task starts
 // early.
 func (g *startGate) hold(t *task, now, wall time.Time) {
+	g.mu.Lock()
+	if old := g.held[t.key]; old != nil && old.res != nil && t.res == nil {
+		// The job is reserved ahead for a waiting Reserve, and that task
+		// hands it over at its time; this one is of a second arm of the
+		// key (the poller's, from the inbox a Nack's script also pushed
+		// to). Replacing the first lost the reservation: its waiter,
+		// counting it as promised, never looked again. (Were the second
+		// a Reschedule's, within the few ms the first is held, the new
+		// due time would not be armed by it: not seen, not tested.)
+		g.mu.Unlock()
+		return
+	}
 	if t.pull && !t.due.After(wall) {
+		g.mu.Unlock()
 		g.d.toPull([]*task{t})
 		return
 	}
-	g.mu.Lock()
 	if !t.due.After(wall) {
 		if g.startNowLocked(t) {
 			g.mu.Unlock()
