@@ -554,8 +554,10 @@ func TestPullOnEachDeployment(t *testing.T) {
 		require.False(t, time.Now().Before(due))
 		require.NoError(t, b.q.Nack(b.ctx, r, NackOptions{RetryAfter: 10 * time.Millisecond}))
 		// (Once, in a full run beside stress-ng and another session's
-		// load, this Reserve got nothing in 20 s; not reproduced since. If
-		// it comes again, say where the job was.)
+		// load, this Reserve got nothing in 20 s: the Nack's second arm
+		// replaced the reserved task in the start gate, see
+		// TestPullDuplicateArmKeepsReservation. Should it come again, say
+		// where the job was.)
 		rctx, cancel := context.WithTimeout(b.ctx, wait)
 		rs, err := b.q.Reserve(rctx, ReserveOptions{Topics: []string{"p"}})
 		cancel()
