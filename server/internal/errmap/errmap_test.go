@@ -54,4 +54,3 @@ func TestFromRead(t *testing.T) {
 	e := apierr.New(apierr.Duplicate, "x")
 	require.Same(t, e, errmap.FromRead(e))
 }
-
