@@ -69,19 +69,41 @@ func TestUnaskedReplyNotTakenTLS(t *testing.T) {
 // is not the next push's reply either.
 func TestUnaskedRecordNotTakenTLS(t *testing.T) {
 	tc, trust := testTLS(t)
+	conns, d := unaskedTLS(t, tc, trust, nil, func(c, _ net.Conn) {
+		_, _ = io.WriteString(c, noContent)                                      // a record
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // another
+	})
+	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "0", Attempt: 1}))
+	time.Sleep(20 * time.Millisecond) // the second record arrives
+	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1})
+	require.ErrorContains(t, err, "500", "the push's own reply, not the unasked 200")
+	require.EqualValues(t, 2, conns.Load())
+}
+
+// unaskedTLS starts a TLS receiver whose connections' sockets are wrap's
+// (nil: as they are): it answers a connection's first request with
+// first (given the TLS connection and its socket, it writes the reply,
+// and what no push asked for), and every
+// other with 500. It returns its count of connections and a deliverer
+// to it.
+func unaskedTLS(t *testing.T, tc *tls.Config, trust func(*push.Deliverer), wrap func(net.Conn) net.Conn, first func(c, raw net.Conn)) (*atomic.Int32, *push.Deliverer) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var conns, requests atomic.Int32
 	var wg sync.WaitGroup
-	tl := tls.NewListener(l, tc)
-	t.Cleanup(func() { tl.Close(); wg.Wait() })
+	t.Cleanup(func() { l.Close(); wg.Wait() })
 	wg.Go(func() {
 		for {
-			c, err := tl.Accept()
+			raw, err := l.Accept()
 			if err != nil {
 				return
 			}
 			conns.Add(1)
+			if wrap != nil {
+				raw = wrap(raw)
+			}
+			c := tls.Server(raw, tc)
 			wg.Go(func() {
 				defer c.Close()
 				br := bufio.NewReader(c)
@@ -92,8 +114,7 @@ func TestUnaskedRecordNotTakenTLS(t *testing.T) {
 					}
 					_, _ = io.Copy(io.Discard, req.Body)
 					if requests.Add(1) == 1 {
-						_, _ = io.WriteString(c, noContent)                                      // a record
-						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // another
+						first(c, raw)
 					} else {
 						_, _ = io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n")
 					}
@@ -106,11 +127,7 @@ func TestUnaskedRecordNotTakenTLS(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
 	trust(d)
-	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "0", Attempt: 1}))
-	time.Sleep(20 * time.Millisecond) // the second record arrives
-	err = d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1})
-	require.ErrorContains(t, err, "500", "the push's own reply, not the unasked 200")
-	require.EqualValues(t, 2, conns.Load())
+	return &conns, d
 }
 
 // splitConn writes, once armed, its next write in two halves, the second
@@ -140,48 +157,15 @@ func (c *splitConn) Write(b []byte) (int, error) {
 // receiver answered 500).
 func TestUnaskedHalfRecordNotTakenTLS(t *testing.T) {
 	tc, trust := testTLS(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var conns, requests atomic.Int32
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			raw, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			sc := &splitConn{Conn: raw}
-			c := tls.Server(sc, tc)
-			wg.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if requests.Add(1) == 1 {
-						_, _ = io.WriteString(c, noContent)
-						sc.armed.Store(true)
-						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // in halves
-					} else {
-						_, _ = io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n")
-					}
-				}
-			})
-		}
+	split := func(c net.Conn) net.Conn { return &splitConn{Conn: c} }
+	conns, d := unaskedTLS(t, tc, trust, split, func(c, raw net.Conn) {
+		_, _ = io.WriteString(c, noContent)
+		raw.(*splitConn).armed.Store(true)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // in halves
 	})
-	u, _ := url.Parse("https://" + l.Addr().String() + "/hook")
-	d, err := push.New(push.Target{URL: u, Secret: secret, Timeout: 5 * time.Second}, []string{u.Host})
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	trust(d)
 	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "0", Attempt: 1}))
 	time.Sleep(100 * time.Millisecond) // the first half is on the socket; the rest 200 ms away
-	err = d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1})
+	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1})
 	require.ErrorContains(t, err, "500", "the push's own reply, not the unasked 200")
 	require.EqualValues(t, 2, conns.Load())
 }
