@@ -492,12 +492,20 @@ func (a *API) reserveStream(w http.ResponseWriter, r *http.Request, p *auth.Prin
 			_ = rc.Flush()
 			break
 		}
+		if len(got) > 0 && r.Context().Err() != nil {
+			// The client is gone before these were written: they go back
+			// at once.
+			a.release(got)
+			return 0, nil, nil
+		}
 		for _, res := range got {
 			_ = enc.Encode(reserved(res))
 		}
-		if len(got) > 0 && (rc.Flush() != nil || r.Context().Err() != nil) {
-			// The client is gone before these were written: they go back
-			// at once.
+		if len(got) > 0 && rc.Flush() != nil {
+			// Not written: back at once. (Written, they are the client's,
+			// even if it leaves right after: as a long poll's reply, not
+			// given back on a context that ended after the write, which
+			// handed out again a job the client had, and acked.)
 			a.release(got)
 			return 0, nil, nil
 		}
