@@ -36,7 +36,10 @@ type gateDeps struct {
 	// over before the shutdown; drop forgets a task of a partition no
 	// longer this process's.
 	unclaim, drop func(*task)
-	logDebug      func(msg string, args ...any)
+	// lookAfter arms key in the job wheel to be looked at again just
+	// after due (a task reserved ahead for it is handed over then).
+	lookAfter func(key string, due time.Time)
+	logDebug  func(msg string, args ...any)
 }
 
 // startGate holds claimed tasks until their time, in a wheel of its own
@@ -116,11 +119,15 @@ func (g *startGate) hold(t *task, now, wall time.Time) {
 		// The job is reserved ahead for a waiting Reserve, and that task
 		// hands it over at its time; this one is of a second arm of the
 		// key (the poller's, from the inbox a Nack's script also pushed
-		// to). Replacing the first lost the reservation: its waiter,
-		// counting it as promised, never looked again. (Were the second
-		// a Reschedule's, within the few ms the first is held, the new
-		// due time would not be armed by it: not seen, not tested.)
+		// to; or a Reschedule's). Replacing the first lost the
+		// reservation: its waiter, counting it as promised, never looked
+		// again. The second arm took the place of the key's entry in the
+		// job wheel (the reservation's deadline, or the new due time), so
+		// the key is looked at again once the first is handed over: the
+		// job's score says then what comes next.
+		due := old.due
 		g.mu.Unlock()
+		g.d.lookAfter(t.key, due)
 		return
 	}
 	if t.pull && !t.due.After(wall) {

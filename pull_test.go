@@ -1266,7 +1266,7 @@ func TestPullDuplicateArmKeepsReservation(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		defer cancel()
-		rs, err := q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}})
+		rs, err := q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}, TTR: 300 * time.Millisecond})
 		done <- result{rs, err}
 	}()
 	// The job reserved ahead for the waiting Reserve, held for its time
@@ -1286,5 +1286,18 @@ func TestPullDuplicateArmKeepsReservation(t *testing.T) {
 	require.NoError(t, res.err, "the job reserved for it, handed over at its time")
 	require.Len(t, res.rs, 1)
 	require.Equal(t, "new", res.rs[0].ID)
-	require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
+	require.Equal(t, 2, res.rs[0].Job.Attempt)
+	// Not acked: its time-to-run lapses, and the owner sees it (the
+	// second arm had taken the place of the deadline's entry in the job
+	// wheel; the key is looked at again after the hand-over, which puts
+	// it back), so it comes again after the backoff (up to 2.5 s for a
+	// second attempt), not at the sweep (10 s).
+	ctx, cancel := context.WithTimeout(b.ctx, 8*time.Second)
+	defer cancel()
+	rs, err := q.Reserve(ctx, ReserveOptions{Topics: []string{"p"}})
+	require.NoError(t, err, "the lapse seen at the deadline, not at the sweep")
+	again := rs[0]
+	require.Equal(t, "new", again.ID)
+	require.Equal(t, 3, again.Job.Attempt)
+	require.NoError(t, q.Ack(b.ctx, again.Receipt))
 }
