@@ -114,6 +114,12 @@ func (g *startGate) onStart(batch []wheel.Fired) {
 // once for a batch: they only ever trail the clock, so no task starts
 // early.
 func (g *startGate) hold(t *task, now, wall time.Time) {
+	if t.pull && !t.due.After(wall) {
+		// (A task reserved ahead and held for the same key is due too: it
+		// goes on at its time whatever this one does.)
+		g.d.toPull([]*task{t})
+		return
+	}
 	g.mu.Lock()
 	if old := g.held[t.key]; old != nil && old.res != nil && t.res == nil {
 		// The job is reserved ahead for a waiting Reserve, and that task
@@ -128,11 +134,6 @@ func (g *startGate) hold(t *task, now, wall time.Time) {
 		due := old.due
 		g.mu.Unlock()
 		g.d.lookAfter(t.key, due)
-		return
-	}
-	if t.pull && !t.due.After(wall) {
-		g.mu.Unlock()
-		g.d.toPull([]*task{t})
 		return
 	}
 	if !t.due.After(wall) {
