@@ -135,6 +135,7 @@ func unaskedTLS(t *testing.T, tc *tls.Config, trust func(*push.Deliverer), wrap 
 type splitConn struct {
 	net.Conn
 	armed atomic.Bool
+	half  chan<- struct{} // told once the first half is written
 }
 
 func (c *splitConn) Write(b []byte) (int, error) {
@@ -145,6 +146,7 @@ func (c *splitConn) Write(b []byte) (int, error) {
 	if err != nil {
 		return n, err
 	}
+	c.half <- struct{}{}
 	time.Sleep(300 * time.Millisecond)
 	m, err := c.Conn.Write(b[len(b)/2:])
 	return n + m, err
@@ -157,14 +159,15 @@ func (c *splitConn) Write(b []byte) (int, error) {
 // receiver answered 500).
 func TestUnaskedHalfRecordNotTakenTLS(t *testing.T) {
 	tc, trust := testTLS(t)
-	split := func(c net.Conn) net.Conn { return &splitConn{Conn: c} }
+	half := make(chan struct{}, 1)
+	split := func(c net.Conn) net.Conn { return &splitConn{Conn: c, half: half} }
 	conns, d := unaskedTLS(t, tc, trust, split, func(c, raw net.Conn) {
 		_, _ = io.WriteString(c, noContent)
 		raw.(*splitConn).armed.Store(true)
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // in halves
 	})
 	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "0", Attempt: 1}))
-	time.Sleep(100 * time.Millisecond) // the first half is on the socket; the rest 200 ms away
+	<-half // the first half is on the socket; the rest 300 ms away
 	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1})
 	require.ErrorContains(t, err, "500", "the push's own reply, not the unasked 200")
 	require.EqualValues(t, 2, conns.Load())
