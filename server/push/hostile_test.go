@@ -69,12 +69,14 @@ func TestUnaskedReplyNotTakenTLS(t *testing.T) {
 // is not the next push's reply either.
 func TestUnaskedRecordNotTakenTLS(t *testing.T) {
 	tc, trust := testTLS(t)
+	sent := make(chan struct{}, 1)
 	conns, d := unaskedTLS(t, tc, trust, nil, func(c, _ net.Conn) {
 		_, _ = io.WriteString(c, noContent)                                      // a record
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // another
+		sent <- struct{}{}
 	})
 	require.NoError(t, d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "0", Attempt: 1}))
-	time.Sleep(20 * time.Millisecond) // the second record arrives
+	<-sent // the second record is on the socket
 	err := d.HandleJob(context.Background(), &wheelq.Job{Topic: "t", ID: "1", Attempt: 1})
 	require.ErrorContains(t, err, "500", "the push's own reply, not the unasked 200")
 	require.EqualValues(t, 2, conns.Load())
