@@ -239,3 +239,48 @@ type PanicError struct {
 
 // Error describes the panic.
 func (e *PanicError) Error() string { return fmt.Sprintf("wheelq: handler panic: %v", e.Value) }
+
+// TopicModeError is the error of a call refused because of how this queue
+// runs a topic (see ErrTopicMode, which it matches with errors.Is);
+// errors.As gives the topic and the reason, so that a caller can word it
+// in its own terms rather than match the message.
+type TopicModeError struct {
+	Topic  string
+	Reason TopicModeReason
+}
+
+// TopicModeReason says why a TopicModeError refused a call.
+type TopicModeReason int
+
+const (
+	// TopicNotRun: with Config.RefuseUnhandled, a job, schedule or
+	// requeue of a topic this queue neither handles nor pulls.
+	TopicNotRun TopicModeReason = iota + 1
+	// TopicPulled: Handle or SetLimit for a topic this queue pulls.
+	TopicPulled
+	// TopicHandled: Pull of a topic with a handler.
+	TopicHandled
+	// TopicLimited: Pull of a topic with a Limit.
+	TopicLimited
+)
+
+// Error describes the refusal: ErrTopicMode's text and the reason.
+func (e *TopicModeError) Error() string {
+	var why string
+	switch e.Reason {
+	case TopicNotRun:
+		why = "is neither handled nor pulled here (Config.RefuseUnhandled)"
+	case TopicPulled:
+		why = "is pulled (Pull)"
+	case TopicHandled:
+		why = "has a handler"
+	case TopicLimited:
+		why = "has a Limit (its consumers decide how many jobs they take)"
+	default:
+		why = fmt.Sprintf("is refused (reason %d)", int(e.Reason))
+	}
+	return fmt.Sprintf("%v: topic %q %s", ErrTopicMode, e.Topic, why)
+}
+
+// Unwrap returns ErrTopicMode.
+func (e *TopicModeError) Unwrap() error { return ErrTopicMode }

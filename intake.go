@@ -85,7 +85,7 @@ func (q *Queue) runsTopic(topic string) error {
 		return err
 	}
 	if q.cfg.RefuseUnhandled && (*q.handlers.Load())[topic] == nil && !q.pull.isDeclared(topic) {
-		return fmt.Errorf("%w: topic %q is neither handled nor pulled here (Config.RefuseUnhandled)", ErrTopicMode, topic)
+		return &TopicModeError{Topic: topic, Reason: TopicNotRun}
 	}
 	return nil
 }

@@ -146,7 +146,7 @@ func (q *Queue) Limit(topic string, l Limit) error {
 		}
 	}
 	if q.pull.isDeclared(topic) {
-		return fmt.Errorf("%w: topic %q is pulled: its consumers decide how many jobs they take", ErrTopicMode, topic)
+		return &TopicModeError{Topic: topic, Reason: TopicPulled}
 	}
 	lm := q.limits
 	lm.mu.Lock()

@@ -295,12 +295,12 @@ func TestLimitBadInput(t *testing.T) {
 	}
 	require.ErrorIs(t, b.q.Limit("a/b", Limit{Concurrency: 1}), ErrInvalidTopic)
 	b2 := setupPull(t, Config{}, "pulled")
-	require.ErrorIs(t, b2.q.Limit("pulled", Limit{Concurrency: 1}), ErrTopicMode)
+	requireTopicMode(t, b2.q.Limit("pulled", Limit{Concurrency: 1}), "pulled", TopicPulled)
 	// The other way round: a limited topic cannot be pulled (the limit
 	// would hold nothing back).
 	q3 := b.newQueue(t, Config{})
 	require.NoError(t, q3.Limit("limited", Limit{Rate: 5}))
-	require.ErrorIs(t, q3.Pull("limited"), ErrTopicMode)
+	requireTopicMode(t, q3.Pull("limited"), "limited", TopicLimited)
 	// A zero Limit removes the limits.
 	require.NoError(t, b.q.Limit("t", Limit{Concurrency: 1}))
 	require.NoError(t, b.q.Limit("t", Limit{}))

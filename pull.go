@@ -285,10 +285,10 @@ func (q *Queue) Pull(topics ...string) error {
 	}
 	for _, t := range topics {
 		if (*q.handlers.Load())[t] != nil {
-			return fmt.Errorf("%w: topic %q has a handler", ErrTopicMode, t)
+			return &TopicModeError{Topic: t, Reason: TopicHandled}
 		}
 		if q.limits.has(t) {
-			return fmt.Errorf("%w: topic %q has a Limit (its consumers decide how many jobs they take)", ErrTopicMode, t)
+			return &TopicModeError{Topic: t, Reason: TopicLimited}
 		}
 	}
 	ps := q.pull

@@ -262,10 +262,10 @@ func TestPullTopicModes(t *testing.T) {
 	require.NoError(t, b.q.Handle("h", HandlerFunc(func(context.Context, *Job) error { return nil })))
 	q := b.newQueue(t, Config{})
 	require.NoError(t, q.Pull("p"))
-	require.ErrorIs(t, q.Handle("p", HandlerFunc(func(context.Context, *Job) error { return nil })), ErrTopicMode)
+	requireTopicMode(t, q.Handle("p", HandlerFunc(func(context.Context, *Job) error { return nil })), "p", TopicPulled)
 	q2 := b.newQueue(t, Config{})
 	require.NoError(t, q2.Handle("x", HandlerFunc(func(context.Context, *Job) error { return nil })))
-	require.ErrorIs(t, q2.Pull("x"), ErrTopicMode)
+	requireTopicMode(t, q2.Pull("x"), "x", TopicHandled)
 
 	// b.q started before it had a handler for h: declare it with a
 	// process that has one.
@@ -275,6 +275,18 @@ func TestPullTopicModes(t *testing.T) {
 	pq := b.newQueue(t, Config{})
 	require.NoError(t, pq.Pull("h"))
 	require.ErrorIs(t, pq.Start(b.ctx), ErrTopicMode)
+}
+
+// requireTopicMode: err is ErrTopicMode, and a *TopicModeError naming
+// topic and reason.
+func requireTopicMode(t *testing.T, err error, topic string, reason TopicModeReason) {
+	t.Helper()
+	require.ErrorIs(t, err, ErrTopicMode)
+	var tm *TopicModeError
+	require.ErrorAs(t, err, &tm)
+	require.Equal(t, topic, tm.Topic)
+	require.Equal(t, reason, tm.Reason)
+	require.Contains(t, err.Error(), ErrTopicMode.Error())
 }
 
 // TestPullHandlerProcessLeavesPulledJobs: a process with handlers only
@@ -979,12 +991,12 @@ func TestRefuseUnhandled(t *testing.T) {
 		require.NoError(t, err, topic)
 	}
 	_, err := q.Schedule(b.ctx, "typo", nil, ID("x"))
-	require.ErrorIs(t, err, ErrTopicMode)
+	requireTopicMode(t, err, "typo", TopicNotRun)
 	require.Contains(t, err.Error(), `"typo"`)
 	res, err := q.ScheduleBatch(b.ctx, []BatchJob{{Topic: "h"}, {Topic: "typo"}})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
-	require.ErrorIs(t, res[1].Err, ErrTopicMode)
+	requireTopicMode(t, res[1].Err, "typo", TopicNotRun)
 	require.ErrorIs(t, q.DeclareRecurring(b.ctx, Recurring{Name: "r", Topic: "typo", Every: time.Hour}), ErrTopicMode)
 	_, err = q.Lookup(b.ctx, "typo", "x")
 	require.ErrorIs(t, err, ErrNotFound, "nothing stored")

@@ -318,7 +318,7 @@ func (q *Queue) Handle(topic string, h Handler) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.pull.isDeclared(topic) {
-		return fmt.Errorf("%w: topic %q is pulled (Pull)", ErrTopicMode, topic)
+		return &TopicModeError{Topic: topic, Reason: TopicPulled}
 	}
 	hs := maps.Clone(*q.handlers.Load())
 	hs[topic] = h

@@ -7,6 +7,7 @@ package errmap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -59,11 +60,12 @@ func From(err error) *apierr.Error {
 		code = apierr.OutcomeUnknown
 	}
 	msg := err.Error()
-	if code == apierr.TopicMode {
+	if tm := (*wheelq.TopicModeError)(nil); errors.As(err, &tm) && tm.Reason == wheelq.TopicNotRun {
 		// The library's words name its Config; a server's user knows its
-		// configuration's keys.
-		msg = strings.Replace(msg, "is neither handled nor pulled here (Config.RefuseUnhandled)",
-			"is neither pulled nor pushed by this server (queue.pull, [[push.topic]])", 1)
+		// configuration's keys. What wraps the library's error (a batch's
+		// job number, a call's name) stays.
+		msg = strings.Replace(msg, tm.Error(),
+			fmt.Sprintf("%v: topic %q is neither pulled nor pushed by this server (queue.pull, [[push.topic]])", wheelq.ErrTopicMode, tm.Topic), 1)
 	}
 	return &apierr.Error{Code: code, Message: msg}
 }

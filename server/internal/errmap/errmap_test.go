@@ -39,6 +39,21 @@ func TestFrom(t *testing.T) {
 	require.False(t, errors.Is(e, &apierr.Error{Code: apierr.Invalid}))
 }
 
+// TestFromTopicNotRun: a job of a topic the server neither pulls nor
+// pushes is told in the server's configuration's terms, whatever wraps
+// the library's error; the library's other topic-mode refusals keep its
+// words.
+func TestFromTopicNotRun(t *testing.T) {
+	err := fmt.Errorf("job 3: %w", &wheelq.TopicModeError{Topic: "ordres", Reason: wheelq.TopicNotRun})
+	got := errmap.From(err)
+	require.Equal(t, apierr.TopicMode, got.Code)
+	require.Equal(t, `job 3: wheelq: topic consumed another way: topic "ordres" is neither pulled nor pushed by this server (queue.pull, [[push.topic]])`, got.Message)
+	err = &wheelq.TopicModeError{Topic: "p", Reason: wheelq.TopicPulled}
+	got = errmap.From(err)
+	require.Equal(t, apierr.TopicMode, got.Code)
+	require.Equal(t, err.Error(), got.Message)
+}
+
 // TestFromRead: for a read, what would be outcome_unknown (a deadline
 // passed, ErrOutcomeUnknown) is unavailable; every other code is From's.
 func TestFromRead(t *testing.T) {
