@@ -121,3 +121,33 @@ func TestOptionsOnce(t *testing.T) {
 	_, err = resp.ParseRecur(args("r", "t", "EVERY", "60000", "EVERY", "120000"))
 	require.ErrorContains(t, err, "given twice")
 }
+
+// TestRecurOtherTenantTopicHidden: WQ.RECUR and WQ.UNRECUR of another
+// tenant's schedule are -FORBIDDEN without naming that schedule's topic,
+// on which the token has no permission (as over HTTP: found by a red
+// team, the refusal named it).
+func TestRecurOtherTenantTopicHidden(t *testing.T) {
+	t.Parallel()
+	billTok, billSum, err := auth.Generate("bill")
+	require.NoError(t, err)
+	mailTok, mailSum, err := auth.Generate("mail")
+	require.NoError(t, err)
+	addr := start(t, []config.Token{
+		{ID: "bill", SHA256: billSum, Produce: []string{"billing.secret"}},
+		{ID: "mail", SHA256: mailSum, Produce: []string{"mail"}},
+	}, "billing.secret", "mail")
+	ctx := context.Background()
+	bill := redis.NewClient(&redis.Options{Addr: addr, Password: billTok, Protocol: 2})
+	defer bill.Close()
+	mail := redis.NewClient(&redis.Options{Addr: addr, Password: mailTok, Protocol: 2})
+	defer mail.Close()
+
+	require.NoError(t, bill.Do(ctx, "WQ.RECUR", "nightly", "billing.secret", "EVERY", 3600000).Err())
+	for _, err := range []error{
+		mail.Do(ctx, "WQ.RECUR", "nightly", "mail", "EVERY", 3600000).Err(),
+		mail.Do(ctx, "WQ.UNRECUR", "nightly").Err(),
+	} {
+		require.ErrorContains(t, err, "FORBIDDEN ")
+		require.NotContains(t, err.Error(), "billing", "the refusal names the other tenant's topic")
+	}
+}
