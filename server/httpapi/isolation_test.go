@@ -1,6 +1,8 @@
 package httpapi_test
 
 import (
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,4 +40,42 @@ func TestRecurringOtherTenantTopicHidden(t *testing.T) {
 	} {
 		require.NotContains(t, msg, "billing", "the refusal names the other tenant's topic")
 	}
+}
+
+// TestOpenServerRefusesCrossSite: a server without tokens serves anyone
+// on loopback, but a web page open in a browser on that machine is not
+// such a client: its cross-site request (a "simple" POST, text/plain,
+// which the browser sends without asking first) must not schedule,
+// cancel or reserve. Browsers say where a request comes from
+// (Sec-Fetch-Site, Origin); a client that is not a browser sends
+// neither and is served as before.
+//
+// Found by a red team: any page the developer visits could POST to
+// http://127.0.0.1:8780/v1/jobs/... and the job was stored (201).
+func TestOpenServerRefusesCrossSite(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil, defaultOpts(), "t")
+	post := func(path, body string, hdr map[string]string) int {
+		req, err := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "text/plain")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, hdr := range []map[string]string{
+		{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+		{"Origin": "https://evil.example"}, // an older browser: Origin only
+	} {
+		require.Equal(t, 403, post("/v1/jobs/t", `{"id":"csrf"}`, hdr), "a cross-site page scheduled a job: %v", hdr)
+		require.Equal(t, 403, post("/v1/reserve", `{"topics":["t"]}`, hdr), "a cross-site page reserved: %v", hdr)
+	}
+	e.fails(404, apierr.NotFound, "GET", "/v1/jobs/t/csrf", nil)
+	// A client that is not a browser, and a same-origin page, are served.
+	require.Equal(t, 201, post("/v1/jobs/t", `{"id":"cli"}`, nil))
+	require.Equal(t, 201, post("/v1/jobs/t", `{"id":"page"}`, map[string]string{"Sec-Fetch-Site": "same-origin"}))
 }
