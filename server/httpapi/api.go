@@ -378,13 +378,20 @@ func (a *API) endpoint(rt Route) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), heldKey{}, &held))
 		var p *auth.Principal
 		if !rt.public {
+			az := a.auth.Load()
 			var err error
-			if p, err = a.auth.Load().Authenticate(Bearer(r)); err != nil {
+			if p, err = az.Authenticate(Bearer(r)); err != nil {
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="wheelq"`)
 				a.writeErr(sw, r, err)
 				return
 			}
 			who = p.ID
+			if az.Open() {
+				if err := crossOrigin.Check(r); err != nil {
+					a.writeErr(sw, r, apierr.New(apierr.Forbidden, "a cross-site request from a browser (%v): a server without tokens serves the clients of its own host, not web pages", err))
+					return
+				}
+			}
 		}
 		status, body, err := rt.h(a, sw, r, p)
 		if err != nil {
@@ -405,6 +412,17 @@ func (a *API) endpoint(rt Route) http.Handler {
 		writeJSON(sw, status, body)
 	})
 }
+
+// crossOrigin refuses a browser's cross-origin request that changes
+// something (not GET, HEAD or OPTIONS), as the browser says it is
+// (Sec-Fetch-Site, or else an Origin other than the request's host); a
+// client that is not a browser sends neither and passes. A server
+// without tokens serves anyone on loopback, and a web page open in a
+// browser there could otherwise send it a "simple" POST (text/plain,
+// sent without a preflight): schedule, cancel, reserve, pause. With
+// tokens a browser has none to send (the dashboard's Basic credentials
+// cover /ui/ only, which checks for itself).
+var crossOrigin = http.NewCrossOriginProtection()
 
 type statusWriter struct {
 	http.ResponseWriter
