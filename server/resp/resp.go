@@ -329,6 +329,17 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 		}
 	}()
 	name := strings.ToLower(string(cmd.Args[0]))
+	if name == "post" || name == "host:" {
+		// An HTTP request, each of its lines an inline command: a web
+		// page's, sent by a browser to this port (a server without
+		// tokens serves anyone on loopback), whose body's lines would
+		// run as commands. As Redis does: the connection is closed, and
+		// nothing read with it runs.
+		s.opts.Logger.Warn("wheelq server: a RESP connection sent an HTTP request (a cross-protocol attack from a web page?): closed", "remote", c.RemoteAddr())
+		sess.closed = true
+		_ = c.Close()
+		return
+	}
 	spec, ok := s.cmds[name]
 	if !ok {
 		c.WriteError(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", clip(cmd.Args[0]), argsPreview(cmd.Args[1:])))
