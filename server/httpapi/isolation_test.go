@@ -79,3 +79,44 @@ func TestOpenServerRefusesCrossSite(t *testing.T) {
 	require.Equal(t, 201, post("/v1/jobs/t", `{"id":"cli"}`, nil))
 	require.Equal(t, 201, post("/v1/jobs/t", `{"id":"page"}`, map[string]string{"Sec-Fetch-Site": "same-origin"}))
 }
+
+// TestOpenServerRefusesOtherHosts: a server without tokens answers only
+// requests addressed to it by a loopback name (localhost, a name under
+// .localhost, an IP address). A web page can make its own host name
+// resolve to 127.0.0.1 (DNS rebinding): its requests are then
+// same-origin for the browser, which lets the page read the replies
+// (jobs, payloads, lists) and write as it likes; only the Host header
+// tells them apart. With tokens the server may be reached by any name.
+//
+// Found by a red team: GET /v1/jobs with Host: evil.example was served.
+func TestOpenServerRefusesOtherHosts(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil, defaultOpts(), "t")
+	port := e.srv.URL[strings.LastIndex(e.srv.URL, ":")+1:]
+	get := func(e *env, host string) int {
+		req, err := http.NewRequest("GET", e.srv.URL+"/v1/jobs/t/x", nil)
+		require.NoError(t, err)
+		req.Host = host
+		if e.tok != "" {
+			req.Header.Set("Authorization", "Bearer "+e.tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.evil.example:" + port, "localhost.evil.example:" + port} {
+		require.Equal(t, 403, get(e, host), "Host %s served by a server without tokens", host)
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST:" + port, "app.localhost:" + port, "[::1]:" + port, "127.0.0.1"} {
+		require.Equal(t, 404, get(e, host), "Host %s refused (404: the route answers, no such job)", host)
+	}
+
+	tok, sum, err := auth.Generate("ops")
+	require.NoError(t, err)
+	az, err := auth.New([]auth.Entry{{ID: "ops", SHA256: sum, Perms: [3][]string{nil, nil, {"*"}}}}, true)
+	require.NoError(t, err)
+	et := setup(t, az, defaultOpts(), "t")
+	et.tok = tok
+	require.Equal(t, 404, get(et, "wheelq.internal.example"), "with tokens, any name")
+}
