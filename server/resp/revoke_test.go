@@ -1,8 +1,11 @@
 package resp_test
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,4 +112,52 @@ func startedQueue(t *testing.T, pull ...string) *wheelq.Queue {
 	t.Cleanup(func() { _ = q.Shutdown(context.Background()) })
 	<-q.Ready()
 	return q
+}
+
+// TestRevokedHoldLittle: a connection whose token was revoked is held to
+// what a connection not authenticated may send unfinished (64 KiB), not
+// to resp.max_command_bytes: it is no longer authenticated. (Found by a
+// red team: the bound was lowered only after a command that ran, and a
+// revoked connection's commands are refused before they run, so it kept
+// the whole bound.)
+func TestRevokedHoldLittle(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t, redistest.Options{})
+	q, err := wheelq.New(rs.Client(t), wheelq.Config{})
+	require.NoError(t, err)
+	tokA, sumA, _ := auth.Generate("a")
+	_, sumB, _ := auth.Generate("b")
+	first, err := auth.New([]auth.Entry{{ID: "a", SHA256: sumA, Perms: [3][]string{nil, nil, {"*"}}}}, true)
+	require.NoError(t, err)
+	second, err := auth.New([]auth.Entry{{ID: "b", SHA256: sumB}}, true)
+	require.NoError(t, err)
+	var cur atomic.Pointer[auth.Authorizer]
+	cur.Store(first)
+	s := resp.New(q, cur.Load, resp.Options{MaxConns: 10, MaxCommandBytes: 1 << 20, MaxBlock: 1e9})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(func() { _ = s.Close() })
+
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+	rd := bufio.NewReader(c)
+	line := func() string {
+		s, err := rd.ReadString('\n')
+		require.NoError(t, err)
+		return s
+	}
+	_, err = c.Write([]byte("AUTH " + tokA + "\r\nPING\r\n"))
+	require.NoError(t, err)
+	require.Equal(t, "+OK\r\n", line())
+	require.Equal(t, "+PONG\r\n", line())
+	cur.Store(second) // a reload that drops token a
+	_, err = c.Write([]byte("PING\r\n"))
+	require.NoError(t, err)
+	require.Contains(t, line(), "NOAUTH")
+	_, _ = c.Write([]byte("*3\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$200000\r\n" + strings.Repeat("x", 100_000)))
+	rest, _ := io.ReadAll(rd)
+	require.Contains(t, string(rest), "-ERR command past the limit of the server (resp.max_command_bytes)")
 }
