@@ -328,6 +328,13 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 			c.WriteError("ERR internal error")
 		}
 	}()
+	// The tokens may have been reloaded: a revoked token is refused, and
+	// its connection held to what one not authenticated may send
+	// unfinished, whatever the command (an unknown one too).
+	sess.reauth(s)
+	if sess.lim != nil {
+		defer func() { sess.lim.authed.Store(sess.p != nil) }()
+	}
 	name := strings.ToLower(string(cmd.Args[0]))
 	if name == "post" || name == "host:" {
 		// An HTTP request, each of its lines an inline command: a web
@@ -349,7 +356,6 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 		c.WriteError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return
 	}
-	sess.reauth(s)
 	if sess.p == nil && !spec.noauth {
 		c.WriteError("NOAUTH Authentication required.")
 		return
@@ -359,9 +365,6 @@ func (s *Server) serve(c redcon.Conn, cmd redcon.Command) {
 			err = errmap.FromRead(err) // a timeout is UNAVAILABLE: nothing was applied
 		}
 		s.writeErr(c, err)
-	}
-	if sess.lim != nil {
-		sess.lim.authed.Store(sess.p != nil)
 	}
 }
 
