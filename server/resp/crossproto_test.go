@@ -4,10 +4,14 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/config"
 )
 
 // TestHTTPRequestRunsNothing: an HTTP request sent to the RESP port runs
@@ -34,4 +38,32 @@ func TestHTTPRequestRunsNothing(t *testing.T) {
 	defer rdb.Close()
 	err = rdb.Do(context.Background(), "WQ.GET", "t", "xproto").Err()
 	require.ErrorContains(t, err, "NOTFOUND", "the body of an HTTP request ran as commands")
+}
+
+// TestPipelineAcrossAuth: commands pipelined in one write are each run
+// with the permissions the connection has when its turn comes: before
+// AUTH none, after it the token's, after another AUTH the other token's
+// (a failed AUTH keeps the one before), also where WQ.SCHEDULEs in a row
+// go to Redis together.
+func TestPipelineAcrossAuth(t *testing.T) {
+	t.Parallel()
+	shopTok, shopSum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	mailTok, mailSum, err := auth.Generate("mail")
+	require.NoError(t, err)
+	addr := start(t, []config.Token{
+		{ID: "shop", SHA256: shopSum, Produce: []string{"p"}},
+		{ID: "mail", SHA256: mailSum, Produce: []string{"q"}},
+	}, "p", "q")
+	c := rawConn(t, addr)
+	_, err = io.WriteString(c, "WQ.SCHEDULE p x ID a\r\nAUTH "+shopTok+"\r\nWQ.SCHEDULE p x ID b\r\nWQ.SCHEDULE q x ID c\r\nWQ.SCHEDULE p x ID b2\r\n"+
+		"AUTH wq_mail_wrong\r\nWQ.SCHEDULE q x ID c2\r\nAUTH "+mailTok+"\r\nWQ.SCHEDULE p x ID d\r\nWQ.SCHEDULE q x ID e\r\nQUIT\r\n")
+	require.NoError(t, err)
+	got, _ := io.ReadAll(c)
+	lines := strings.Split(strings.TrimSuffix(string(got), "\r\n"), "\r\n")
+	want := []string{"-NOAUTH", "+OK", "$1", "b", "-FORBIDDEN", "$2", "b2", "-WRONGPASS", "-FORBIDDEN", "+OK", "-FORBIDDEN", "$1", "e", "+OK"}
+	require.Len(t, lines, len(want), "%q", got)
+	for i, w := range want {
+		require.True(t, strings.HasPrefix(lines[i], w), "reply line %d: %q, want %q...; all: %q", i, lines[i], w, got)
+	}
 }
