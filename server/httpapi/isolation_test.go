@@ -9,6 +9,7 @@ import (
 
 	"github.com/wheelq/wheelq/server/apierr"
 	"github.com/wheelq/wheelq/server/auth"
+	"github.com/wheelq/wheelq/server/httpapi"
 )
 
 // TestRecurringOtherTenantTopicHidden: a token refused the change of
@@ -120,4 +121,45 @@ func TestOpenServerRefusesOtherHosts(t *testing.T) {
 	et := setup(t, az, defaultOpts(), "t")
 	et.tok = tok
 	require.Equal(t, 404, get(et, "wheelq.internal.example"), "with tokens, any name")
+}
+
+// TestReceiptOfAnotherTopic: a consumer of topic a holding the token of
+// a job of topic b (the same id) acks, nacks or touches nothing of b by
+// putting a in the path (403 with b, as its own token may not consume
+// it), nor anything of a: the receipt is the path's topic and id with
+// that token, which is not a's job's. b's job stays reserved by its
+// consumer, who acks it.
+func TestReceiptOfAnotherTopic(t *testing.T) {
+	t.Parallel()
+	aTok, aSum, err := auth.Generate("a")
+	require.NoError(t, err)
+	bTok, bSum, err := auth.Generate("b")
+	require.NoError(t, err)
+	az, err := auth.New([]auth.Entry{
+		{ID: "a", SHA256: aSum, Perms: [3][]string{{"a"}, {"a"}}},
+		{ID: "b", SHA256: bSum, Perms: [3][]string{{"b"}, {"b"}}},
+	}, true)
+	require.NoError(t, err)
+	e := setup(t, az, defaultOpts(), "a", "b")
+	e.tok = bTok
+	e.ok(201, "POST", "/v1/jobs/b", map[string]any{"id": "same"}, nil)
+	jb := e.reserve(httpapi.ReserveRequest{Topics: []string{"b"}, WaitMS: 10000})
+	require.Len(t, jb, 1)
+	e.tok = aTok
+	e.ok(201, "POST", "/v1/jobs/a", map[string]any{"id": "same"}, nil)
+	ja := e.reserve(httpapi.ReserveRequest{Topics: []string{"a"}, WaitMS: 10000})
+	require.Len(t, ja, 1)
+
+	for _, op := range []string{"ack", "nack", "touch"} {
+		e.fails(403, apierr.Forbidden, "POST", "/v1/jobs/b/same/"+op, map[string]any{"token": jb[0].Token})
+		e.fails(409, apierr.ReservationLost, "POST", "/v1/jobs/a/same/"+op, map[string]any{"token": jb[0].Token})
+	}
+	var res httpapi.AckBatchResponse
+	e.ok(200, "POST", "/v1/ack", map[string]any{"receipts": []map[string]any{
+		{"topic": "b", "id": "same", "token": jb[0].Token}, {"topic": "a", "id": "same", "token": jb[0].Token}}}, &res)
+	require.Equal(t, 403, res.Results[0].Status)
+	require.Equal(t, 409, res.Results[1].Status)
+	e.ok(204, "POST", "/v1/jobs/a/same/ack", map[string]any{"token": ja[0].Token}, nil)
+	e.tok = bTok
+	e.ok(204, "POST", "/v1/jobs/b/same/ack", map[string]any{"token": jb[0].Token}, nil)
 }
