@@ -12,6 +12,7 @@ import (
 
 	"github.com/wheelq/wheelq/server/auth"
 	"github.com/wheelq/wheelq/server/config"
+	"github.com/wheelq/wheelq/server/internal/servertest"
 )
 
 // TestHTTPRequestRunsNothing: an HTTP request sent to the RESP port runs
@@ -66,4 +67,47 @@ func TestPipelineAcrossAuth(t *testing.T) {
 	for i, w := range want {
 		require.True(t, strings.HasPrefix(lines[i], w), "reply line %d: %q, want %q...; all: %q", i, lines[i], w, got)
 	}
+}
+
+// TestCompatPermissions: the delayedqueue mode's commands keep to the
+// token's topics: SADD needs produce, SPOP consume, DEL admin on every
+// queue named (checked for all before any is touched), SCARD any
+// permission; KEYS lists only the queues the token has a permission on,
+// whatever the pattern.
+func TestCompatPermissions(t *testing.T) {
+	t.Parallel()
+	shopTok, shopSum, err := auth.Generate("shop")
+	require.NoError(t, err)
+	opsTok, opsSum, err := auth.Generate("ops")
+	require.NoError(t, err)
+	addr := servertest.Start(t, func(c *config.Config) {
+		c.RESP.Addr = "127.0.0.1:0"
+		c.RESP.DelayedQueue = true
+		c.Queue.Pull = []string{"p", "q"}
+		c.Tokens = []config.Token{
+			{ID: "shop", SHA256: shopSum, Produce: []string{"p"}},
+			{ID: "ops", SHA256: opsSum, Produce: []string{"q"}, Admin: []string{"q"}},
+		}
+	}).RESP
+	ctx := context.Background()
+	shop := redis.NewClient(&redis.Options{Addr: addr, Password: shopTok, Protocol: 2})
+	defer shop.Close()
+	ops := redis.NewClient(&redis.Options{Addr: addr, Password: opsTok, Protocol: 2})
+	defer ops.Close()
+
+	require.NoError(t, shop.Do(ctx, "SADD", "p", "x", 60000).Err())
+	require.NoError(t, ops.Do(ctx, "SADD", "q", "y", 60000).Err())
+	require.ErrorContains(t, shop.Do(ctx, "SADD", "q", "x", 0).Err(), "FORBIDDEN")
+	require.ErrorContains(t, shop.Do(ctx, "SPOP", "p").Err(), "FORBIDDEN")
+	require.ErrorContains(t, shop.Do(ctx, "SCARD", "q").Err(), "FORBIDDEN")
+	for _, pat := range []string{"*", "q", "?", "[pq]"} {
+		keys, err := shop.Do(ctx, "KEYS", pat).StringSlice()
+		require.NoError(t, err)
+		require.NotContains(t, keys, "q", "KEYS %s lists a queue the token has no permission on", pat)
+	}
+	require.ErrorContains(t, shop.Do(ctx, "DEL", "p").Err(), "FORBIDDEN")
+	require.ErrorContains(t, ops.Do(ctx, "DEL", "q", "p").Err(), "FORBIDDEN")
+	n, err := ops.Do(ctx, "SCARD", "q").Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "nothing of q cancelled by the refused DEL")
 }
