@@ -40,10 +40,10 @@ func TestHTTPTimeouts(t *testing.T) {
 		return time.Since(start), string(b)
 	}
 
-	took, _ := closedAfter("GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	took, _ := closedAfter("GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
 	require.GreaterOrEqual(t, took, 500*time.Millisecond, "a head cut off before read_header_timeout")
 
-	took, got := closedAfter("POST /v1/jobs/t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"payload\":")
+	took, got := closedAfter("POST /v1/jobs/t HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"payload\":")
 	require.GreaterOrEqual(t, took, 1100*time.Millisecond, "a body cut off before read_timeout")
 	if got != "" {
 		require.NotContains(t, got, " 201 ", "a stalled body scheduled nothing")
@@ -55,7 +55,7 @@ func TestHTTPTimeouts(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
-	_, err = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	_, err = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"))
 	require.NoError(t, err)
 	rd := bufio.NewReader(c)
 	resp, err := http.ReadResponse(rd, nil)

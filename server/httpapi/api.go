@@ -15,7 +15,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"path"
 	"strconv"
 	"strings"
@@ -80,6 +82,17 @@ type API struct {
 	closeWaits context.CancelFunc
 
 	inflight atomic.Int64 // bytes of bodies held now (Options.MaxInflightBody)
+
+	// crossOrigin refuses a browser's cross-origin request that changes
+	// something (not GET, HEAD or OPTIONS), as the browser says it is
+	// (Sec-Fetch-Site, or else an Origin other than the request's host); a
+	// client that is not a browser sends neither and passes. A server
+	// without tokens serves anyone on loopback, and a web page open in a
+	// browser there could otherwise send it a "simple" POST (text/plain,
+	// sent without a preflight): schedule, cancel, reserve, pause. With
+	// tokens a browser has none to send (the dashboard's Basic credentials
+	// cover /ui/ only, which checks for itself). Not changed after New.
+	crossOrigin *http.CrossOriginProtection
 
 	mu      sync.Mutex
 	waiters map[string]int // long polls open, per principal id
@@ -146,7 +159,7 @@ func New(q *wheelq.Queue, az *auth.Authorizer, opts Options) *API {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &API{q: q, opts: opts, waiters: map[string]int{}}
+	a := &API{q: q, opts: opts, waiters: map[string]int{}, crossOrigin: http.NewCrossOriginProtection()}
 	a.auth.Store(az)
 	a.waitCtx, a.closeWaits = context.WithCancel(context.Background())
 	a.reauth, a.reauthCancel = context.WithCancel(context.Background())
@@ -181,7 +194,7 @@ func (a *API) CloseWaits() { a.closeWaits() }
 // (no_route), a path not in canonical form too (see Canonical), and a
 // known path with another method a JSON 405.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if a.uncanonical(w, r) {
+	if a.uncanonical(w, r) || a.elsewhere(w, r) {
 		return
 	}
 	h, pattern := a.mux.Handler(r)
@@ -211,14 +224,56 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // to the cleaned path, with an HTML body: API clients read JSON errors
 // and follow no redirect of a POST, and a path a proxy or a client
 // joined wrongly is better said than guessed at. Escaped dots (%2E) are
-// not segments: they reach the route as an id's characters. The
-// server's whole handler (the API, /metrics, /ui/) is wrapped in it.
+// not segments: they reach the route as an id's characters. A server
+// without tokens also answers a request addressed to another host name
+// than a loopback one with forbidden (see the API's ServeHTTP, which
+// checks both for its own routes). The server's whole handler (the API,
+// /metrics, /ui/) is wrapped in it.
 func (a *API) Canonical(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !a.uncanonical(w, r) {
+		if !a.uncanonical(w, r) && !a.elsewhere(w, r) {
 			h.ServeHTTP(w, r)
 		}
 	})
+}
+
+// elsewhere answers r (forbidden) if the server has no tokens and r is
+// addressed to a host name that is not a loopback one (localhost, a name
+// under .localhost) or an IP address, and says whether it did. A web
+// page can make its own name resolve to 127.0.0.1 (DNS rebinding): its
+// requests are then same-origin for the browser, which lets the page
+// read the replies (jobs, payloads) and write as it likes; only the Host
+// header tells them apart. /healthz and /readyz, which tell nothing of
+// any job, answer every name. With tokens the server may be reached by
+// any name.
+func (a *API) elsewhere(w http.ResponseWriter, r *http.Request) bool {
+	if !a.auth.Load().Open() || loopbackName(r.Host) {
+		return false
+	}
+	if p := r.URL.Path; p == "/healthz" || p == "/readyz" {
+		return false
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	if a.opts.Access {
+		defer a.access(r, "-", sw, time.Now(), "-")
+	}
+	a.writeErr(sw, r, apierr.New(apierr.Forbidden, "request addressed to host %q: a server without tokens answers only localhost, names under .localhost and IP addresses (a page of another site could rebind its name to this one); give the server tokens to reach it by another name",
+		r.Host))
+	return true
+}
+
+// loopbackName says whether host (a Host header: a name or an address,
+// with or without a port) is an IP address, localhost or a name under
+// .localhost (which resolve to loopback only: RFC 6761).
+func loopbackName(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return true
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // uncanonical answers r (no_route) if its path is not in canonical form,
@@ -387,7 +442,7 @@ func (a *API) endpoint(rt Route) http.Handler {
 			}
 			who = p.ID
 			if az.Open() {
-				if err := crossOrigin.Check(r); err != nil {
+				if err := a.crossOrigin.Check(r); err != nil {
 					a.writeErr(sw, r, apierr.New(apierr.Forbidden, "a cross-site request from a browser (%v): a server without tokens serves the clients of its own host, not web pages", err))
 					return
 				}
@@ -412,17 +467,6 @@ func (a *API) endpoint(rt Route) http.Handler {
 		writeJSON(sw, status, body)
 	})
 }
-
-// crossOrigin refuses a browser's cross-origin request that changes
-// something (not GET, HEAD or OPTIONS), as the browser says it is
-// (Sec-Fetch-Site, or else an Origin other than the request's host); a
-// client that is not a browser sends neither and passes. A server
-// without tokens serves anyone on loopback, and a web page open in a
-// browser there could otherwise send it a "simple" POST (text/plain,
-// sent without a preflight): schedule, cancel, reserve, pause. With
-// tokens a browser has none to send (the dashboard's Basic credentials
-// cover /ui/ only, which checks for itself).
-var crossOrigin = http.NewCrossOriginProtection()
 
 type statusWriter struct {
 	http.ResponseWriter

@@ -504,7 +504,7 @@ func TestBodyLimitWithoutReadingWhole(t *testing.T) {
 	} {
 		c, err := net.Dial("tcp", host)
 		require.NoError(t, err)
-		_, err = io.WriteString(c, "POST /v1/jobs/t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+head)
+		_, err = io.WriteString(c, "POST /v1/jobs/t HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"+head)
 		require.NoError(t, err)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(wait)))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -811,7 +811,7 @@ func TestInflightBodyBudget(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close()
 	first := body("slow")
-	_, err = fmt.Fprintf(conn, "POST /v1/jobs/sms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(first), first[:100])
+	_, err = fmt.Fprintf(conn, "POST /v1/jobs/sms HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(first), first[:100])
 	require.NoError(t, err)
 	// Wait until the server holds the slow body's bytes: a second request
 	// sent before that could take the budget first, and the slow one be
@@ -856,7 +856,7 @@ func TestLongPollHoldsNoBodyBudget(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close()
 	poll := `{"topics":["idle"],"wait_ms":30000}`
-	_, err = fmt.Fprintf(conn, "POST /v1/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(poll), poll)
+	_, err = fmt.Fprintf(conn, "POST /v1/reserve HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(poll), poll)
 	require.NoError(t, err)
 	deadline := time.Now().Add(wait)
 	for e.api.Waiting() == 0 {
