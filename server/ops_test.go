@@ -163,9 +163,10 @@ produce = ["orders.*"]
 	st, _, body = get("/ui/", basic(tok))
 	require.Equal(t, 200, st)
 	require.Contains(t, body, "wheelq server")
-	st, _, body = get("/ui/", basic("wq_ops_wrong"))
-	require.Equal(t, 403, st)
-	require.Contains(t, body, `"code":"forbidden"`, "the dashboard's own error answer")
+	st, h, body = get("/ui/", basic("wq_ops_wrong"))
+	require.Equal(t, 401, st, "a mistyped token is asked for again")
+	require.Contains(t, h.Get("WWW-Authenticate"), "Basic")
+	require.Contains(t, body, `"code":"unauthorized"`)
 	st, _, _ = get("/ui/", basic(vtok))
 	require.Equal(t, 403, st, "the namespace's page needs admin on every topic")
 	// The dashboard's endpoints need what the API's do: lists and counts

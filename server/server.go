@@ -321,13 +321,22 @@ func (s *Server) authenticated(perm auth.Perm, h http.Handler) http.Handler {
 
 // challenge asks a browser for credentials (Basic: any user name, the
 // token as the password) when the dashboard needs a token and the
-// request has none.
+// request has none, or one that is no token (mistyped, revoked): a
+// browser asks its user again only after a 401 with a challenge.
 func (s *Server) challenge(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.api.Authorizer().Open() && httpapi.Bearer(r) == "" {
-			w.Header().Set("WWW-Authenticate", `Basic realm="wheelq dashboard (password: a token)"`)
-			s.api.WriteError(w, r, apierr.New(apierr.Unauthorized, "a token is needed: give it as the password"))
-			return
+		if az := s.api.Authorizer(); !az.Open() {
+			msg := "a token is needed: give it as the password"
+			tok := httpapi.Bearer(r)
+			_, err := az.Authenticate(tok)
+			if tok != "" && err != nil {
+				msg = fmt.Sprintf("%v: give a token as the password", err)
+			}
+			if tok == "" || err != nil {
+				w.Header().Set("WWW-Authenticate", `Basic realm="wheelq dashboard (password: a token)"`)
+				s.api.WriteError(w, r, apierr.New(apierr.Unauthorized, "%s", msg))
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
