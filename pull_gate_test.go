@@ -1,0 +1,94 @@
+package wheelq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/persist"
+)
+
+// heldAhead reports whether key's job is reserved ahead and held in q's
+// start gate for its time.
+func heldAhead(q *Queue, key string) bool {
+	q.gate.mu.Lock()
+	defer q.gate.mu.Unlock()
+	h := q.gate.held[key]
+	return h != nil && h.res != nil
+}
+
+// waitHeldAhead waits (bounded) until key's job is reserved ahead and held.
+func waitHeldAhead(t *testing.T, q *Queue, key string) {
+	t.Helper()
+	for end := time.Now().Add(wait); !heldAhead(q, key); time.Sleep(100 * time.Microsecond) {
+		require.True(t, time.Now().Before(end), "never reserved ahead and held")
+	}
+}
+
+type reserveResult struct {
+	rs  []*Reservation
+	err error
+	at  time.Time
+}
+
+// reserveAsync starts a Reserve bounded by d and returns its result's
+// channel, once the Reserve waits in q.
+func reserveAsync(t *testing.T, q *Queue, opts ReserveOptions, d time.Duration) <-chan reserveResult {
+	t.Helper()
+	done := make(chan reserveResult, 1)
+	before := pullWaiters(q, opts.Topics[0])
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		rs, err := q.Reserve(ctx, opts)
+		done <- reserveResult{rs, err, time.Now()}
+	}()
+	for end := time.Now().Add(wait); pullWaiters(q, opts.Topics[0]) == before; time.Sleep(100 * time.Microsecond) {
+		require.True(t, time.Now().Before(end), "Reserve never waited")
+	}
+	return done
+}
+
+// TestPullCancelReservedAheadFreesWaiter: a job reserved ahead (within
+// the claim lead) for a blocked Reserve and cancelled while held in the
+// start gate is never handed out, and the Reserve it was promised to
+// still gets the next job that comes due.
+func TestPullCancelReservedAheadFreesWaiter(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{ClaimLead: 800 * time.Millisecond}, "p")
+	q := b.q
+	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
+	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(1500*time.Millisecond))
+	require.NoError(t, err)
+	waitHeldAhead(t, q, persist.JobKey("p", "a"))
+	require.NoError(t, q.Cancel(b.ctx, "p", "a"))
+	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
+	require.NoError(t, err)
+	res := <-done
+	require.NoError(t, res.err, "the waiting Reserve gets the next job")
+	require.Len(t, res.rs, 1)
+	require.Equal(t, "b", res.rs[0].ID)
+}
+
+// TestPullRescheduleReservedAheadFreesWaiter: a job reserved ahead for a
+// blocked Reserve and rescheduled while held in the start gate is handed
+// to that Reserve at its new time (not before).
+func TestPullRescheduleReservedAheadFreesWaiter(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{ClaimLead: 800 * time.Millisecond}, "p")
+	q := b.q
+	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
+	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(1500*time.Millisecond))
+	require.NoError(t, err)
+	waitHeldAhead(t, q, persist.JobKey("p", "a"))
+	due := time.Now().Add(2 * time.Second)
+	require.NoError(t, q.Reschedule(b.ctx, "p", "a", due))
+	res := <-done
+	require.NoError(t, res.err, "the waiting Reserve gets the job at its new time")
+	require.Len(t, res.rs, 1)
+	require.Equal(t, "a", res.rs[0].ID)
+	require.False(t, res.at.Before(due), "handed out %v before its new time", due.Sub(res.at))
+	require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
+}
