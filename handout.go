@@ -164,6 +164,22 @@ func (q *Queue) pullAhead(ts []*task, slot *runctx.Slot) {
 	}
 }
 
+// unheldAhead is told of a task taken out of the start gate before its
+// time by Cancel or Reschedule: a reservation made ahead for a waiting
+// Reserve is not handed to it after all (the job is gone, or runs at its
+// new time), and that Reserve, which counted it as promised (so took no
+// other job), looks again.
+func (q *Queue) unheldAhead(t *task) {
+	if t.res == nil || t.to == nil {
+		return
+	}
+	ps := q.pull
+	ps.mu.Lock()
+	t.to.promised--
+	ps.mu.Unlock()
+	wake(t.to.sig)
+}
+
 // delivery is a reservation for a waiter (see deliver).
 type delivery struct {
 	w *pullWaiter

@@ -235,6 +235,7 @@ func (q *Queue) cancelled(topic, key string, ch persist.Change) error {
 	q.dropStart(key)
 	if t, ok := q.gate.unhold(key); ok {
 		// Claimed here but not started: it never will.
+		q.unheldAhead(t)
 		q.settle.unclaim(t)
 		if ch == persist.ChangedWhileRunning {
 			ch = persist.Changed
@@ -302,6 +303,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	}
 	q.dropStart(key) // admitted again at its new time
 	if t, ok := q.gate.unhold(key); ok {
+		q.unheldAhead(t)
 		q.settle.unclaim(t) // claimed here but not started: it runs at the new time
 		if ch == persist.ChangedWhileRunning {
 			ch = persist.Changed
