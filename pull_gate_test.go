@@ -92,3 +92,32 @@ func TestPullRescheduleReservedAheadFreesWaiter(t *testing.T) {
 	require.False(t, res.at.Before(due), "handed out %v before its new time", due.Sub(res.at))
 	require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
 }
+
+// TestPullReplaceReservedAheadFreesWaiter: a job reserved ahead for a
+// blocked Reserve and replaced (Schedule with OnDuplicate(Replace), due
+// within the claim lead) while held in the start gate is reserved ahead
+// again, for a second Reserve; the first, to which the replaced
+// reservation was promised, still gets the next job that comes due.
+func TestPullReplaceReservedAheadFreesWaiter(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{ClaimLead: 800 * time.Millisecond}, "p")
+	q := b.q
+	first := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
+	_, err := q.Schedule(b.ctx, "p", []byte("old"), ID("k"), After(1500*time.Millisecond))
+	require.NoError(t, err)
+	waitHeldAhead(t, q, persist.JobKey("p", "k"))
+	second := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
+	_, err = q.Schedule(b.ctx, "p", []byte("new"), ID("k"), After(300*time.Millisecond), OnDuplicate(Replace))
+	require.NoError(t, err)
+	res := <-second
+	require.NoError(t, res.err, "the replaced job is handed out at its new time")
+	require.Len(t, res.rs, 1)
+	require.Equal(t, "new", string(res.rs[0].Job.Payload))
+	require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
+	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
+	require.NoError(t, err)
+	res = <-first
+	require.NoError(t, res.err, "the first Reserve gets the next job")
+	require.Len(t, res.rs, 1)
+	require.Equal(t, "b", res.rs[0].ID)
+}
