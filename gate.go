@@ -39,6 +39,10 @@ type gateDeps struct {
 	// lookAfter arms key in the job wheel to be looked at again just
 	// after due (a task reserved ahead for it is handed over then).
 	lookAfter func(key string, due time.Time)
+	// dropAhead is told of a task reserved ahead that the gate let go of
+	// before its time (replaced by a later reservation of the job): its
+	// waiter is not handed it.
+	dropAhead func(*task)
 	logDebug  func(msg string, args ...any)
 }
 
@@ -121,7 +125,15 @@ func (g *startGate) hold(t *task, now, wall time.Time) {
 		return
 	}
 	g.mu.Lock()
-	if old := g.held[t.key]; old != nil && old.res != nil && t.res == nil {
+	var stale *task
+	if old := g.held[t.key]; old != nil && old.res != nil && t.res != nil {
+		// Both reserved ahead: the job was reserved again, which due.lua
+		// does only once the first reservation's revision is gone (the
+		// job replaced, or rescheduled by another process). The first
+		// would be refused at its ack; its waiter, counting it as
+		// promised, is told (below) and looks again.
+		stale = old
+	} else if old != nil && old.res != nil && t.res == nil {
 		// The job is reserved ahead for a waiting Reserve, and that task
 		// hands it over at its time; this one is of a second arm of the
 		// key (the poller's, from the inbox a Nack's script also pushed
@@ -149,6 +161,9 @@ func (g *startGate) hold(t *task, now, wall time.Time) {
 	}
 	g.held[t.key] = t
 	g.mu.Unlock()
+	if stale != nil {
+		g.d.dropAhead(stale)
+	}
 	if _, err := g.wheel.Add(t.key, wheel.AtWall(now, wall, t.due)); err != nil {
 		// Stopped: the task is unclaimed at shutdown with the others.
 		g.d.logDebug("wheelq: hold", "key", t.key, "err", err)

@@ -165,10 +165,11 @@ func (q *Queue) pullAhead(ts []*task, slot *runctx.Slot) {
 }
 
 // unheldAhead is told of a task taken out of the start gate before its
-// time by Cancel or Reschedule: a reservation made ahead for a waiting
-// Reserve is not handed to it after all (the job is gone, or runs at its
-// new time), and that Reserve, which counted it as promised (so took no
-// other job), looks again.
+// time by Cancel or Reschedule, or let go of by the gate for a later
+// reservation of its job: a reservation made ahead for a waiting Reserve
+// is not handed to it after all (the job is gone, or runs at its new
+// time), and that Reserve, which counted it as promised (so took no other
+// job), looks again.
 func (q *Queue) unheldAhead(t *task) {
 	if t.res == nil || t.to == nil {
 		return

@@ -251,6 +251,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	q.gate, err = newStartGate(gateDeps{
 		clock: cfg.Clock, work: q.work, stop: q.stopDispatch, leases: q.recov,
 		toPull: q.pullArrive, unclaim: q.settle.unclaim, drop: q.settle.drop, logDebug: q.log.Debug,
+		dropAhead: q.unheldAhead,
 		lookAfter: func(key string, due time.Time) {
 			q.arm(key, due.Add(q.cfg.ClaimLead+time.Millisecond).UnixMicro(), nil)
 		},
