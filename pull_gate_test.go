@@ -121,3 +121,51 @@ func TestPullReplaceReservedAheadFreesWaiter(t *testing.T) {
 	require.Len(t, res.rs, 1)
 	require.Equal(t, "b", res.rs[0].ID)
 }
+
+// TestPullRunNowOfLaterJob: RunNow of a pulled job due later (armed, its
+// record cached with its due time) makes it ready at once, for a Reserve
+// blocked then or one that comes after, not at the time it was due
+// before; so does a RunNow by another process (an unstarted queue: the
+// owner arms it from its inbox).
+func TestPullRunNowOfLaterJob(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, Config{}, "p")
+	q := b.q
+	other := b.newQueue(t, Config{})
+	for _, c := range []struct {
+		name    string
+		blocked bool
+		by      *Queue
+	}{{"blocked", true, q}, {"later", false, q}, {"other", false, other}} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := q.Schedule(b.ctx, "p", []byte("a"), ID(c.name), After(8*time.Second))
+			require.NoError(t, err)
+			var done <-chan reserveResult
+			if c.blocked {
+				done = reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 15*time.Second)
+			}
+			start := time.Now()
+			require.NoError(t, c.by.RunNow(b.ctx, "p", c.name))
+			if !c.blocked {
+				// Once armed here (from the inbox, for another's RunNow):
+				// held in the start gate, or queued for any consumer.
+				key := persist.JobKey("p", c.name)
+				armed := func() bool {
+					q.gate.mu.Lock()
+					defer q.gate.mu.Unlock()
+					return q.gate.held[key] != nil || readyJobs(b, q, "p") > 0
+				}
+				for end := time.Now().Add(wait); !armed(); time.Sleep(time.Millisecond) {
+					require.True(t, time.Now().Before(end), "never armed")
+				}
+				done = reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 15*time.Second)
+			}
+			res := <-done
+			require.NoError(t, res.err)
+			require.Len(t, res.rs, 1)
+			require.Equal(t, c.name, res.rs[0].ID)
+			require.Less(t, res.at.Sub(start), 4*time.Second, "%s: handed out %v after RunNow", c.name, res.at.Sub(start))
+			require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
+		})
+	}
+}
