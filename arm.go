@@ -33,6 +33,23 @@ func (q *Queue) arm(key string, dueUs int64, rec *persist.Record) {
 	q.armAt(key, dueUs, now, wall)
 }
 
+// noteDue is told of a job's stored due time read from Redis (by the
+// poller, or a due.lua reply): a cached record due later is of a due time
+// gone (the job moved earlier, by another process), and would hold a
+// pulled job in the start gate until then (claimBatch takes a pulled
+// job's due time from the cache); its copy gets the due time read. (Only
+// pulled jobs': a handler's claim reads the stored due time.)
+func (q *Queue) noteDue(key string, dueUs int64) {
+	if !q.pulledKey(key) {
+		return
+	}
+	if rec, ok := q.cache.Peek(key); ok && rec.Due.UnixMicro() > dueUs {
+		c := *rec
+		c.Due = time.UnixMicro(dueUs)
+		q.cache.Add(key, &c)
+	}
+}
+
 // armAt puts key in the wheel ClaimLead before its due time, so that the
 // claim's round trip is done by then (see starter), and earlier if many
 // jobs are due with it (see burstLeads). The due time is a wall

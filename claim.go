@@ -361,9 +361,11 @@ func (c *claimer) claimBatch(batch []firedJob, bufs *claimBufs, seq uint64, slot
 			// f.due is on the wheel's timeline, and before the job's
 			// time when it was armed with a burst's longer lead; the
 			// cached due time is exact but may be an earlier one (a
-			// reservation's deadline is armed without the cache).
+			// reservation's deadline is armed without the cache). A
+			// cached due time later than a burst's lead can explain is
+			// of a time gone (the job moved earlier): not taken.
 			due := pulledWall.Add(f.due.Sub(pulledNow))
-			if rec, ok := c.cache.Peek(f.key); ok && rec.Due.After(due) {
+			if rec, ok := c.cache.Peek(f.key); ok && rec.Due.After(due) && rec.Due.Sub(due) <= maxBurstLead+time.Millisecond {
 				due = rec.Due
 			}
 			pulls = append(pulls, c.pullTask(f.key, due, p))

@@ -353,6 +353,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 		case persist.DueMoved:
 			// Rescheduled, or a reservation touched: armed for the new
 			// time.
+			q.noteDue(t.key, r.Score)
 			q.arm(t.key, r.Score, nil)
 		case persist.DuePaused:
 			q.pauses.park(t.key, r.Score)

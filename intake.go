@@ -298,7 +298,7 @@ func (q *Queue) Reschedule(ctx context.Context, topic, id string, due time.Time)
 	}
 	if old, ok := q.cache.Peek(key); ok {
 		r := *old
-		r.Rev = rev
+		r.Rev, r.Due = rev, time.UnixMicro(dueUs) // the claimers read a pulled job's due time here
 		q.cache.Add(key, &r)
 	}
 	q.dropStart(key) // admitted again at its new time

@@ -23,6 +23,7 @@ func (s sink) Arm(es []persist.Entry) {
 		if q.pauses.parkIfPaused(e.Key, e.Due) {
 			continue
 		}
+		q.noteDue(e.Key, e.Due)
 		// A score before the epoch (stored by an older version) is
 		// past: armed at the epoch, it runs at once.
 		q.armAt(e.Key, max(e.Due, 0), now, wall)
