@@ -651,7 +651,13 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter, alone bool) (int, er
 		}
 	}
 	if !slices.ContainsFunc(shares, func(sh share) bool { return sh.w == w }) {
-		shares, total = nil, 0 // w wants nothing after all
+		// w wants nothing after all (a job was reserved ahead for it
+		// since it chose to take): no take, and the others' shares,
+		// counted as promised above, are not.
+		for _, sh := range shares {
+			sh.w.promised -= sh.n
+		}
+		shares, total = nil, 0
 	}
 	ps.mu.Unlock()
 	var taken []*Reservation
