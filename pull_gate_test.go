@@ -175,42 +175,52 @@ func TestPullRunNowOfLaterJob(t *testing.T) {
 }
 
 // TestPullTakeForNothingLeavesOthersUnpromised: a take for a Reserve
-// that, by the time the take looks, wants nothing more (a job was
-// reserved ahead for it since it chose to take: its promise) reads
-// nothing, and promises nothing to the other Reserves like it: one that
-// stayed promised a share of a take never made got nothing more until its
-// context ended.
+// that, by the time the take looks, wants nothing more reads nothing, and
+// promises nothing to the other Reserves like it: one that stayed
+// promised a share of a take never made got nothing more until its
+// context ended. The taker wants nothing when a job was reserved ahead
+// for it since it chose to take (its promise), or when the Reserves
+// before it in line want MaxReserve jobs between them (the take's most):
+// the second is any Reserve coming after ten Reserves of 100 of a topic
+// (a server's long polls) that looks first on an announcement.
 func TestPullTakeForNothingLeavesOthersUnpromised(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{}, "p")
-	q := b.q
-	other := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	// Wait for the other's first look at the ready sets to end.
-	ps := q.pull
-	idle := func() bool {
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
-		return !ps.taking && len(ps.byTopic["p"]) == 1 && ps.byTopic["p"][0].promised == 0
+	for _, c := range []struct {
+		name               string
+		max, wMax, promise int
+	}{{"promised", 1, 1, 1}, {"budget", MaxReserve, 1, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupPull(t, Config{}, "p")
+			q := b.q
+			other := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}, Max: c.max}, 10*time.Second)
+			// Wait for the other's first look at the ready sets to end.
+			ps := q.pull
+			idle := func() bool {
+				ps.mu.Lock()
+				defer ps.mu.Unlock()
+				return !ps.taking && len(ps.byTopic["p"]) == 1 && ps.byTopic["p"][0].promised == 0
+			}
+			for end := time.Now().Add(wait); !idle(); time.Sleep(time.Millisecond) {
+				require.True(t, time.Now().Before(end), "the other Reserve never idle")
+			}
+			// A Reserve like it, after it in line, that chose to take.
+			w := &pullWaiter{topics: []string{"p"}, max: c.wMax, ttr: DefaultTTR, promised: c.promise, sig: make(chan struct{}, 1)}
+			ps.mu.Lock()
+			ps.byTopic["p"] = append(ps.byTopic["p"], w)
+			ps.taking = true
+			ps.mu.Unlock()
+			_, err := q.takeFor(b.ctx, w, false)
+			require.NoError(t, err)
+			q.unwait(w)
+			_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
+			require.NoError(t, err)
+			res := <-other
+			require.NoError(t, res.err, "the other Reserve gets the next job")
+			require.Len(t, res.rs, 1)
+			require.Equal(t, "b", res.rs[0].ID)
+		})
 	}
-	for end := time.Now().Add(wait); !idle(); time.Sleep(time.Millisecond) {
-		require.True(t, time.Now().Before(end), "the other Reserve never idle")
-	}
-	// A Reserve like it that chose to take, and was then promised a job
-	// reserved ahead for it (so wants nothing when the take looks).
-	w := &pullWaiter{topics: []string{"p"}, max: 1, ttr: DefaultTTR, promised: 1, sig: make(chan struct{}, 1)}
-	ps.mu.Lock()
-	ps.byTopic["p"] = append(ps.byTopic["p"], w)
-	ps.taking = true
-	ps.mu.Unlock()
-	_, err := q.takeFor(b.ctx, w, false)
-	require.NoError(t, err)
-	q.unwait(w)
-	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
-	require.NoError(t, err)
-	res := <-other
-	require.NoError(t, res.err, "the other Reserve gets the next job")
-	require.Len(t, res.rs, 1)
-	require.Equal(t, "b", res.rs[0].ID)
 }
 
 // lostDueReply is a store whose first due.lua call that reserves a job
