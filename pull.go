@@ -650,15 +650,12 @@ func (q *Queue) takeFor(ctx context.Context, w *pullWaiter, alone bool) (int, er
 			total += n
 		}
 	}
-	if !slices.ContainsFunc(shares, func(sh share) bool { return sh.w == w }) {
-		// w wants nothing after all (a job was reserved ahead for it
-		// since it chose to take): no take, and the others' shares,
-		// counted as promised above, are not.
-		for _, sh := range shares {
-			sh.w.promised -= sh.n
-		}
-		shares, total = nil, 0
-	}
+	// w may want nothing by now (a job was reserved ahead for it since it
+	// chose to take, or those before it in line want a take's most
+	// between them): the take is then the others', whose shares are
+	// counted as promised above and given back below. (Dropping the
+	// shares here left those promises in place: the others wanted
+	// nothing more, and got nothing until their contexts ended.)
 	ps.mu.Unlock()
 	var taken []*Reservation
 	stale := 0
