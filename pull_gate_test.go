@@ -2,6 +2,7 @@ package wheelq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -38,7 +39,7 @@ type reserveResult struct {
 }
 
 // reserveAsync starts a Reserve bounded by d and returns its result's
-// channel, once the Reserve waits in q.
+// channel, once the Reserve waits in q (or has returned already).
 func reserveAsync(t *testing.T, q *Queue, opts ReserveOptions, d time.Duration) <-chan reserveResult {
 	t.Helper()
 	done := make(chan reserveResult, 1)
@@ -49,7 +50,7 @@ func reserveAsync(t *testing.T, q *Queue, opts ReserveOptions, d time.Duration) 
 		rs, err := q.Reserve(ctx, opts)
 		done <- reserveResult{rs, err, time.Now()}
 	}()
-	for end := time.Now().Add(wait); pullWaiters(q, opts.Topics[0]) == before; time.Sleep(100 * time.Microsecond) {
+	for end := time.Now().Add(wait); pullWaiters(q, opts.Topics[0]) == before && len(done) == 0; time.Sleep(100 * time.Microsecond) {
 		require.True(t, time.Now().Before(end), "Reserve never waited")
 	}
 	return done
@@ -61,13 +62,17 @@ func reserveAsync(t *testing.T, q *Queue, opts ReserveOptions, d time.Duration) 
 // still gets the next job that comes due.
 func TestPullCancelReservedAheadFreesWaiter(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{ClaimLead: 800 * time.Millisecond}, "p")
+	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
 	q := b.q
 	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(1500*time.Millisecond))
+	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(2500*time.Millisecond))
 	require.NoError(t, err)
 	waitHeldAhead(t, q, persist.JobKey("p", "a"))
-	require.NoError(t, q.Cancel(b.ctx, "p", "a"))
+	if err := q.Cancel(b.ctx, "p", "a"); errors.Is(err, ErrRunning) {
+		t.Skip("handed over before the cancel (a machine too slow for the claim lead's second)")
+	} else {
+		require.NoError(t, err)
+	}
 	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
 	require.NoError(t, err)
 	res := <-done
@@ -81,14 +86,18 @@ func TestPullCancelReservedAheadFreesWaiter(t *testing.T) {
 // to that Reserve at its new time (not before).
 func TestPullRescheduleReservedAheadFreesWaiter(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{ClaimLead: 800 * time.Millisecond}, "p")
+	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
 	q := b.q
 	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(1500*time.Millisecond))
+	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(2500*time.Millisecond))
 	require.NoError(t, err)
 	waitHeldAhead(t, q, persist.JobKey("p", "a"))
 	due := time.Now().Add(2 * time.Second)
-	require.NoError(t, q.Reschedule(b.ctx, "p", "a", due))
+	if err := q.Reschedule(b.ctx, "p", "a", due); errors.Is(err, ErrRunning) {
+		t.Skip("handed over before the reschedule (a machine too slow for the claim lead's second)")
+	} else {
+		require.NoError(t, err)
+	}
 	res := <-done
 	require.NoError(t, res.err, "the waiting Reserve gets the job at its new time")
 	require.Len(t, res.rs, 1)
@@ -104,10 +113,10 @@ func TestPullRescheduleReservedAheadFreesWaiter(t *testing.T) {
 // reservation was promised, still gets the next job that comes due.
 func TestPullReplaceReservedAheadFreesWaiter(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{ClaimLead: 800 * time.Millisecond}, "p")
+	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
 	q := b.q
 	first := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err := q.Schedule(b.ctx, "p", []byte("old"), ID("k"), After(1500*time.Millisecond))
+	_, err := q.Schedule(b.ctx, "p", []byte("old"), ID("k"), After(2500*time.Millisecond))
 	require.NoError(t, err)
 	waitHeldAhead(t, q, persist.JobKey("p", "k"))
 	second := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
@@ -118,6 +127,9 @@ func TestPullReplaceReservedAheadFreesWaiter(t *testing.T) {
 	require.Len(t, res.rs, 1)
 	require.Equal(t, "new", string(res.rs[0].Job.Payload))
 	require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
+	if len(first) > 0 {
+		t.Skip("the old reservation was handed over before the replace (a machine too slow for the claim lead's second)")
+	}
 	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
 	require.NoError(t, err)
 	res = <-first
