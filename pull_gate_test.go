@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -279,4 +280,68 @@ func TestPullDueLostReplyNotALapse(t *testing.T) {
 	require.NoError(t, res.err, "the job is handed out (it is now %v, last error %q; %v)", info.State, info.LastError, lerr)
 	require.Len(t, res.rs, 1)
 	require.NoError(t, q.Ack(b.ctx, res.rs[0].Receipt))
+}
+
+// heldDue is a store whose due.lua calls that reserve a job apply in
+// Redis and then wait for release before they reply: a slow reply.
+type heldDue struct {
+	engineStore
+	held    chan struct{} // closed once a call waits
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *heldDue) Due(ctx context.Context, tokens []string, now, ahead int64, jobs []persist.DueJob) ([]persist.DueResult, error) {
+	res, err := s.engineStore.Due(ctx, tokens, now, ahead, jobs)
+	if slices.ContainsFunc(jobs, func(j persist.DueJob) bool { return j.Nonce != "" }) {
+		s.once.Do(func() { close(s.held) })
+		<-s.release
+	}
+	return res, err
+}
+
+// TestPullShutdownReleasesLateReservation: a job reserved for a blocked
+// Reserve whose reply comes once Shutdown began (the Reserve returned
+// ErrClosed, the pull loop released the spare reservations and returned)
+// goes back to its ready set, as the reservations held ahead do, not left
+// reserved for no one to lapse after its time-to-run as a failed attempt.
+func TestPullShutdownReleasesLateReservation(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{})
+	hd := &heldDue{engineStore: q.store, held: make(chan struct{}), release: make(chan struct{})}
+	q.store = hd
+	require.NoError(t, q.Pull("p"))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, wait)
+	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(100*time.Millisecond))
+	require.NoError(t, err)
+	select {
+	case <-hd.held:
+	case <-time.After(wait):
+		t.Fatal("never reserved")
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- q.Shutdown(b.ctx) }()
+	res := <-done
+	require.ErrorIs(t, res.err, ErrClosed)
+	select {
+	case <-q.pull.done:
+	case <-time.After(wait):
+		t.Fatal("the pull loop never returned")
+	}
+	// The job's time has come: the reply hands it over at once.
+	rec, _, err := q.store.Get(b.ctx, persist.JobKey("p", "a"))
+	require.NoError(t, err)
+	for end := time.Now().Add(wait); time.Now().Before(rec.Due.Add(-DefaultTTR)); time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(end))
+	}
+	close(hd.release)
+	require.NoError(t, <-shut)
+	_, st, err := hd.engineStore.Get(b.ctx, persist.JobKey("p", "a"))
+	require.NoError(t, err)
+	require.Equal(t, persist.Pending, st, "released to its ready set, not left reserved (state %d)", st)
+	require.EqualValues(t, 1, readyJobs(b, q, "p"))
 }
