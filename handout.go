@@ -237,6 +237,19 @@ func (q *Queue) deliver(given []delivery) {
 	}
 }
 
+// takeSpare empties the spare reservations and returns their releases
+// (at Shutdown, once the pull loop and the claimers returned).
+func (ps *pullStage) takeSpare() []persist.ResolveOp {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ops := make([]persist.ResolveOp, 0, len(ps.spare))
+	for _, sj := range ps.spare {
+		ops = append(ops, releaseOp(sj.r))
+	}
+	ps.spare = nil
+	return ops
+}
+
 // releaseSpare releases the spare reservations that waited spareTTL (all
 // of them if all), to the ready sets, and returns when the next would be
 // due for release (zero: none left).

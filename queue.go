@@ -514,6 +514,10 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.pull.waitStopped() // the pull loop holds tasks in the gate: it goes first
 		held, waiting := q.gate.empty()
 		var release []persist.ResolveOp
+		// Spare reservations left after the pull loop's last release
+		// (a claimer's due.lua reply that came for a Reserve gone
+		// meanwhile): back to the ready sets too, not left to lapse.
+		release = append(release, q.pull.takeSpare()...)
 		for _, t := range held {
 			if t.res != nil {
 				// Reserved ahead for a consumer here: back to the ready
