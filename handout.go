@@ -297,6 +297,7 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 	ps := q.pull
 	jobs := make([]persist.DueJob, len(ts))
 	to := make([]*pullWaiter, len(ts))
+	var unsure []int64 // per job, the ahead bound of a reservation asked before (0: none)
 	ps.mu.Lock()
 	for i, t := range ts {
 		jobs[i].Key = t.key
@@ -305,8 +306,17 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 			if w.wants(topic) {
 				w.promised++
 				to[i] = w
-				ps.seq++
-				jobs[i].Nonce = ps.nonce + strconv.FormatUint(ps.seq, 10)
+				if u, ok := ps.unsure[t.key]; ok {
+					// Asked before by a call that failed: the same nonce,
+					// so that due.lua knows the reservation if it made it.
+					if unsure == nil {
+						unsure = make([]int64, len(ts))
+					}
+					jobs[i].Nonce, unsure[i] = u.nonce, u.until
+				} else {
+					ps.seq++
+					jobs[i].Nonce = ps.nonce + strconv.FormatUint(ps.seq, 10)
+				}
 				jobs[i].Deadline = wall.Add(w.ttr).UnixMicro()
 				if ahead && t.due.After(wall) {
 					jobs[i].Deadline = t.due.Add(w.ttr).UnixMicro()
@@ -327,9 +337,16 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 	end()
 	if err != nil {
 		ps.mu.Lock()
-		for _, w := range to {
+		for i, w := range to {
 			if w != nil {
 				w.promised--
+				// The call may have applied: the next try sends the same
+				// nonce (and the job was due by the later bound).
+				if ps.unsure == nil {
+					ps.unsure = map[string]unsureRes{}
+				}
+				u := ps.unsure[ts[i].key]
+				ps.unsure[ts[i].key] = unsureRes{nonce: jobs[i].Nonce, until: max(u.until, until.UnixMicro())}
 			}
 		}
 		ps.mu.Unlock()
@@ -346,12 +363,28 @@ func (q *Queue) pullDue(ts []*task, wall time.Time, ahead bool, slot *runctx.Slo
 		}
 		return
 	}
+	ps.mu.Lock()
+	if len(ps.unsure) > 0 {
+		for _, t := range ts {
+			delete(ps.unsure, t.key) // answered: reserved, replayed, or not
+		}
+	}
+	ps.mu.Unlock()
 	now, after := wheel.Readings(q.clock)
 	recheck := after.Add(busyRecheck).UnixMicro()
 	var given []delivery
 	var queued []string
 	for i, t := range ts {
 		r := res[i]
+		if r.Status == persist.DueReplayed {
+			// Its reservation, made by the call that failed: handed over
+			// no earlier than that call's bound (the job was due by it;
+			// its due time itself was overwritten by the deadline).
+			r.Status = persist.DueReserved
+			if unsure != nil && unsure[i] != 0 {
+				r.Score = unsure[i]
+			} // else (not asked with a nonce kept: no such reply) its old deadline: late, never early
+		}
 		if to[i] != nil && r.Status != persist.DueReserved {
 			ps.mu.Lock()
 			to[i].promised--

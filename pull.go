@@ -187,6 +187,14 @@ type pullStage struct {
 	// at once sent every consumer to read the ready sets again. Guarded
 	// by mu.
 	spare []spareJob
+	// unsure holds, per job key, the nonce of a reservation due.lua was
+	// asked to make by a call that failed (its reply lost, maybe after it
+	// applied) and the latest ahead bound of such calls: the job's next
+	// reservation here sends the same nonce, so that due.lua knows its own
+	// reservation (DueReplayed) and the job is handed out rather than left
+	// reserved for no one to lapse as a failed attempt. Dropped at the
+	// key's next due.lua reply. Guarded by mu.
+	unsure map[string]unsureRes
 	// taking says a Reserve here is reading the ready sets for every
 	// waiter like it (takeFor): the others wait for its result rather
 	// than all reading at once. Guarded by mu.
@@ -199,6 +207,13 @@ type pullStage struct {
 	// for one job at one revision can be alike (a prefix of the member
 	// id was not: "worker-1" and "worker-2").
 	nonce string
+}
+
+// unsureRes is a reservation asked of due.lua by a call that failed
+// (see pullStage.unsure).
+type unsureRes struct {
+	nonce string
+	until int64 // the ahead bound (unix µs): the job was due by it
 }
 
 // newPullStage returns an empty pull stage, its nonces' prefix drawn at

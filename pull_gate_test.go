@@ -258,10 +258,6 @@ func (s *lostDueReply) Due(ctx context.Context, tokens []string, now, ahead int6
 // left to lapse after its time-to-run as a failed attempt nobody made (a
 // job of one attempt was dead-lettered without ever being handed out).
 func TestPullDueLostReplyNotALapse(t *testing.T) {
-	t.Skip("bug, left for a design decision: a due.lua reservation whose reply was lost is not recognised when the job is tried again " +
-		"(a new nonce; the mark is current, so 'm' until the deadline), and lapses as a failed attempt: with MaxAttempts(1) the job " +
-		"is dead-lettered never handed out. A replay needs the reservation's token kept on the task and the job's due time, " +
-		"which the reservation overwrites with its deadline, kept in Redis")
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
 	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}

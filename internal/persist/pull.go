@@ -107,6 +107,11 @@ const (
 	DueBusy     DueStatus = 'b'
 	DueQueued   DueStatus = 'q'
 	DueReserved DueStatus = 'r' // Record and Token are set
+	// DueReplayed: reserved again, a reservation of this job's Nonce made
+	// by a call whose reply was lost; Record and Token are set, Score is
+	// the deadline it had (not the due time), the deadline now the
+	// DueJob's.
+	DueReplayed DueStatus = 'R'
 	DueLapsed   DueStatus = 'l' // Record is set; the job is claimed by the caller
 	DueCorrupt  DueStatus = 'x' // Record holds the raw bytes
 	DueFenced   DueStatus = 'F' // the partition's lease is another's: nothing done
@@ -164,14 +169,14 @@ func (s *Store) Due(ctx context.Context, tokens []string, now, ahead int64, jobs
 				}
 			}
 			switch r.Status {
-			case DueReserved, DueLapsed, DueCorrupt:
+			case DueReserved, DueReplayed, DueLapsed, DueCorrupt:
 				if nrec >= len(recs) {
 					return nil, fmt.Errorf("%w: short due reply", ErrCorrupt)
 				}
 				b, _ := recs[nrec].(string)
 				nrec++
 				r.Record = []byte(b)
-				if r.Status == DueReserved {
+				if r.Status == DueReserved || r.Status == DueReplayed {
 					r.Token = RevHex(b) + jobs[i].Nonce
 				}
 			case DueGone, DueMoved, DuePaused, DueBusy, DueQueued, DueFenced:

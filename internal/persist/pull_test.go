@@ -263,6 +263,51 @@ func benchTake(b *testing.B, batch int) {
 // TestDueSpansPartitions: one due.lua call covers the jobs of several
 // partitions; those of a partition whose lease is another's are answered
 // fenced while the others are handed out.
+// TestDueReplay: a reservation asked again with the nonce of the call
+// that made it (its reply lost) is known: DueReplayed, the same token,
+// the score it had (its deadline) and its deadline renewed; asked with
+// another nonce it is another's (not due until its deadline); once its
+// deadline passed it lapses whatever the nonce. On a redis-server and on
+// miniredis.
+func TestDueReplay(t *testing.T) {
+	t.Parallel()
+	onRedisAndMiniredis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		s := ownedStore(t, rdb, "replay")
+		ctx := context.Background()
+		_, err := s.Write(ctx, nil, []Write{{Key: "p/a", Due: 1000, Record: rec("pay"), Replace: true}})
+		require.NoError(t, err)
+		res, err := s.Due(ctx, []string{"own"}, 900, 1010, []DueJob{{Key: "p/a", Nonce: "N", Deadline: 5000}})
+		require.NoError(t, err)
+		require.Equal(t, DueReserved, res[0].Status, "reserved ahead")
+		require.Equal(t, int64(1000), res[0].Score)
+		tok := res[0].Token
+
+		res, err = s.Due(ctx, []string{"own"}, 950, 1010, []DueJob{{Key: "p/a", Nonce: "N", Deadline: 6000}})
+		require.NoError(t, err)
+		require.Equal(t, DueReplayed, res[0].Status)
+		require.Equal(t, tok, res[0].Token)
+		require.Equal(t, int64(5000), res[0].Score, "the deadline it had")
+		d, err := DecodeRecord(res[0].Record)
+		require.NoError(t, err)
+		require.Equal(t, "pay", string(d.Payload))
+		sc, err := rdb.ZScore(ctx, s.Keys(0).Pending, "p/a").Result()
+		require.NoError(t, err)
+		require.Equal(t, float64(6000), sc, "renewed")
+
+		res, err = s.Due(ctx, []string{"own"}, 950, 1010, []DueJob{{Key: "p/a", Nonce: "other", Deadline: 7000}})
+		require.NoError(t, err)
+		require.Equal(t, DueMoved, res[0].Status, "another's reservation")
+		require.Equal(t, int64(6000), res[0].Score)
+
+		res, err = s.Due(ctx, []string{"own"}, 6000, 6000, []DueJob{{Key: "p/a", Nonce: "N", Deadline: 9000}})
+		require.NoError(t, err)
+		require.Equal(t, DueLapsed, res[0].Status, "past its deadline: lapsed, not made again")
+		r, err := s.Resolve(ctx, 6001, []ResolveOp{{Op: 'a', Key: "p/a", Token: tok}})
+		require.NoError(t, err)
+		require.Equal(t, "x", string(r))
+	})
+}
+
 func TestDueSpansPartitions(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 4)

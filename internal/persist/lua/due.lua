@@ -39,6 +39,12 @@
 --       revision in hex (8 characters) and the caller's nonce, so that an
 --       ack sent again after the job is gone is told by the run history
 --       (resolve.lua)
+--   R   reserved again: the job's mark is the reservation of this very
+--       token (made by a call whose reply the caller did not get), still
+--       current; its deadline is now the one given, its record follows,
+--       and its score is the deadline it had (the job's due time is not
+--       known here: the caller hands it over no earlier than the ahead of
+--       the call that made it)
 --   x   its record is too short to hold a revision (corrupt): it follows,
 --       for the caller to dead-letter
 --   l   its reservation lapsed (the score, the deadline, has come and
@@ -82,6 +88,14 @@ while a <= #ARGV do
         st[#st + 1], sc[#sc + 1] = 'g', ''
       elseif #rec < 5 then
         st[#st + 1], sc[#sc + 1] = 'x', score
+        out[#out + 1] = rec
+      elseif res ~= '' and mark == '~' .. rv .. res and tonumber(score) > now then
+        -- This caller's own reservation, by a call whose reply it did not
+        -- get (the same nonce, sent again): still current, so made again,
+        -- its deadline renewed; the score was its deadline, not the job's
+        -- due time (see 'R').
+        redis.call('ZADD', pending, deadline, key)
+        st[#st + 1], sc[#sc + 1] = 'R', score
         out[#out + 1] = rec
       elseif tonumber(score) > ahead or (tonumber(score) > now and (res == '' or (mark and mark ~= '!'))) then
         st[#st + 1], sc[#sc + 1] = 'm', score
