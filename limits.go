@@ -160,9 +160,18 @@ func (q *Queue) Limit(topic string, l Limit) error {
 		tl.Limit, tl.interval = l, interval
 		refire, tl.globalW = lm.unwait(tl, len(tl.waiting)), false
 	} else {
-		lm.topics[topic] = &topicLimit{Limit: l, interval: interval}
+		// Runs admitted under the topic's limits before they were removed
+		// (and jobs waiting for the start a rate gave them) still hold
+		// their places: each one's end frees one of the new limit's.
+		tl := &topicLimit{Limit: l, interval: interval}
+		for _, hp := range lm.held {
+			if hp.topic == topic && !hp.asking { // an ask in flight is refired through the new limits
+				tl.running++
+			}
+		}
+		lm.topics[topic] = tl
 	}
-	lm.on.Store(len(lm.topics) > 0)
+	lm.setOn()
 	lm.mu.Unlock()
 	wake(lm.loop.kick)
 	if len(refire) > 0 {
@@ -180,8 +189,15 @@ func newLimiter(releases *batch.Retrier[persist.PermitRef]) *limiter {
 	return lm
 }
 
-// enabled reports whether any topic has a limit.
+// enabled reports whether any topic has a limit, or permits taken under
+// limits since removed are still held (their runs' ends give them back).
 func (lm *limiter) enabled() bool { return lm.on.Load() }
+
+// setOn sets on: any topic limited, or any permit held (a run admitted
+// under a topic's limits that were removed meanwhile gives its permits
+// back at its end: with on false, release would not look, and the held
+// entry, with its global permit, would stay for good); lm.mu is held.
+func (lm *limiter) setOn() { lm.on.Store(len(lm.topics) > 0 || len(lm.held) > 0) }
 
 // has reports whether topic has a limit.
 func (lm *limiter) has(topic string) bool {
@@ -314,6 +330,7 @@ func (q *Queue) admit(fs []firedJob, slot *runctx.Slot) []firedJob {
 				_ = lm.releases.Add(persist.PermitRef{Topic: topic, ID: reqs[i].ID})
 			}
 			delete(lm.held, a.f.key)
+			lm.setOn()
 			again = append(again, a.f)
 			continue
 		}
@@ -383,6 +400,7 @@ func (q *Queue) release(key string, waiting bool) {
 	}
 	delete(lm.held, key)
 	delete(lm.granted, key)
+	lm.setOn()
 	var next []firedJob
 	if tl := lm.topics[hp.topic]; tl != nil {
 		tl.running--
@@ -581,6 +599,7 @@ func (lm *limiter) dropPermits() {
 		delete(lm.held, key)
 	}
 	clear(lm.granted)
+	lm.setOn()
 	lm.mu.Unlock()
 	if len(ps) > 0 {
 		_ = lm.releases.Add(ps...)
