@@ -1,12 +1,16 @@
 package wheelq
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wheelq/wheelq/internal/redistest"
+	"github.com/wheelq/wheelq/wheel"
 )
 
 // TestRecurringRemoveRedeclareRanSlot: a slot whose job ran early (RunNow),
@@ -45,4 +49,43 @@ func TestRecurringRemoveRedeclareRanSlot(t *testing.T) {
 	require.Empty(t, stored(), "the slot that ran was stored again")
 	time.Sleep(time.Until(start.Add(time.Second)))
 	require.Equal(t, 1, runs(slot), "the slot ran again at its time")
+}
+
+// TestRecurringManyMissedStillStoresNext: DeclareRecurring promises that
+// when it returns nil, the next slot's job is in Redis. After a downtime
+// with more missed slots than one fill stores (MissedEach, MaxMissed
+// 1,000), the fill's room went to the missed slots and the next slot was
+// not stored.
+func TestRecurringManyMissedStillStoresNext(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "missed"}
+	clk := wheel.NewFakeClock(utc("2026-03-07T10:00:00.5Z"))
+	q := b.newQueue(t, Config{Clock: clk, test: testHooks{recurClock: true}})
+	r := Recurring{Name: "each", Topic: "t", Every: time.Second, Missed: MissedEach, MaxMissed: 1000}
+	require.NoError(t, q.DeclareRecurring(b.ctx, r))
+	clk.Advance(time.Hour) // every process down for an hour
+	require.NoError(t, q.DeclareRecurring(b.ctx, r))
+	now := clk.Now()
+	next := utc("2026-03-07T11:00:01Z")
+	var missed int
+	var found bool
+	for cursor := ""; ; {
+		jobs, c, err := q.List(b.ctx, JobFilter{Topic: "t"}, cursor, 1000)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			if !j.Due.After(now) {
+				missed++
+			}
+			if j.Due.Equal(next) {
+				found = true
+			}
+		}
+		if c == "" {
+			break
+		}
+		cursor = c
+	}
+	require.GreaterOrEqual(t, missed, 1000, "the latest 1,000 missed slots are stored")
+	require.True(t, found, "the next slot (%v) is stored when DeclareRecurring returns", next)
 }
