@@ -484,8 +484,10 @@ func (p *plan) slotKey(s time.Time, partitions int) string {
 // slots returns the slots a fill stores, given the watermark wm (unix µs,
 // 0 for none) and now: the missed ones in (wm, now] that the policy keeps
 // (latest last, at most maxMiss), then the ones to come within the
-// lookahead (and at least the next), at most maxRecurFill in all and none
-// past maxDelay; and the floor to raise the watermark to first.
+// lookahead (and at least the next), at most maxRecurFill in all (and the
+// next beyond that, when the missed ones took the room: DeclareRecurring
+// promises it stored) and none past maxDelay; and the floor to raise the
+// watermark to first.
 func (p *plan) slots(wm int64, now time.Time, maxDelay, lookahead time.Duration) (out []time.Time, floor int64) {
 	from := now
 	if wm > 0 {
@@ -509,7 +511,7 @@ func (p *plan) slots(wm int64, now time.Time, maxDelay, lookahead time.Duration)
 	}
 	horizon := now.Add(lookahead)
 	stored := wm > now.UnixMicro() // the next slot's job is stored
-	for t := from; len(out) < maxRecurFill; {
+	for t := from; len(out) < maxRecurFill || !stored; {
 		s := p.next(t)
 		if s.IsZero() || s.Sub(now) > maxDelay || (s.After(horizon) && stored) {
 			break
