@@ -89,3 +89,38 @@ func TestRecurringManyMissedStillStoresNext(t *testing.T) {
 	require.GreaterOrEqual(t, missed, 1000, "the latest 1,000 missed slots are stored")
 	require.True(t, found, "the next slot (%v) is stored when DeclareRecurring returns", next)
 }
+
+// TestRecurringEverySecondInRepeatedHour: a cron expression with seconds
+// ("* * * * * *") in New York, from a time in the second pass of the hour
+// that the fall back repeats (01:10 EST on November 1, 2026): its times
+// in that pass ran at their first occurrence, so the next slot is 02:00
+// EST. nextCron walked the repeated hour a slot at a time and gave up
+// after 1,000, so next found no slot: DeclareRecurring of such a schedule
+// (a process starting in that part of the night declares its schedules)
+// failed with "no slot to come", and a fill stored no slot to come.
+func TestRecurringEverySecondInRepeatedHour(t *testing.T) {
+	t.Parallel()
+	newYork(t)
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background(), ns: "repeat"}
+	at := utc("2026-11-01T06:10:00Z") // 01:10 EST, the second pass
+	clk := wheel.NewFakeClock(at)
+	q := b.newQueue(t, Config{Clock: clk, test: testHooks{recurClock: true}})
+	for _, tc := range []struct{ cron, want string }{
+		{"* * * * * *", "2026-11-01T07:00:00Z"},
+		{"*/2 * * * * *", "2026-11-01T07:00:00Z"},
+		{"30 * * * * *", "2026-11-01T07:00:30Z"},
+	} {
+		r := Recurring{Name: "s", Topic: "t", Cron: tc.cron, TimeZone: "America/New_York"}
+		p := planOf(t, q, Recurring{Name: "s", Topic: "t", Cron: tc.cron, TimeZone: "America/New_York"}, utc("2026-10-31T00:00:00Z"))
+		require.Equal(t, []string{tc.want}, slotsAfter(p, at, 1), tc.cron)
+		require.NoError(t, q.DeclareRecurring(b.ctx, r), tc.cron)
+		list, err := q.Recurrings(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.NotEmpty(t, list[0].Next, tc.cron)
+		require.Equal(t, utc(tc.want), list[0].Next[0].UTC(), tc.cron)
+		require.Equal(t, utc(tc.want), list[0].Stored.UTC(), "%s: the next slot is stored", tc.cron)
+		require.NoError(t, q.RemoveRecurring(b.ctx, "s"))
+	}
+}
