@@ -437,9 +437,33 @@ func (p *plan) nextCron(t time.Time) time.Time {
 			return s
 		}
 		// A slot of a repeated hour's second pass maps to its first
-		// occurrence, before t: take the next.
+		// occurrence, before t, as do all the repeated times after it:
+		// go on from the end of the repeated range (walked a slot at a
+		// time, an expression with seconds ran out of tries within it,
+		// and a schedule declared then had no slot to come).
+		if end := repeatEnd(t, p.loc); end.After(n) {
+			n = end.Add(-time.Nanosecond)
+		}
 	}
 	return time.Time{}
+}
+
+// repeatEnd returns, for t in the second pass of local times that a jump
+// back repeats, the naive local time at which the repeated range ends
+// (02:00 for 01:10 EST on the night New York goes from 02:00 EDT back to
+// 01:00 EST); else the zero time.
+func repeatEnd(t time.Time, loc *time.Location) time.Time {
+	tl := t.In(loc)
+	start, _ := tl.ZoneBounds()
+	if start.IsZero() {
+		return time.Time{}
+	}
+	_, off := tl.Zone()
+	_, prevOff := start.Add(-time.Nanosecond).Zone()
+	if prevOff <= off {
+		return time.Time{}
+	}
+	return naive(start.In(time.FixedZone("", prevOff)))
 }
 
 // naive returns t's local fields as a time in UTC.
