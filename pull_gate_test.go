@@ -236,6 +236,20 @@ func TestPullTakeForNothingLeavesOthersUnpromised(t *testing.T) {
 	}
 }
 
+// pullingThrough starts a queue on a Redis of its own that pulls topic
+// "p", its store wrapped by wrap, and waits until it is ready.
+func pullingThrough(t *testing.T, wrap func(engineStore) engineStore) (*bundle, *Queue) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
+	q := b.newQueue(t, Config{})
+	q.store = wrap(q.store)
+	require.NoError(t, q.Pull("p"))
+	require.NoError(t, q.Start(b.ctx))
+	<-q.Ready()
+	return b, q
+}
+
 // lostDueReply is a store whose first due.lua call that reserves a job
 // applies in Redis and then fails, as a call whose reply was lost.
 type lostDueReply struct {
@@ -259,14 +273,8 @@ func (s *lostDueReply) Due(ctx context.Context, tokens []string, now, ahead int6
 // job of one attempt was dead-lettered without ever being handed out).
 func TestPullDueLostReplyNotALapse(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	q := b.newQueue(t, Config{})
-	ls := &lostDueReply{engineStore: q.store}
-	q.store = ls
-	require.NoError(t, q.Pull("p"))
-	require.NoError(t, q.Start(b.ctx))
-	<-q.Ready()
+	ls := &lostDueReply{}
+	b, q := pullingThrough(t, func(es engineStore) engineStore { ls.engineStore = es; return ls })
 	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}, TTR: 300 * time.Millisecond}, 5*time.Second)
 	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(200*time.Millisecond), MaxAttempts(1))
 	require.NoError(t, err)
@@ -303,14 +311,8 @@ func (s *heldDue) Due(ctx context.Context, tokens []string, now, ahead int64, jo
 // reserved for no one to lapse after its time-to-run as a failed attempt.
 func TestPullShutdownReleasesLateReservation(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	b := &bundle{srv: srv, rdb: srv.Client(t), ctx: context.Background()}
-	q := b.newQueue(t, Config{})
-	hd := &heldDue{engineStore: q.store, held: make(chan struct{}), release: make(chan struct{})}
-	q.store = hd
-	require.NoError(t, q.Pull("p"))
-	require.NoError(t, q.Start(b.ctx))
-	<-q.Ready()
+	hd := &heldDue{held: make(chan struct{}), release: make(chan struct{})}
+	b, q := pullingThrough(t, func(es engineStore) engineStore { hd.engineStore = es; return hd })
 	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, wait)
 	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(100*time.Millisecond))
 	require.NoError(t, err)

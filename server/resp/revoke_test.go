@@ -24,22 +24,7 @@ import (
 // not only new connections.
 func TestRevokedOnOpenConnections(t *testing.T) {
 	t.Parallel()
-	rs := redistest.Start(t, redistest.Options{})
-	q, err := wheelq.New(rs.Client(t), wheelq.Config{})
-	require.NoError(t, err)
-	tokA, sumA, _ := auth.Generate("a")
-	_, sumB, _ := auth.Generate("b")
-	first, err := auth.New([]auth.Entry{{ID: "a", SHA256: sumA, Perms: [3][]string{nil, nil, {"*"}}}}, true)
-	require.NoError(t, err)
-	second, err := auth.New([]auth.Entry{{ID: "b", SHA256: sumB}}, true)
-	require.NoError(t, err)
-	var cur atomic.Pointer[auth.Authorizer]
-	cur.Store(first)
-	s := resp.New(q, cur.Load, resp.Options{MaxConns: 10, MaxCommandBytes: 1 << 20, MaxBlock: 1e9})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(func() { _ = s.Close() })
+	tokA, l, cur, second := revokable(t)
 
 	rdb := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Password: tokA, PoolSize: 1, MaxRetries: -1})
 	defer rdb.Close()
@@ -122,22 +107,7 @@ func startedQueue(t *testing.T, pull ...string) *wheelq.Queue {
 // the whole bound.)
 func TestRevokedHoldLittle(t *testing.T) {
 	t.Parallel()
-	rs := redistest.Start(t, redistest.Options{})
-	q, err := wheelq.New(rs.Client(t), wheelq.Config{})
-	require.NoError(t, err)
-	tokA, sumA, _ := auth.Generate("a")
-	_, sumB, _ := auth.Generate("b")
-	first, err := auth.New([]auth.Entry{{ID: "a", SHA256: sumA, Perms: [3][]string{nil, nil, {"*"}}}}, true)
-	require.NoError(t, err)
-	second, err := auth.New([]auth.Entry{{ID: "b", SHA256: sumB}}, true)
-	require.NoError(t, err)
-	var cur atomic.Pointer[auth.Authorizer]
-	cur.Store(first)
-	s := resp.New(q, cur.Load, resp.Options{MaxConns: 10, MaxCommandBytes: 1 << 20, MaxBlock: 1e9})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(func() { _ = s.Close() })
+	tokA, l, cur, second := revokable(t)
 
 	c, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
@@ -160,4 +130,28 @@ func TestRevokedHoldLittle(t *testing.T) {
 	_, _ = c.Write([]byte("*3\r\n$11\r\nWQ.SCHEDULE\r\n$1\r\np\r\n$200000\r\n" + strings.Repeat("x", 100_000)))
 	rest, _ := io.ReadAll(rd)
 	require.Contains(t, string(rest), "-ERR command past the limit of the server (resp.max_command_bytes)")
+}
+
+// revokable serves RESP with tokens that give token a (returned) admin
+// on every topic; second is the authorizer to store in cur to revoke it
+// (it knows only token b).
+func revokable(t *testing.T) (tokA string, l net.Listener, cur *atomic.Pointer[auth.Authorizer], second *auth.Authorizer) {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	q, err := wheelq.New(rs.Client(t), wheelq.Config{})
+	require.NoError(t, err)
+	tokA, sumA, _ := auth.Generate("a")
+	_, sumB, _ := auth.Generate("b")
+	first, err := auth.New([]auth.Entry{{ID: "a", SHA256: sumA, Perms: [3][]string{nil, nil, {"*"}}}}, true)
+	require.NoError(t, err)
+	second, err = auth.New([]auth.Entry{{ID: "b", SHA256: sumB}}, true)
+	require.NoError(t, err)
+	cur = &atomic.Pointer[auth.Authorizer]{}
+	cur.Store(first)
+	s := resp.New(q, cur.Load, resp.Options{MaxConns: 10, MaxCommandBytes: 1 << 20, MaxBlock: 1e9})
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(func() { _ = s.Close() })
+	return tokA, l, cur, second
 }
