@@ -57,29 +57,46 @@ func reserveAsync(t *testing.T, q *Queue, opts ReserveOptions, d time.Duration) 
 	return done
 }
 
+// reservedAhead starts a queue pulling "p" with a claim lead of a
+// second, a Reserve blocked on it (its result's channel returned), and a
+// job id due in 2.5 s, and waits until that job is reserved ahead for the
+// Reserve and held in the start gate.
+func reservedAhead(t *testing.T, payload, id string) (*bundle, *Queue, <-chan reserveResult) {
+	t.Helper()
+	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
+	q := b.q
+	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
+	_, err := q.Schedule(b.ctx, "p", []byte(payload), ID(id), After(2500*time.Millisecond))
+	require.NoError(t, err)
+	waitHeldAhead(t, q, persist.JobKey("p", id))
+	return b, q, done
+}
+
+// requireNextJob schedules job b due now and requires done's Reserve to
+// get it, and only it.
+func requireNextJob(t *testing.T, b *bundle, q *Queue, done <-chan reserveResult, msg string) {
+	t.Helper()
+	_, err := q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
+	require.NoError(t, err)
+	res := <-done
+	require.NoError(t, res.err, msg)
+	require.Len(t, res.rs, 1)
+	require.Equal(t, "b", res.rs[0].ID)
+}
+
 // TestPullCancelReservedAheadFreesWaiter: a job reserved ahead (within
 // the claim lead) for a blocked Reserve and cancelled while held in the
 // start gate is never handed out, and the Reserve it was promised to
 // still gets the next job that comes due.
 func TestPullCancelReservedAheadFreesWaiter(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
-	q := b.q
-	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(2500*time.Millisecond))
-	require.NoError(t, err)
-	waitHeldAhead(t, q, persist.JobKey("p", "a"))
+	b, q, done := reservedAhead(t, "a", "a")
 	if err := q.Cancel(b.ctx, "p", "a"); errors.Is(err, ErrRunning) {
 		t.Skip("handed over before the cancel (a machine too slow for the claim lead's second)")
 	} else {
 		require.NoError(t, err)
 	}
-	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
-	require.NoError(t, err)
-	res := <-done
-	require.NoError(t, res.err, "the waiting Reserve gets the next job")
-	require.Len(t, res.rs, 1)
-	require.Equal(t, "b", res.rs[0].ID)
+	requireNextJob(t, b, q, done, "the waiting Reserve gets the next job")
 }
 
 // TestPullRescheduleReservedAheadFreesWaiter: a job reserved ahead for a
@@ -87,12 +104,7 @@ func TestPullCancelReservedAheadFreesWaiter(t *testing.T) {
 // to that Reserve at its new time (not before).
 func TestPullRescheduleReservedAheadFreesWaiter(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
-	q := b.q
-	done := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err := q.Schedule(b.ctx, "p", []byte("a"), ID("a"), After(2500*time.Millisecond))
-	require.NoError(t, err)
-	waitHeldAhead(t, q, persist.JobKey("p", "a"))
+	b, q, done := reservedAhead(t, "a", "a")
 	due := time.Now().Add(2 * time.Second)
 	if err := q.Reschedule(b.ctx, "p", "a", due); errors.Is(err, ErrRunning) {
 		t.Skip("handed over before the reschedule (a machine too slow for the claim lead's second)")
@@ -114,14 +126,9 @@ func TestPullRescheduleReservedAheadFreesWaiter(t *testing.T) {
 // reservation was promised, still gets the next job that comes due.
 func TestPullReplaceReservedAheadFreesWaiter(t *testing.T) {
 	t.Parallel()
-	b := setupPull(t, Config{ClaimLead: time.Second}, "p")
-	q := b.q
-	first := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err := q.Schedule(b.ctx, "p", []byte("old"), ID("k"), After(2500*time.Millisecond))
-	require.NoError(t, err)
-	waitHeldAhead(t, q, persist.JobKey("p", "k"))
+	b, q, first := reservedAhead(t, "old", "k")
 	second := reserveAsync(t, q, ReserveOptions{Topics: []string{"p"}}, 10*time.Second)
-	_, err = q.Schedule(b.ctx, "p", []byte("new"), ID("k"), After(300*time.Millisecond), OnDuplicate(Replace))
+	_, err := q.Schedule(b.ctx, "p", []byte("new"), ID("k"), After(300*time.Millisecond), OnDuplicate(Replace))
 	require.NoError(t, err)
 	res := <-second
 	require.NoError(t, res.err, "the replaced job is handed out at its new time")
@@ -131,12 +138,7 @@ func TestPullReplaceReservedAheadFreesWaiter(t *testing.T) {
 	if len(first) > 0 {
 		t.Skip("the old reservation was handed over before the replace (a machine too slow for the claim lead's second)")
 	}
-	_, err = q.Schedule(b.ctx, "p", []byte("b"), ID("b"))
-	require.NoError(t, err)
-	res = <-first
-	require.NoError(t, res.err, "the first Reserve gets the next job")
-	require.Len(t, res.rs, 1)
-	require.Equal(t, "b", res.rs[0].ID)
+	requireNextJob(t, b, q, first, "the first Reserve gets the next job")
 }
 
 // TestPullRunNowOfLaterJob: RunNow of a pulled job due later (armed, its

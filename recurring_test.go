@@ -488,16 +488,7 @@ func TestRecurringRedeclareRanSlot(t *testing.T) {
 	for _, r := range []Recurring{r, r2} {
 		require.NoError(t, q.DeclareRecurring(b.ctx, r))
 	}
-	stored := func(name string) string {
-		jobs, _, err := q.List(b.ctx, JobFilter{Topic: "beat"}, "", 100)
-		require.NoError(t, err)
-		for _, j := range jobs {
-			if strings.HasPrefix(j.ID, name+"@") {
-				return j.ID
-			}
-		}
-		return ""
-	}
+	stored := func(name string) string { return storedSlot(t, b, q, "beat", name+"@") }
 	id := stored("beat")
 	require.True(t, strings.HasPrefix(id, slotOf(start)+"."), id)
 	require.NoError(t, q.RunNow(b.ctx, "beat", id))
@@ -840,4 +831,18 @@ func TestRecurringLastNotAnOlderDeadSlot(t *testing.T) {
 	dead, err := q.DeadJobs(b.ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "the first slot is dead")
+}
+
+// storedSlot returns the id of a stored job of topic whose id starts with
+// prefix ("" if none), among the topic's first 100.
+func storedSlot(t *testing.T, b *bundle, q *Queue, topic, prefix string) string {
+	t.Helper()
+	jobs, _, err := q.List(b.ctx, JobFilter{Topic: topic}, "", 100)
+	require.NoError(t, err)
+	for _, j := range jobs {
+		if strings.HasPrefix(j.ID, prefix) {
+			return j.ID
+		}
+	}
+	return ""
 }
